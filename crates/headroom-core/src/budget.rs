@@ -1,0 +1,145 @@
+//! Budgets and holds: the cost governor's vocabulary.
+
+use chrono::{Datelike, Duration as ChronoDuration, TimeZone, Timelike, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{AccountName, Money, NodeId, Timestamp};
+
+/// The window a ceiling applies to, in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetPeriod {
+    Hour,
+    Day,
+    /// Calendar month.
+    Month,
+}
+
+impl BudgetPeriod {
+    /// The `[start, end)` of the period that contains `now`.
+    pub fn bounds(self, now: Timestamp) -> (Timestamp, Timestamp) {
+        match self {
+            BudgetPeriod::Hour => {
+                let start = now
+                    .with_minute(0)
+                    .and_then(|t| t.with_second(0))
+                    .and_then(|t| t.with_nanosecond(0))
+                    .unwrap_or(now);
+                (start, start + ChronoDuration::hours(1))
+            }
+            BudgetPeriod::Day => {
+                let start = Utc
+                    .with_ymd_and_hms(now.year(), now.month(), now.day(), 0, 0, 0)
+                    .single()
+                    .unwrap_or(now);
+                (start, start + ChronoDuration::days(1))
+            }
+            BudgetPeriod::Month => {
+                let start = Utc
+                    .with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
+                    .single()
+                    .unwrap_or(now);
+                let (year, month) = if now.month() == 12 {
+                    (now.year() + 1, 1)
+                } else {
+                    (now.year(), now.month() + 1)
+                };
+                let end = Utc
+                    .with_ymd_and_hms(year, month, 1, 0, 0, 0)
+                    .single()
+                    .unwrap_or(now);
+                (start, end)
+            }
+        }
+    }
+}
+
+/// What the governor does when a launch would cross the ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HardAction {
+    /// Refuse the launch with a budget reason.
+    Refuse,
+    /// Launch as many as still fit, refuse the rest.
+    Clamp,
+    /// Refuse the lowest priority tier's launches first.
+    ShedLowestTier,
+}
+
+/// A money ceiling for one account and period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    pub account: AccountName,
+    pub period: BudgetPeriod,
+    pub ceiling: Money,
+    /// Percentage of the ceiling at which an alert fires.
+    pub soft_threshold_percent: u8,
+    pub hard_action: HardAction,
+}
+
+/// Money reserved against a budget for a node being launched; converted to spend as the node
+/// runs and released when it ends or is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub account: AccountName,
+    pub node: NodeId,
+    pub amount: Money,
+    pub placed_at: Timestamp,
+}
+
+/// The governor's view of one account at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetStanding {
+    pub ceiling: Money,
+    pub spent: Money,
+    pub held: Money,
+}
+
+impl BudgetStanding {
+    pub fn remaining(&self) -> Money {
+        self.ceiling - self.spent - self.held
+    }
+
+    /// Whether a further hold of `amount` fits under the ceiling.
+    pub fn admits(&self, amount: Money) -> bool {
+        self.spent + self.held + amount <= self.ceiling
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn periods_are_utc_calendar_windows() {
+        let now = at("2026-12-31T23:59:59Z");
+        assert_eq!(
+            BudgetPeriod::Hour.bounds(now),
+            (at("2026-12-31T23:00:00Z"), at("2027-01-01T00:00:00Z"))
+        );
+        assert_eq!(
+            BudgetPeriod::Day.bounds(now),
+            (at("2026-12-31T00:00:00Z"), at("2027-01-01T00:00:00Z"))
+        );
+        assert_eq!(
+            BudgetPeriod::Month.bounds(at("2026-02-10T12:00:00Z")),
+            (at("2026-02-01T00:00:00Z"), at("2026-03-01T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn standing_admits_up_to_the_ceiling_exactly() {
+        let standing = BudgetStanding {
+            ceiling: "100".parse().unwrap(),
+            spent: "60".parse().unwrap(),
+            held: "30".parse().unwrap(),
+        };
+        assert!(standing.admits("10".parse().unwrap()));
+        assert!(!standing.admits("10.000001".parse().unwrap()));
+        assert_eq!(standing.remaining(), "10".parse().unwrap());
+    }
+}

@@ -1,0 +1,31 @@
+//! Headroom's pure core.
+//!
+//! Everything here is a function of its arguments: no I/O, no clock reads (`now` is always a
+//! parameter), no global state. The same code runs in `headroom serve`, in the simulator and in
+//! tests, so any decision can be replayed from the ledger.
+
+pub mod budget;
+pub mod controller;
+pub mod cost;
+pub mod error;
+pub mod money;
+pub mod names;
+pub mod node;
+pub mod offering;
+pub mod planner;
+pub mod pool;
+pub mod refusal;
+pub mod request;
+
+pub use budget::{Budget, BudgetPeriod, HardAction, Hold};
+pub use error::CoreError;
+pub use money::Money;
+pub use names::{AccountName, OfferingId, PoolName};
+pub use node::{LadderRung, NodeId, NodeState};
+pub use offering::{Market, Offering, ProviderKind};
+pub use pool::{ColdStartLadder, PoolSpec};
+pub use refusal::{ErrorClass, RefusalReason};
+pub use request::{CapacityRequest, Priority, RequestId, RequestState};
+
+/// Wall-clock instant in UTC. The core never produces one itself; callers pass `now`.
+pub type Timestamp = chrono::DateTime<chrono::Utc>;
