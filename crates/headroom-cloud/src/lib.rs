@@ -1,1 +1,14 @@
-pub fn placeholder() {}
+//! Clouds as Headroom sees them: the [`CloudProvider`] trait and its written contract, the
+//! clocks, and the simulated cloud that is the embedded default.
+
+pub mod clock;
+#[cfg(feature = "contract")]
+pub mod contract;
+mod provider;
+pub mod sim;
+
+pub use clock::{Clock, ManualClock, ScaledClock, SystemClock};
+pub use provider::{
+    CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, OwnershipTags,
+};
+pub use sim::{SimCloud, SimConfig, SimOffering};

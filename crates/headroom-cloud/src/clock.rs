@@ -1,0 +1,78 @@
+//! Clocks. The core never reads one; adapters are handed one.
+
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use headroom_core::Timestamp;
+
+/// A source of "now". Real time for `serve`, scaled time for `demo`, manual time for tests and
+/// the simulator.
+pub trait Clock: Send + Sync + Debug {
+    fn now(&self) -> Timestamp;
+}
+
+/// The one place that reads the wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)]
+    fn now(&self) -> Timestamp {
+        chrono::Utc::now()
+    }
+}
+
+/// Time that moves only when told to.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<Timestamp>,
+}
+
+impl ManualClock {
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock {
+            now: Mutex::new(start),
+        }
+    }
+
+    pub fn advance(&self, by: std::time::Duration) {
+        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
+        *now += chrono::Duration::from_std(by).unwrap_or(chrono::Duration::MAX);
+    }
+
+    pub fn set(&self, to: Timestamp) {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner()) = to;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Real time sped up by a factor from a fixed origin: `demo` plays minutes in seconds.
+#[derive(Debug)]
+pub struct ScaledClock<C: Clock> {
+    inner: C,
+    origin: Timestamp,
+    speedup: u32,
+}
+
+impl<C: Clock> ScaledClock<C> {
+    pub fn new(inner: C, speedup: u32) -> Self {
+        let origin = inner.now();
+        ScaledClock {
+            inner,
+            origin,
+            speedup: speedup.max(1),
+        }
+    }
+}
+
+impl<C: Clock> Clock for ScaledClock<C> {
+    fn now(&self) -> Timestamp {
+        let elapsed = self.inner.now() - self.origin;
+        self.origin + elapsed * self.speedup as i32
+    }
+}

@@ -1,0 +1,388 @@
+//! The simulated cloud: the embedded default, deterministic under a seed.
+//!
+//! It models what makes GPU capacity hard: per-offering capacity that runs out (and refuses with
+//! the capacity class), a GPU quota per region, spot interruptions, prices, and the cold-start
+//! ladder per offering. Phases are computed from the injected [`Clock`], so the same simulated
+//! cloud runs in real time under `serve`, sped up under `demo` and in virtual time in the
+//! simulator. It also records every call and accepts injected faults, for tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use headroom_core::pool::ColdStartLadder;
+use headroom_core::{ErrorClass, LadderRung, Market, Offering, OfferingId, ProviderKind, Timestamp};
+
+use crate::clock::Clock;
+use crate::provider::{CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec};
+
+/// One offering of the simulated cloud.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimOffering {
+    pub offering: Offering,
+    /// Instances of this offering that can run at once before launches are refused.
+    pub capacity: u32,
+    pub ladder: ColdStartLadder,
+    /// Mean spot interruptions per instance-hour (ignored for other markets).
+    pub spot_interruptions_per_hour: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub offerings: Vec<SimOffering>,
+    /// GPUs that may run at once per region; regions not listed are unlimited.
+    pub gpu_quota_per_region: BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Life {
+    /// Running since `since`; `from_stopped` nodes skip acquisition and image pull.
+    Running { since: Timestamp, from_stopped: bool },
+    Stopped,
+    Terminated,
+    Interrupted,
+}
+
+#[derive(Debug, Clone)]
+struct SimInstance {
+    instance: Instance,
+    life: Life,
+    /// When the cloud will reclaim this spot instance, drawn from the seeded RNG at launch.
+    interrupt_at: Option<Timestamp>,
+}
+
+#[derive(Debug)]
+struct SimState {
+    rng: fastrand::Rng,
+    next_id: u64,
+    instances: BTreeMap<InstanceId, SimInstance>,
+    by_token: HashMap<String, InstanceId>,
+    /// Offering → (class, remaining count) of injected launch failures.
+    faults: HashMap<OfferingId, (ErrorClass, u32)>,
+    calls: Vec<String>,
+}
+
+/// The simulated cloud. Cheap to clone a handle to via `Arc`.
+#[derive(Debug)]
+pub struct SimCloud {
+    clock: Arc<dyn Clock>,
+    offerings: Mutex<HashMap<OfferingId, SimOffering>>,
+    gpu_quota_per_region: BTreeMap<String, u32>,
+    state: Mutex<SimState>,
+}
+
+fn refused(class: ErrorClass, code: &str, message: String) -> CloudError {
+    CloudError::Refused {
+        provider: ProviderKind::Sim,
+        class,
+        code: code.to_string(),
+        message,
+    }
+}
+
+impl SimCloud {
+    pub fn new(config: SimConfig, clock: Arc<dyn Clock>) -> Self {
+        SimCloud {
+            clock,
+            offerings: Mutex::new(
+                config
+                    .offerings
+                    .into_iter()
+                    .map(|o| (o.offering.id.clone(), o))
+                    .collect(),
+            ),
+            gpu_quota_per_region: config.gpu_quota_per_region,
+            state: Mutex::new(SimState {
+                rng: fastrand::Rng::with_seed(config.seed),
+                next_id: 1,
+                instances: BTreeMap::new(),
+                by_token: HashMap::new(),
+                faults: HashMap::new(),
+                calls: Vec::new(),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, SimState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn catalog(&self) -> MutexGuard<'_, HashMap<OfferingId, SimOffering>> {
+        self.offerings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the next `times` launches of `offering` fail with `class` (tests, chaos drills).
+    pub fn inject_launch_fault(&self, offering: &OfferingId, class: ErrorClass, times: u32) {
+        self.state().faults.insert(offering.clone(), (class, times));
+    }
+
+    /// Changes how many instances of `offering` may run at once (a stockout is `0`).
+    pub fn set_capacity(&self, offering: &OfferingId, capacity: u32) {
+        if let Some(o) = self.catalog().get_mut(offering) {
+            o.capacity = capacity;
+        }
+    }
+
+    /// Every call made so far, as `method target` lines.
+    pub fn calls(&self) -> Vec<String> {
+        self.state().calls.clone()
+    }
+
+    /// Every instance ever created, whatever its phase (for tests and the simulator).
+    pub fn all_instances(&self) -> Vec<Instance> {
+        let now = self.clock.now();
+        let catalog = self.catalog().clone();
+        let mut state = self.state();
+        let ids: Vec<InstanceId> = state.instances.keys().cloned().collect();
+        ids.iter()
+            .filter_map(|id| refresh(&mut state, &catalog, id, now))
+            .collect()
+    }
+}
+
+/// Brings one instance's phase up to `now` and returns its description.
+fn refresh(
+    state: &mut SimState,
+    catalog: &HashMap<OfferingId, SimOffering>,
+    id: &InstanceId,
+    now: Timestamp,
+) -> Option<Instance> {
+    let sim = state.instances.get_mut(id)?;
+    if let (Life::Running { .. }, Some(at)) = (sim.life, sim.interrupt_at)
+        && at <= now
+    {
+        sim.life = Life::Interrupted;
+    }
+    sim.instance.phase = match sim.life {
+        Life::Running {
+            since,
+            from_stopped,
+        } => {
+            let ladder = catalog.get(&sim.instance.offering).map(|o| o.ladder);
+            running_phase(ladder, since, from_stopped, now)
+        }
+        Life::Stopped => InstancePhase::Stopped,
+        Life::Terminated => InstancePhase::Terminated,
+        Life::Interrupted => InstancePhase::Interrupted,
+    };
+    Some(sim.instance.clone())
+}
+
+fn running_phase(
+    ladder: Option<ColdStartLadder>,
+    since: Timestamp,
+    from_stopped: bool,
+    now: Timestamp,
+) -> InstancePhase {
+    let Some(ladder) = ladder else {
+        return InstancePhase::Ready;
+    };
+    let rungs: &[LadderRung] = if from_stopped {
+        ColdStartLadder::rungs_from_stopped()
+    } else {
+        &LadderRung::ALL
+    };
+    let elapsed = (now - since).to_std().unwrap_or_default();
+    let mut climbed = std::time::Duration::ZERO;
+    for rung in rungs {
+        climbed += ladder.rung(*rung);
+        if elapsed < climbed {
+            return InstancePhase::Booting(*rung);
+        }
+    }
+    InstancePhase::Ready
+}
+
+fn holds_capacity(life: Life) -> bool {
+    matches!(life, Life::Running { .. })
+}
+
+impl SimCloud {
+    /// Refuses if starting one more instance of `offering` would exceed capacity or quota.
+    fn check_room(
+        &self,
+        state: &SimState,
+        catalog: &HashMap<OfferingId, SimOffering>,
+        offering: &SimOffering,
+    ) -> Result<(), CloudError> {
+        let running_here = state
+            .instances
+            .values()
+            .filter(|i| i.instance.offering == offering.offering.id && holds_capacity(i.life))
+            .count() as u32;
+        if running_here >= offering.capacity {
+            return Err(refused(
+                ErrorClass::Capacity,
+                "InsufficientCapacity",
+                format!(
+                    "no {} capacity left in {}",
+                    offering.offering.instance_type, offering.offering.zone
+                ),
+            ));
+        }
+        let region = &offering.offering.region;
+        if let Some(quota) = self.gpu_quota_per_region.get(region) {
+            let gpus_running: u32 = state
+                .instances
+                .values()
+                .filter(|i| holds_capacity(i.life))
+                .filter_map(|i| catalog.get(&i.instance.offering))
+                .filter(|o| &o.offering.region == region)
+                .map(|o| o.offering.gpus_per_node)
+                .sum();
+            if gpus_running + offering.offering.gpus_per_node > *quota {
+                return Err(refused(
+                    ErrorClass::Quota,
+                    "GpuQuotaExceeded",
+                    format!("GPU quota of {quota} in {region} reached"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl CloudProvider for SimCloud {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Sim
+    }
+
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        let now = self.clock.now();
+        let catalog = self.catalog().clone();
+        let mut state = self.state();
+        state
+            .calls
+            .push(format!("launch {} {}", spec.offering.id, spec.client_token));
+        if let Some(existing) = state.by_token.get(&spec.client_token).cloned() {
+            return refresh(&mut state, &catalog, &existing, now)
+                .ok_or(CloudError::NotFound(existing));
+        }
+        let Some(offering) = catalog.get(&spec.offering.id) else {
+            return Err(refused(
+                ErrorClass::InvalidRequest,
+                "UnknownOffering",
+                format!("the simulated cloud has no offering {}", spec.offering.id),
+            ));
+        };
+        if let Some((class, left)) = state.faults.get_mut(&offering.offering.id)
+            && *left > 0
+        {
+            *left -= 1;
+            let class = *class;
+            return Err(refused(class, "InjectedFault", format!("injected {} fault", class.as_str())));
+        }
+        self.check_room(&state, &catalog, offering)?;
+
+        let id = InstanceId(format!("sim-{:06}", state.next_id));
+        state.next_id += 1;
+        let interrupt_at = (offering.offering.market == Market::Spot
+            && offering.spot_interruptions_per_hour > 0.0)
+            .then(|| {
+                // Exponential time to interruption; 1 - u keeps ln away from zero.
+                let u = 1.0 - state.rng.f64();
+                let hours = -u.ln() / offering.spot_interruptions_per_hour;
+                now + chrono::Duration::milliseconds((hours * 3_600_000.0).min(1e15) as i64)
+            });
+        let instance = Instance {
+            id: id.clone(),
+            offering: offering.offering.id.clone(),
+            client_token: spec.client_token.clone(),
+            tags: spec.tags.clone(),
+            phase: InstancePhase::Pending,
+            launched_at: now,
+        };
+        state.instances.insert(
+            id.clone(),
+            SimInstance {
+                instance,
+                life: Life::Running {
+                    since: now,
+                    from_stopped: false,
+                },
+                interrupt_at,
+            },
+        );
+        state.by_token.insert(spec.client_token.clone(), id.clone());
+        refresh(&mut state, &catalog, &id, now).ok_or(CloudError::NotFound(id))
+    }
+
+    async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        let now = self.clock.now();
+        let catalog = self.catalog().clone();
+        let mut state = self.state();
+        state.calls.push(format!("start {id}"));
+        let current = refresh(&mut state, &catalog, id, now)
+            .ok_or_else(|| CloudError::NotFound(id.clone()))?;
+        match current.phase {
+            InstancePhase::Stopped => {
+                let offering = catalog.get(&current.offering).ok_or_else(|| {
+                    refused(ErrorClass::InvalidRequest, "UnknownOffering", current.offering.to_string())
+                })?;
+                // A stopped instance has no host: starting it can meet a stockout too.
+                self.check_room(&state, &catalog, offering)?;
+                if let Some(sim) = state.instances.get_mut(id) {
+                    sim.life = Life::Running {
+                        since: now,
+                        from_stopped: true,
+                    };
+                }
+                refresh(&mut state, &catalog, id, now).ok_or_else(|| CloudError::NotFound(id.clone()))
+            }
+            InstancePhase::Terminated | InstancePhase::Interrupted => {
+                Err(CloudError::NotFound(id.clone()))
+            }
+            _ => Ok(current),
+        }
+    }
+
+    async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        let now = self.clock.now();
+        let catalog = self.catalog().clone();
+        let mut state = self.state();
+        state.calls.push(format!("stop {id}"));
+        let current = refresh(&mut state, &catalog, id, now)
+            .ok_or_else(|| CloudError::NotFound(id.clone()))?;
+        match current.phase {
+            InstancePhase::Terminated | InstancePhase::Interrupted => {
+                Err(CloudError::NotFound(id.clone()))
+            }
+            _ => {
+                if let Some(sim) = state.instances.get_mut(id) {
+                    sim.life = Life::Stopped;
+                    sim.interrupt_at = None;
+                }
+                refresh(&mut state, &catalog, id, now).ok_or_else(|| CloudError::NotFound(id.clone()))
+            }
+        }
+    }
+
+    async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
+        let mut state = self.state();
+        state.calls.push(format!("terminate {id}"));
+        let sim = state
+            .instances
+            .get_mut(id)
+            .ok_or_else(|| CloudError::NotFound(id.clone()))?;
+        sim.life = Life::Terminated;
+        sim.instance.phase = InstancePhase::Terminated;
+        Ok(())
+    }
+
+    async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        let now = self.clock.now();
+        let catalog = self.catalog().clone();
+        let mut state = self.state();
+        refresh(&mut state, &catalog, id, now).ok_or_else(|| CloudError::NotFound(id.clone()))
+    }
+
+    async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+        Ok(self
+            .all_instances()
+            .into_iter()
+            .filter(|i| i.tags.cluster == cluster && i.phase != InstancePhase::Terminated)
+            .collect())
+    }
+}

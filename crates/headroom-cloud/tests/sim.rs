@@ -1,0 +1,157 @@
+//! The simulated cloud: the shared contract, plus what only a simulator can show.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use headroom_cloud::contract::{ContractFixture, run_all};
+use headroom_cloud::{
+    Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud, SimConfig,
+    SimOffering,
+};
+use headroom_core::pool::ColdStartLadder;
+use headroom_core::{ErrorClass, LadderRung, Market, Offering, ProviderKind};
+
+fn offering(id: &str, market: Market, gpus: u32) -> Offering {
+    Offering {
+        id: id.parse().unwrap(),
+        provider: ProviderKind::Sim,
+        region: "us-east-1".into(),
+        zone: "use1-az1".into(),
+        instance_type: "p5.48xlarge".into(),
+        market,
+        price_usd_per_hour: "55.04".parse().unwrap(),
+        gpus_per_node: gpus,
+    }
+}
+
+fn ladder() -> ColdStartLadder {
+    ColdStartLadder {
+        node_acquisition: Duration::from_secs(60),
+        image_pull: Duration::from_secs(40),
+        weight_load: Duration::from_secs(90),
+        compile: Duration::from_secs(30),
+        warmup: Duration::from_secs(10),
+    }
+}
+
+fn sim(clock: Arc<ManualClock>, offerings: Vec<(Offering, u32, f64)>) -> SimCloud {
+    SimCloud::new(
+        SimConfig {
+            seed: 7,
+            offerings: offerings
+                .into_iter()
+                .map(|(offering, capacity, rate)| SimOffering {
+                    offering,
+                    capacity,
+                    ladder: ladder(),
+                    spot_interruptions_per_hour: rate,
+                })
+                .collect(),
+            gpu_quota_per_region: [("us-east-1".to_string(), 24)].into(),
+        },
+        clock,
+    )
+}
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()))
+}
+
+fn spec(offering: &Offering, token: &str) -> LaunchSpec {
+    LaunchSpec {
+        offering: offering.clone(),
+        client_token: token.into(),
+        tags: OwnershipTags { cluster: "t".into(), pool: "p".into(), node: token.into(), request: None },
+    }
+}
+
+#[tokio::test]
+async fn sim_passes_the_provider_contract() {
+    let ok = offering("ok", Market::OnDemand, 1);
+    let none = offering("none", Market::OnDemand, 1);
+    let cloud = sim(clock(), vec![(ok.clone(), 10, 0.0), (none.clone(), 0, 0.0)]);
+    run_all(&cloud, &ContractFixture { cluster: "contract".into(), offering: ok, stockout: Some(none) }).await;
+}
+
+#[tokio::test]
+async fn nodes_climb_the_ladder_and_warm_nodes_skip_two_rungs() {
+    let clock = clock();
+    let o = offering("o", Market::OnDemand, 8);
+    let cloud = sim(clock.clone(), vec![(o.clone(), 4, 0.0)]);
+    let i = cloud.launch(&spec(&o, "a")).await.unwrap();
+    assert_eq!(i.phase, InstancePhase::Booting(LadderRung::NodeAcquisition));
+    clock.advance(Duration::from_secs(100));
+    assert_eq!(cloud.describe(&i.id).await.unwrap().phase, InstancePhase::Booting(LadderRung::WeightLoad));
+    clock.advance(Duration::from_secs(130));
+    assert_eq!(cloud.describe(&i.id).await.unwrap().phase, InstancePhase::Ready);
+
+    cloud.stop(&i.id).await.unwrap();
+    let woken = cloud.start(&i.id).await.unwrap();
+    assert_eq!(woken.phase, InstancePhase::Booting(LadderRung::WeightLoad), "a stopped node keeps its disk");
+    clock.advance(Duration::from_secs(130));
+    assert_eq!(cloud.describe(&i.id).await.unwrap().phase, InstancePhase::Ready);
+}
+
+#[tokio::test]
+async fn capacity_and_quota_refuse_with_their_class() {
+    let o = offering("o", Market::OnDemand, 8);
+    let cloud = sim(clock(), vec![(o.clone(), 2, 0.0)]);
+    cloud.launch(&spec(&o, "a")).await.unwrap();
+    cloud.launch(&spec(&o, "b")).await.unwrap();
+    let err = cloud.launch(&spec(&o, "c")).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Capacity);
+
+    cloud.set_capacity(&o.id, 10);
+    cloud.launch(&spec(&o, "c")).await.unwrap();
+    // 3 × 8 GPUs = 24, the region's quota.
+    let err = cloud.launch(&spec(&o, "d")).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Quota);
+    assert_eq!(cloud.list_owned("t").await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn injected_faults_fire_then_clear() {
+    let o = offering("o", Market::OnDemand, 1);
+    let cloud = sim(clock(), vec![(o.clone(), 10, 0.0)]);
+    cloud.inject_launch_fault(&o.id, ErrorClass::Throttled, 1);
+    assert_eq!(cloud.launch(&spec(&o, "a")).await.unwrap_err().class(), ErrorClass::Throttled);
+    assert!(cloud.launch(&spec(&o, "a")).await.is_ok());
+}
+
+async fn interruption_times(seed: u64) -> Vec<i64> {
+    let clock = clock();
+    let o = offering("spot", Market::Spot, 1);
+    let cloud = SimCloud::new(
+        SimConfig {
+            seed,
+            offerings: vec![SimOffering { offering: o.clone(), capacity: 100, ladder: ladder(), spot_interruptions_per_hour: 2.0 }],
+            gpu_quota_per_region: Default::default(),
+        },
+        clock.clone(),
+    );
+    let mut ids = vec![];
+    for n in 0..20 {
+        ids.push(cloud.launch(&spec(&o, &format!("s{n}"))).await.unwrap().id);
+    }
+    let start = clock.now();
+    let mut interrupted_at = vec![-1i64; ids.len()];
+    for minute in 1..=240 {
+        clock.advance(Duration::from_secs(60));
+        for (k, id) in ids.iter().enumerate() {
+            if interrupted_at[k] < 0 && cloud.describe(id).await.unwrap().phase == InstancePhase::Interrupted {
+                interrupted_at[k] = minute;
+            }
+        }
+    }
+    assert!(clock.now() > start);
+    interrupted_at
+}
+
+#[tokio::test]
+async fn spot_interruptions_are_deterministic_under_a_seed() {
+    let a = interruption_times(42).await;
+    assert_eq!(a, interruption_times(42).await, "the same seed must replay the same interruptions");
+    assert_ne!(a, interruption_times(43).await, "another seed must give other interruptions");
+    // At two interruptions an hour, nearly all of twenty nodes are gone within four hours.
+    assert!(a.iter().filter(|m| **m > 0).count() >= 15, "{a:?}");
+}
