@@ -1,1 +1,158 @@
-pub fn placeholder() {}
+//! The ledger: Headroom's system of record, append-only.
+//!
+//! Rows are only ever inserted. Node states, request outcomes, spend and holds are derived from
+//! them (see [`derive`]), so what finance audits can never drift from what happened. The
+//! [`Ledger`] trait is what the engine and the API use; [`SqliteLedger`] is the embedded
+//! default, and the PostgreSQL backend implements the same trait.
+
+pub mod derive;
+mod sqlite;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use headroom_core::planner::Destination;
+use headroom_core::{
+    AccountName, CapacityRequest, Market, Money, NodeId, NodeState, OfferingId, PoolName, Priority,
+    ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
+};
+use serde::Serialize;
+use thiserror::Error;
+
+pub use sqlite::SqliteLedger;
+
+#[derive(Debug, Error)]
+pub enum LedgerError {
+    /// The idempotency key was used before for a different request.
+    #[error("idempotency key {key:?} was already used for a different request ({existing})")]
+    IdempotencyConflict { key: String, existing: RequestId },
+    #[error("capacity request {0} does not exist")]
+    UnknownRequest(RequestId),
+    #[error("the ledger holds a value this version cannot read: {0}")]
+    Corrupt(String),
+    #[error("cannot open the ledger at {url}")]
+    Open {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("ledger migration failed")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("ledger query failed")]
+    Database(#[from] sqlx::Error),
+}
+
+/// A capacity request as a client submits it, before the ledger assigns an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCapacityRequest {
+    pub pool: PoolName,
+    pub replicas: u32,
+    pub priority: Priority,
+    pub idempotency_key: Option<String>,
+    pub at: Timestamp,
+}
+
+/// A capacity request with its outcome so far, derived from the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequestOutcome {
+    #[serde(flatten)]
+    pub request: CapacityRequest,
+    pub delivered: u32,
+    pub state: RequestState,
+    pub refusals: Vec<RefusalRecord>,
+}
+
+/// One node state change: the ledger's main row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeEvent {
+    pub node: NodeId,
+    pub pool: PoolName,
+    pub account: AccountName,
+    pub offering: OfferingId,
+    pub provider: ProviderKind,
+    pub region: String,
+    pub zone: String,
+    pub instance_type: String,
+    pub market: Market,
+    pub request: Option<RequestId>,
+    pub destination: Destination,
+    pub state: NodeState,
+    pub instance: Option<String>,
+    /// The idempotency token sent with the cloud call (AWS ClientToken, GCP requestId).
+    pub client_token: String,
+    pub price_usd_per_hour: Money,
+    /// Money held against the budget when this activation began; zero on later events.
+    pub hold: Money,
+    /// Why the node changed state (`launch`, `wake`, `ready`, `release`, a cloud error code, …).
+    pub reason: Option<String>,
+    pub at: Timestamp,
+}
+
+/// Every "no", with its reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusalRecord {
+    pub pool: PoolName,
+    pub request: Option<RequestId>,
+    pub node: Option<NodeId>,
+    pub offering: Option<OfferingId>,
+    pub replicas: u32,
+    pub reason: RefusalReason,
+    pub detail: String,
+    pub at: Timestamp,
+}
+
+/// Totals over the whole ledger, for the demo summary and dashboards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LedgerSummary {
+    pub capacity_requests: u64,
+    /// Replicas asked for: node launches and wakes toward serving.
+    pub capacity_requested: u64,
+    /// Of those, how many reached serving.
+    pub capacity_delivered: u64,
+    pub refusals: u64,
+    pub refusals_by_reason: BTreeMap<String, u64>,
+    pub spend: Money,
+}
+
+/// The system of record. Every method is one transaction.
+#[async_trait]
+pub trait Ledger: Send + Sync + Debug {
+    /// Records a request. A repeated idempotency key with the same body returns the first
+    /// request and `false`; with a different body it is an `IdempotencyConflict`.
+    async fn record_capacity_request(
+        &self,
+        new: &NewCapacityRequest,
+    ) -> Result<(CapacityRequest, bool), LedgerError>;
+
+    /// Marks a request cancelled (once; later calls return the same outcome).
+    async fn cancel_capacity_request(
+        &self,
+        id: &RequestId,
+        at: Timestamp,
+    ) -> Result<RequestOutcome, LedgerError>;
+
+    async fn capacity_request(&self, id: &RequestId) -> Result<Option<RequestOutcome>, LedgerError>;
+
+    /// Requests still being worked on: neither cancelled nor closed by a refusal.
+    async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError>;
+
+    async fn append_node_event(&self, event: &NodeEvent) -> Result<(), LedgerError>;
+
+    async fn append_refusal(&self, refusal: &RefusalRecord) -> Result<(), LedgerError>;
+
+    /// The latest event of every node that is not final (terminated or refused).
+    async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError>;
+
+    /// Every node event, in order. Reports and cost derivations read this.
+    async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError>;
+
+    async fn summary(&self, now: Timestamp) -> Result<LedgerSummary, LedgerError>;
+
+    /// Cheap round trip for readiness checks.
+    async fn ping(&self) -> Result<(), LedgerError>;
+}
+
+pub fn new_request_id() -> RequestId {
+    RequestId(format!("cr-{}", uuid::Uuid::new_v4().simple()))
+}

@@ -1,0 +1,371 @@
+//! The embedded ledger: SQLite through sqlx.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::TimeZone;
+use headroom_core::planner::Destination;
+use headroom_core::{
+    CapacityRequest, Market, Money, NodeId, NodeState, Priority, ProviderKind, RefusalReason,
+    RequestId, RequestState, Timestamp,
+};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
+use sqlx::{Row, SqlitePool};
+
+use crate::{
+    Ledger, LedgerError, LedgerSummary, NewCapacityRequest, NodeEvent, RefusalRecord,
+    RequestOutcome, derive, new_request_id,
+};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+/// The SQLite ledger. One file; WAL so the API reads while the engine writes.
+#[derive(Debug, Clone)]
+pub struct SqliteLedger {
+    pool: SqlitePool,
+}
+
+fn ms(at: Timestamp) -> i64 {
+    at.timestamp_millis()
+}
+
+fn at(ms: i64) -> Result<Timestamp, LedgerError> {
+    chrono::Utc
+        .timestamp_millis_opt(ms)
+        .single()
+        .ok_or_else(|| LedgerError::Corrupt(format!("timestamp {ms}")))
+}
+
+fn parse<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, LedgerError> {
+    r.map_err(|e| LedgerError::Corrupt(e.to_string()))
+}
+
+fn corrupt(what: &str, value: &str) -> LedgerError {
+    LedgerError::Corrupt(format!("{what} {value:?}"))
+}
+
+fn request_from_row(row: &SqliteRow) -> Result<CapacityRequest, LedgerError> {
+    Ok(CapacityRequest {
+        id: RequestId(row.try_get("id")?),
+        pool: parse(row.try_get::<String, _>("pool")?.parse())?,
+        replicas: row.try_get::<i64, _>("replicas")? as u32,
+        priority: parse(Priority::parse(&row.try_get::<String, _>("priority")?))?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        created_at: at(row.try_get("created_at_ms")?)?,
+    })
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<NodeEvent, LedgerError> {
+    let provider: String = row.try_get("provider")?;
+    let market: String = row.try_get("market")?;
+    let destination: String = row.try_get("destination")?;
+    Ok(NodeEvent {
+        node: NodeId(row.try_get("node_id")?),
+        pool: parse(row.try_get::<String, _>("pool")?.parse())?,
+        account: parse(row.try_get::<String, _>("account")?.parse())?,
+        offering: parse(row.try_get::<String, _>("offering_id")?.parse())?,
+        provider: match provider.as_str() {
+            "sim" => ProviderKind::Sim,
+            "aws" => ProviderKind::Aws,
+            "gcp" => ProviderKind::Gcp,
+            other => return Err(corrupt("provider", other)),
+        },
+        region: row.try_get("region")?,
+        zone: row.try_get("zone")?,
+        instance_type: row.try_get("instance_type")?,
+        market: Market::parse(&market).ok_or_else(|| corrupt("market", &market))?,
+        request: row.try_get::<Option<String>, _>("request_id")?.map(RequestId),
+        destination: Destination::parse(&destination)
+            .ok_or_else(|| corrupt("destination", &destination))?,
+        state: parse(NodeState::parse(&row.try_get::<String, _>("state")?))?,
+        instance: row.try_get("instance_id")?,
+        client_token: row.try_get("client_token")?,
+        price_usd_per_hour: Money::from_micros(row.try_get("price_micros")?),
+        hold: Money::from_micros(row.try_get("hold_micros")?),
+        reason: row.try_get("reason")?,
+        at: at(row.try_get("at_ms")?)?,
+    })
+}
+
+fn refusal_from_row(row: &SqliteRow) -> Result<RefusalRecord, LedgerError> {
+    let reason: String = row.try_get("reason")?;
+    Ok(RefusalRecord {
+        pool: parse(row.try_get::<String, _>("pool")?.parse())?,
+        request: row.try_get::<Option<String>, _>("request_id")?.map(RequestId),
+        node: row.try_get::<Option<String>, _>("node_id")?.map(NodeId),
+        offering: row
+            .try_get::<Option<String>, _>("offering_id")?
+            .map(|o| parse(o.parse()))
+            .transpose()?,
+        replicas: row.try_get::<i64, _>("replicas")? as u32,
+        reason: RefusalReason::parse(&reason).ok_or_else(|| corrupt("refusal reason", &reason))?,
+        detail: row.try_get("detail")?,
+        at: at(row.try_get("at_ms")?)?,
+    })
+}
+
+impl SqliteLedger {
+    /// Opens (creating if needed) the ledger at `url` (`sqlite://path` or `sqlite::memory:`) and
+    /// applies migrations.
+    pub async fn connect(url: &str) -> Result<SqliteLedger, LedgerError> {
+        let open = |source| LedgerError::Open {
+            url: url.to_string(),
+            source,
+        };
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(open)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(open)?;
+        MIGRATOR.run(&pool).await?;
+        Ok(SqliteLedger { pool })
+    }
+
+    /// Opens a ledger file by path.
+    pub async fn open_path(path: &std::path::Path) -> Result<SqliteLedger, LedgerError> {
+        Self::connect(&format!("sqlite://{}", path.display())).await
+    }
+
+    async fn outcome(&self, request: CapacityRequest) -> Result<RequestOutcome, LedgerError> {
+        let delivered: i64 = sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT node_id) FROM node_events WHERE request_id = ? AND state = 'serving'",
+        )
+        .bind(&request.id.0)
+        .fetch_one(&self.pool)
+        .await?;
+        let cancelled: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM request_cancellations WHERE request_id = ?")
+                .bind(&request.id.0)
+                .fetch_one(&self.pool)
+                .await?;
+        let refusals = sqlx::query("SELECT * FROM refusals WHERE request_id = ? ORDER BY seq")
+            .bind(&request.id.0)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(refusal_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let closed = refusals.iter().any(|r| r.reason.closes_request());
+        let delivered = (delivered as u32).min(request.replicas);
+        Ok(RequestOutcome {
+            state: RequestState::derive(request.replicas, delivered, closed, cancelled > 0),
+            delivered,
+            refusals,
+            request,
+        })
+    }
+}
+
+#[async_trait]
+impl Ledger for SqliteLedger {
+    async fn record_capacity_request(
+        &self,
+        new: &NewCapacityRequest,
+    ) -> Result<(CapacityRequest, bool), LedgerError> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(key) = &new.idempotency_key {
+            let existing = sqlx::query("SELECT * FROM capacity_requests WHERE idempotency_key = ?")
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some(row) = existing {
+                let existing = request_from_row(&row)?;
+                let same = existing.pool == new.pool
+                    && existing.replicas == new.replicas
+                    && existing.priority == new.priority;
+                return if same {
+                    Ok((existing, false))
+                } else {
+                    Err(LedgerError::IdempotencyConflict {
+                        key: key.clone(),
+                        existing: existing.id,
+                    })
+                };
+            }
+        }
+        let request = CapacityRequest {
+            id: new_request_id(),
+            pool: new.pool.clone(),
+            replicas: new.replicas,
+            priority: new.priority,
+            idempotency_key: new.idempotency_key.clone(),
+            created_at: new.at,
+        };
+        sqlx::query(
+            "INSERT INTO capacity_requests (id, pool, replicas, priority, idempotency_key, created_at_ms)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&request.id.0)
+        .bind(request.pool.as_str())
+        .bind(request.replicas as i64)
+        .bind(request.priority.as_str())
+        .bind(&request.idempotency_key)
+        .bind(ms(request.created_at))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((request, true))
+    }
+
+    async fn cancel_capacity_request(
+        &self,
+        id: &RequestId,
+        at: Timestamp,
+    ) -> Result<RequestOutcome, LedgerError> {
+        let row = sqlx::query("SELECT * FROM capacity_requests WHERE id = ?")
+            .bind(&id.0)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| LedgerError::UnknownRequest(id.clone()))?;
+        sqlx::query("INSERT OR IGNORE INTO request_cancellations (request_id, at_ms) VALUES (?, ?)")
+            .bind(&id.0)
+            .bind(ms(at))
+            .execute(&self.pool)
+            .await?;
+        self.outcome(request_from_row(&row)?).await
+    }
+
+    async fn capacity_request(&self, id: &RequestId) -> Result<Option<RequestOutcome>, LedgerError> {
+        let row = sqlx::query("SELECT * FROM capacity_requests WHERE id = ?")
+            .bind(&id.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(row) => Ok(Some(self.outcome(request_from_row(&row)?).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {
+        // The reasons listed are those for which `RefusalReason::closes_request` is true.
+        sqlx::query(
+            "SELECT * FROM capacity_requests r
+             WHERE NOT EXISTS (SELECT 1 FROM request_cancellations c WHERE c.request_id = r.id)
+               AND NOT EXISTS (SELECT 1 FROM refusals f WHERE f.request_id = r.id
+                               AND f.reason IN ('budget', 'max_replicas', 'no_offering'))
+             ORDER BY created_at_ms, id",
+        )
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(request_from_row)
+            .collect()
+    }
+
+    async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
+        sqlx::query(
+            "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
+                instance_type, market, request_id, destination, state, instance_id, client_token,
+                price_micros, hold_micros, reason, at_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&e.node.0)
+        .bind(e.pool.as_str())
+        .bind(e.account.as_str())
+        .bind(e.offering.as_str())
+        .bind(e.provider.as_str())
+        .bind(&e.region)
+        .bind(&e.zone)
+        .bind(&e.instance_type)
+        .bind(e.market.as_str())
+        .bind(e.request.as_ref().map(|r| r.0.as_str()))
+        .bind(e.destination.as_str())
+        .bind(e.state.as_str())
+        .bind(&e.instance)
+        .bind(&e.client_token)
+        .bind(e.price_usd_per_hour.micros())
+        .bind(e.hold.micros())
+        .bind(&e.reason)
+        .bind(ms(e.at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {
+        sqlx::query(
+            "INSERT INTO refusals (pool, request_id, node_id, offering_id, replicas, reason, detail, at_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(r.pool.as_str())
+        .bind(r.request.as_ref().map(|x| x.0.as_str()))
+        .bind(r.node.as_ref().map(|x| x.0.as_str()))
+        .bind(r.offering.as_ref().map(|x| x.as_str()))
+        .bind(r.replicas as i64)
+        .bind(r.reason.code())
+        .bind(&r.detail)
+        .bind(ms(r.at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError> {
+        sqlx::query(
+            "SELECT e.* FROM node_events e
+             JOIN (SELECT node_id, MAX(seq) AS seq FROM node_events GROUP BY node_id) last
+               ON e.seq = last.seq
+             WHERE e.state NOT IN ('terminated', 'refused')
+             ORDER BY e.seq",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(event_from_row)
+        .collect()
+    }
+
+    async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError> {
+        sqlx::query("SELECT * FROM node_events ORDER BY seq")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
+    }
+
+    async fn summary(&self, now: Timestamp) -> Result<LedgerSummary, LedgerError> {
+        let capacity_requests: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM capacity_requests")
+            .fetch_one(&self.pool)
+            .await?;
+        let capacity_requested: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM node_events WHERE destination = 'serve' AND reason IN ('launch', 'wake')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let capacity_delivered: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM node_events WHERE state = 'serving'")
+                .fetch_one(&self.pool)
+                .await?;
+        let mut refusals_by_reason = BTreeMap::new();
+        for row in sqlx::query("SELECT reason, SUM(replicas) AS n FROM refusals GROUP BY reason")
+            .fetch_all(&self.pool)
+            .await?
+        {
+            refusals_by_reason.insert(row.try_get("reason")?, row.try_get::<i64, _>("n")? as u64);
+        }
+        let events = self.node_events().await?;
+        Ok(LedgerSummary {
+            capacity_requests: capacity_requests as u64,
+            capacity_requested: capacity_requested as u64,
+            capacity_delivered: capacity_delivered as u64,
+            refusals: refusals_by_reason.values().sum(),
+            refusals_by_reason,
+            spend: derive::spend(&events, None, None, now),
+        })
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}
