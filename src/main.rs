@@ -1,1 +1,217 @@
-fn main() {}
+//! The `headroom` command.
+
+mod demo;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use std::future::IntoFuture;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use headroom_cloud::{Clock, SystemClock};
+use headroom_engine::{Config, Engine, sim_cloud_for};
+use headroom_ledger::SqliteLedger;
+
+/// The built-in configuration `demo` runs: the documented example.
+pub const EXAMPLE_CONFIG: &str = include_str!("../config/headroom.example.toml");
+
+#[derive(Debug, Parser)]
+#[command(name = "headroom", version, about = "GPU capacity orchestrator: warm pools, fallback and budgets on an append-only ledger")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the API, the simulated cloud and a traffic burst, with no set-up.
+    Demo(demo::DemoArgs),
+    /// Run the API and the reconcile loop from a configuration file.
+    Serve {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Overrides the file's `listen`.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Overrides the file's `database_url` (sqlite://PATH).
+        #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
+        database_url: Option<String>,
+    },
+    /// Work with configuration files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file; each problem is one line naming the key and the fix.
+    Check { file: PathBuf },
+}
+
+/// Exit code for bad input (configuration or arguments), as clap uses for usage errors.
+const EXIT_BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Demo(args) => demo::run(args).await,
+            Command::Serve { config, listen, database_url } => serve(&config, listen, database_url).await,
+            Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if let Some(BadInput(line)) = e.downcast_ref::<BadInput>() {
+                eprintln!("error: {line}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+            if let Some(errors) = e.downcast_ref::<headroom_engine::ConfigErrors>() {
+                for line in &errors.0 {
+                    eprintln!("error: {line}");
+                }
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A mistake in what the user typed: reported as one line, exit code 2.
+#[derive(Debug)]
+struct BadInput(String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+fn load_config(path: &Path) -> anyhow::Result<Config> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        BadInput(format!("--config: cannot read {} ({e}); pass the path of a TOML configuration such as config/headroom.example.toml", path.display()))
+    })?;
+    Ok(Config::parse(&text, &path.display().to_string())?)
+}
+
+fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
+    let config = load_config(path)?;
+    println!(
+        "{}: ok ({} offerings, {} pools, {} budgets)",
+        path.display(),
+        config.offerings.len(),
+        config.pools.len(),
+        config.budgets.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the ledger named by a URL; only SQLite is built in so far.
+pub async fn open_ledger(url: &str) -> anyhow::Result<SqliteLedger> {
+    if url.starts_with("sqlite:") {
+        return SqliteLedger::connect(url)
+            .await
+            .with_context(|| format!("opening ledger {url}"));
+    }
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        return Err(BadInput("--database-url: the PostgreSQL ledger is not built yet; use sqlite://PATH".into()).into());
+    }
+    Err(BadInput(format!("--database-url: {url:?} is not a ledger URL; use sqlite://PATH")).into())
+}
+
+async fn serve(path: &Path, listen: Option<SocketAddr>, database_url: Option<String>) -> anyhow::Result<ExitCode> {
+    let config = Arc::new(load_config(path)?);
+    let url = database_url
+        .or_else(|| config.database_url.clone())
+        .unwrap_or_else(|| "sqlite://headroom.db".to_string());
+    let ledger = Arc::new(open_ledger(&url).await?);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
+    let engine = Engine::new(config.clone(), ledger, cloud, clock);
+    let addr = listen.unwrap_or(config.listen);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--listen: cannot listen on {addr}; choose a free address"))?;
+    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: simulated)");
+    run_until_shutdown(engine, listener).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Serves the API and runs the reconcile loop until SIGINT or SIGTERM.
+pub async fn run_until_shutdown(engine: Arc<Engine>, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
+    let app = headroom_api::app(headroom_api::AppState { engine });
+    let mut server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(wait_for(stop_rx))
+            .into_future(),
+    );
+    tokio::select! {
+        result = &mut server => {
+            let _ = stop_tx.send(true);
+            result.context("API server task")?.context("API server failed")?;
+        }
+        () = shutdown_signal() => {
+            // Stop taking requests, let in-flight ones finish, and let the loop end its tick.
+            let _ = stop_tx.send(true);
+            server.await.context("API server task")?.context("API server failed")?;
+        }
+    }
+    let _ = loop_task.await;
+    Ok(())
+}
+
+async fn wait_for(mut stop: tokio::sync::watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,1 +1,28 @@
-pub fn placeholder() {}
+//! Headroom's REST API. Build the router with [`app`]; serve it with axum.
+//!
+//! Every error is an RFC 9457 `application/problem+json` body that says what was wrong and how
+//! to fix it. Bad input is rejected before anything is written.
+
+mod problem;
+mod routes;
+
+use std::sync::Arc;
+
+use axum::Router;
+use headroom_engine::Engine;
+
+pub use problem::{ApiError, Problem};
+
+/// Request bodies larger than this are refused with 413 before they are read.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+}
+
+/// The API router.
+pub fn app(state: AppState) -> Router {
+    routes::router(state)
+}

@@ -51,12 +51,14 @@ impl Clock for ManualClock {
     }
 }
 
-/// Real time sped up by a factor from a fixed origin: `demo` plays minutes in seconds.
+/// Real time sped up by a factor from a fixed origin, which can also jump ahead: `demo` plays
+/// minutes in seconds and skips the initial fill of its pools.
 #[derive(Debug)]
 pub struct ScaledClock<C: Clock> {
     inner: C,
     origin: Timestamp,
     speedup: u32,
+    skipped: Mutex<chrono::Duration>,
 }
 
 impl<C: Clock> ScaledClock<C> {
@@ -66,13 +68,21 @@ impl<C: Clock> ScaledClock<C> {
             inner,
             origin,
             speedup: speedup.max(1),
+            skipped: Mutex::new(chrono::Duration::zero()),
         }
+    }
+
+    /// Jumps ahead by `by` (time never goes back).
+    pub fn skip(&self, by: std::time::Duration) {
+        let mut skipped = self.skipped.lock().unwrap_or_else(|e| e.into_inner());
+        *skipped += chrono::Duration::from_std(by).unwrap_or(chrono::Duration::zero());
     }
 }
 
 impl<C: Clock> Clock for ScaledClock<C> {
     fn now(&self) -> Timestamp {
         let elapsed = self.inner.now() - self.origin;
-        self.origin + elapsed * self.speedup as i32
+        let skipped = *self.skipped.lock().unwrap_or_else(|e| e.into_inner());
+        self.origin + elapsed * self.speedup as i32 + skipped
     }
 }

@@ -243,6 +243,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .nodes
         .iter()
         .filter(|n| n.state == NodeState::Warm)
+        // A warm node of a refused offering may meet the same stockout when started.
+        .filter(|n| {
+            input
+                .offerings
+                .iter()
+                .any(|c| c.offering.id == n.offering && c.available)
+        })
         .collect();
     warm.sort_by_key(|n| std::cmp::Reverse(n.price_usd_per_hour));
 
@@ -288,17 +295,19 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let mut warm_have = (input.nodes.iter().filter(|n| n.is_warm_or_warming()).count() as u32)
         .saturating_sub(woken);
 
-    // Scale in: release surplus organic nodes that are serving, most expensive first.
+    // Scale in: release surplus organic nodes. Nodes still climbing the ladder go first (they
+    // serve nobody yet) and are terminated, since a half-built node makes a poor warm node;
+    // then serving nodes, most expensive first, into the warm pool while it is short.
     if organic_have > organic_target {
-        let mut serving: Vec<&NodeView> = organic
+        let mut releasable: Vec<&NodeView> = organic
             .iter()
             .copied()
-            .filter(|n| n.state == NodeState::Serving)
+            .filter(|n| matches!(n.state, NodeState::Launching | NodeState::Booting | NodeState::Serving))
             .collect();
-        serving.sort_by_key(|n| std::cmp::Reverse(n.price_usd_per_hour));
+        releasable.sort_by_key(|n| (n.state == NodeState::Serving, std::cmp::Reverse(n.price_usd_per_hour)));
         let surplus = (organic_have - organic_target) as usize;
-        for node in serving.into_iter().take(surplus) {
-            let to_warm = warm_have < pool.warm_pool_size;
+        for node in releasable.into_iter().take(surplus) {
+            let to_warm = node.state == NodeState::Serving && warm_have < pool.warm_pool_size;
             if to_warm {
                 warm_have += 1;
             }

@@ -1,1 +1,12 @@
-pub fn placeholder() {}
+//! Headroom's engine: the configuration, the executor that applies the core's plans through the
+//! ledger and a cloud, and the reconcile loop that runs it.
+//!
+//! Deciding and doing are split: [`headroom_core::controller`] and [`headroom_core::planner`]
+//! decide with no I/O; [`Engine::tick`] observes the cloud, asks them, and applies the plan,
+//! writing a ledger intent before every cloud mutation and an outcome after it.
+
+pub mod config;
+mod engine;
+
+pub use config::{Config, ConfigErrors};
+pub use engine::{Engine, EngineError, PoolStatus, SignalInput, error_chain, sim_cloud_for};

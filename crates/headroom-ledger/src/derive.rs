@@ -33,12 +33,13 @@ pub fn node_spend(history: &[&NodeEvent], until: Timestamp) -> Money {
 }
 
 /// Money still held for one node: the hold of its current activation less what that activation
-/// has cost so far. Released (zero) once the node is final.
+/// has cost so far. Released (zero) once the node is final or parked warm (stopped, not billed);
+/// a wake places a new hold.
 pub fn node_held(history: &[&NodeEvent], until: Timestamp) -> Money {
     let Some(last) = history.last() else {
         return Money::ZERO;
     };
-    if last.state.is_final() {
+    if last.state.is_final() || last.state == headroom_core::NodeState::Warm {
         return Money::ZERO;
     }
     let Some(start) = history.iter().rposition(|e| e.hold > Money::ZERO) else {

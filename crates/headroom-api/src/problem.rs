@@ -1,0 +1,119 @@
+//! RFC 9457 problem details, and the API's error type.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use headroom_ledger::LedgerError;
+use serde::Serialize;
+use thiserror::Error;
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    /// A URI naming the kind of problem; stable, so clients can match on it.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, slug: &str, title: &str, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("https://headroom.dev/problems/{slug}"),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail: detail.into(),
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST);
+        let mut response = (status, axum::Json(self)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}
+
+/// Everything a handler can fail with. Database internals never reach the client.
+#[derive(Debug, Error)]
+pub enum ApiError {
+    #[error("{detail}")]
+    BadRequest { slug: &'static str, detail: String },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("the ledger is unavailable")]
+    Ledger(#[source] LedgerError),
+}
+
+impl ApiError {
+    pub fn bad(slug: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::BadRequest { slug, detail: detail.into() }
+    }
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(e: LedgerError) -> ApiError {
+        match e {
+            LedgerError::IdempotencyConflict { key, existing } => ApiError::Conflict(format!(
+                "Idempotency-Key {key:?} was already used for request {existing} with a different body; use a new key for a new request"
+            )),
+            LedgerError::UnknownRequest(id) => {
+                ApiError::NotFound(format!("no capacity request {id}"))
+            }
+            other => ApiError::Ledger(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = match &self {
+            ApiError::BadRequest { slug, detail } => {
+                Problem::new(StatusCode::BAD_REQUEST, slug, "Invalid request", detail.clone())
+            }
+            ApiError::NotFound(detail) => {
+                Problem::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail.clone())
+            }
+            ApiError::Conflict(detail) => Problem::new(
+                StatusCode::CONFLICT,
+                "idempotency-key-reused",
+                "Idempotency key reused",
+                detail.clone(),
+            ),
+            ApiError::UnsupportedMediaType(detail) => Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+                detail.clone(),
+            ),
+            ApiError::PayloadTooLarge(detail) => Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Payload too large",
+                detail.clone(),
+            ),
+            ApiError::Ledger(source) => {
+                tracing::error!(error = %headroom_engine::error_chain(source), "ledger error");
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ledger-unavailable",
+                    "Ledger unavailable",
+                    "the ledger could not be reached; nothing was recorded, retry later",
+                )
+            }
+        };
+        problem.into_response()
+    }
+}

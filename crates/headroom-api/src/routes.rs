@@ -1,0 +1,272 @@
+//! Routes and handlers.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use headroom_core::{PoolName, Priority, RequestId};
+use headroom_engine::{PoolStatus, SignalInput};
+use headroom_ledger::NewCapacityRequest;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::problem::ApiError;
+use crate::{AppState, MAX_BODY_BYTES, Problem};
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/capacity-requests", post(create_capacity_request))
+        .route(
+            "/v1/capacity-requests/{id}",
+            get(get_capacity_request).delete(cancel_capacity_request),
+        )
+        .route("/v1/pools", get(list_pools))
+        .route("/v1/pools/{name}", get(get_pool))
+        .route("/v1/pools/{name}/signals", post(push_signal))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn not_found() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "Not found",
+        "no such endpoint; see GET /v1/pools and POST /v1/capacity-requests",
+    )
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        "this endpoint does not accept that HTTP method",
+    )
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+    state.engine.ledger().ping().await?;
+    Ok("ready")
+}
+
+/// Reads a JSON body: checks the media type, the size, and the shape, in that order.
+fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let media_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    match media_type.as_deref() {
+        Some("application/json") => {}
+        Some(t) if t.starts_with("application/") && t.ends_with("+json") => {}
+        _ => {
+            return Err(ApiError::UnsupportedMediaType(
+                "send the body as JSON with Content-Type: application/json".into(),
+            ));
+        }
+    }
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge(format!("the body exceeds {MAX_BODY_BYTES} bytes"))
+        } else {
+            ApiError::bad("unreadable-body", "the request body could not be read")
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad("malformed-body", format!("the body is not valid for this endpoint: {e}"))
+    })
+}
+
+fn pool_from_path(
+    state: &AppState,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<PoolName, ApiError> {
+    let Path(raw) = path.map_err(|_| ApiError::bad("bad-path", "the pool name in the path is not valid UTF-8"))?;
+    raw.parse::<PoolName>()
+        .ok()
+        .filter(|name| state.engine.config().pool(name).is_some())
+        .ok_or_else(|| ApiError::NotFound(format!("no pool named {:?}; GET /v1/pools lists them", truncate(&raw))))
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateCapacityRequest {
+    pool: String,
+    replicas: i64,
+    #[serde(default)]
+    priority: Option<String>,
+}
+
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+async fn create_capacity_request(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let input: CreateCapacityRequest = json_body(&headers, body)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let key = v
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN)
+                .ok_or_else(|| ApiError::bad("bad-idempotency-key", format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters")))?;
+            Some(key.to_string())
+        }
+    };
+    let pool_name: PoolName = input
+        .pool
+        .parse()
+        .map_err(|e| ApiError::bad("invalid-pool", format!("pool: {e}")))?;
+    let config = state.engine.config();
+    let pool = config
+        .pool(&pool_name)
+        .ok_or_else(|| ApiError::bad("unknown-pool", format!("pool: no pool named {pool_name}; GET /v1/pools lists them")))?;
+    if input.replicas < 1 {
+        return Err(ApiError::bad("invalid-replicas", format!("replicas: must be at least 1, got {}", input.replicas)));
+    }
+    if input.replicas > pool.max_replicas as i64 {
+        return Err(ApiError::bad(
+            "invalid-replicas",
+            format!("replicas: {} is above pool {}'s max_replicas of {}", input.replicas, pool.name, pool.max_replicas),
+        ));
+    }
+    let priority = match input.priority.as_deref() {
+        None => Priority::default(),
+        Some(p) => Priority::parse(p).map_err(|e| ApiError::bad("invalid-priority", format!("priority: {e}")))?,
+    };
+    let new = NewCapacityRequest {
+        pool: pool_name,
+        replicas: input.replicas as u32,
+        priority,
+        idempotency_key,
+        at: state.engine.clock().now(),
+    };
+    let ledger = state.engine.ledger();
+    let (request, created) = ledger.record_capacity_request(&new).await?;
+    if created {
+        state.engine.wake();
+    }
+    let outcome = ledger
+        .capacity_request(&request.id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no capacity request {}", request.id)))?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut response = (status, Json(outcome)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/capacity-requests/{}", request.id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+fn request_id_from_path(path: Result<Path<String>, PathRejection>) -> Result<RequestId, ApiError> {
+    let Path(raw) = path.map_err(|_| ApiError::bad("bad-path", "the request id in the path is not valid UTF-8"))?;
+    let valid = raw.len() <= 64 && raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if !valid {
+        return Err(ApiError::NotFound(format!("no capacity request {:?}", truncate(&raw))));
+    }
+    Ok(RequestId(raw))
+}
+
+async fn get_capacity_request(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = request_id_from_path(path)?;
+    let outcome = state
+        .engine
+        .ledger()
+        .capacity_request(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
+    Ok(Json(outcome).into_response())
+}
+
+async fn cancel_capacity_request(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = request_id_from_path(path)?;
+    let outcome = state
+        .engine
+        .ledger()
+        .cancel_capacity_request(&id, state.engine.clock().now())
+        .await?;
+    state.engine.wake();
+    Ok(Json(outcome).into_response())
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PoolList {
+    pools: Vec<PoolStatus>,
+}
+
+async fn list_pools(State(state): State<AppState>) -> Json<PoolList> {
+    Json(PoolList {
+        pools: state.engine.pool_statuses(),
+    })
+}
+
+async fn get_pool(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<PoolStatus>, ApiError> {
+    let name = pool_from_path(&state, path)?;
+    state
+        .engine
+        .pool_status(&name)
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignalBody {
+    queue_depth: i64,
+    #[serde(default)]
+    arrival_rate_rps: f64,
+}
+
+async fn push_signal(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let name = pool_from_path(&state, path)?;
+    let input: SignalBody = json_body(&headers, body)?;
+    if input.queue_depth < 0 {
+        return Err(ApiError::bad("invalid-signal", "queue_depth: must be zero or more"));
+    }
+    if !(input.arrival_rate_rps.is_finite() && input.arrival_rate_rps >= 0.0) {
+        return Err(ApiError::bad("invalid-signal", "arrival_rate_rps: must be a finite number, zero or more"));
+    }
+    state.engine.push_signal(
+        &name,
+        SignalInput {
+            queue_depth: input.queue_depth as u64,
+            arrival_rate_rps: input.arrival_rate_rps,
+        },
+    );
+    Ok(StatusCode::ACCEPTED)
+}

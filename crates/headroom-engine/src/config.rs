@@ -1,0 +1,532 @@
+//! The configuration file: parsed once at the edge into core types, every mistake reported as one
+//! line that names the key and the fix.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use headroom_core::pool::{ColdStartLadder, ScalingPolicy};
+use headroom_core::{
+    AccountName, Budget, BudgetPeriod, HardAction, Market, Money, Offering, OfferingId, PoolName,
+    PoolSpec, ProviderKind,
+};
+use serde::Deserialize;
+
+/// Everything wrong with a configuration file, one problem per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Tags every instance Headroom launches, so a restart can tell its own instances apart.
+    pub cluster_id: String,
+    pub listen: SocketAddr,
+    pub database_url: Option<String>,
+    pub engine: EngineSettings,
+    pub sim: SimSettings,
+    pub offerings: Vec<OfferingConfig>,
+    pub pools: Vec<PoolSpec>,
+    pub budgets: Vec<Budget>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineSettings {
+    /// How often the reconcile loop runs when nothing wakes it.
+    pub tick: Duration,
+    /// Running time each wake or launch holds against its budget.
+    pub hold_horizon: Duration,
+    /// How long an offering the cloud refused for capacity is skipped.
+    pub offering_cooldown: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SimSettings {
+    pub seed: u64,
+    pub gpu_quota_per_region: BTreeMap<String, u32>,
+}
+
+/// An offering plus what the simulated cloud needs to imitate it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferingConfig {
+    pub offering: Offering,
+    /// Simulated cloud only: instances that can run at once.
+    pub sim_capacity: u32,
+    /// Simulated cloud only: the ladder this offering's nodes actually climb.
+    pub sim_ladder: ColdStartLadder,
+    /// Simulated cloud only: mean interruptions per spot instance-hour.
+    pub sim_spot_interruptions_per_hour: f64,
+}
+
+impl Config {
+    pub fn pool(&self, name: &PoolName) -> Option<&PoolSpec> {
+        self.pools.iter().find(|p| &p.name == name)
+    }
+
+    pub fn offering(&self, id: &OfferingId) -> Option<&Offering> {
+        self.offerings.iter().map(|o| &o.offering).find(|o| &o.id == id)
+    }
+
+    pub fn budget(&self, account: &AccountName) -> Option<&Budget> {
+        self.budgets.iter().find(|b| &b.account == account)
+    }
+
+    /// Parses and validates a configuration file's text. `origin` names it in messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigErrors(vec![describe_toml_error(&e, text, origin)]))?;
+        raw.validate(origin)
+    }
+}
+
+/// Turns a TOML/serde error into one line: where, which key, what is wrong, how to fix it.
+fn describe_toml_error(err: &toml::de::Error, text: &str, origin: &str) -> String {
+    let message = err.message().replace('\n', " ");
+    let Some(span) = err.span() else {
+        return format!("{origin}: {message}");
+    };
+    let line_no = text[..span.start.min(text.len())].matches('\n').count() + 1;
+    let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().to_string())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    let fix = if message.contains("unknown field") {
+        "remove it or correct its spelling"
+    } else if message.contains("missing field") {
+        "add it to this table"
+    } else if message.contains("expected u32") || message.contains("expected u64") || message.contains("expected u8") {
+        "use a whole number that is zero or more"
+    } else if message.contains("duration") {
+        "write a duration such as \"90s\", \"5m\" or \"1h\""
+    } else if message.contains("amount") {
+        "write an amount in US dollars such as \"12.50\""
+    } else {
+        "correct the value"
+    };
+    match key {
+        Some(key) => format!("{origin}:{line_no}: key `{key}`: {message}; fix: {fix}"),
+        None => format!("{origin}:{line_no}: {message}; fix: {fix}"),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    cluster_id: String,
+    #[serde(default = "default_listen")]
+    listen: String,
+    database_url: Option<String>,
+    #[serde(default)]
+    engine: RawEngine,
+    #[serde(default)]
+    sim: RawSim,
+    #[serde(default)]
+    offerings: Vec<RawOffering>,
+    #[serde(default)]
+    pools: Vec<RawPool>,
+    #[serde(default)]
+    budgets: Vec<RawBudget>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".to_string()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEngine {
+    #[serde(default = "default_tick")]
+    tick: String,
+    #[serde(default = "default_hold_horizon")]
+    hold_horizon: String,
+    #[serde(default = "default_cooldown")]
+    offering_cooldown: String,
+}
+
+fn default_tick() -> String {
+    "1s".into()
+}
+fn default_hold_horizon() -> String {
+    "1h".into()
+}
+fn default_cooldown() -> String {
+    "5m".into()
+}
+
+impl Default for RawEngine {
+    fn default() -> Self {
+        RawEngine {
+            tick: default_tick(),
+            hold_horizon: default_hold_horizon(),
+            offering_cooldown: default_cooldown(),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSim {
+    #[serde(default)]
+    seed: u64,
+    #[serde(default)]
+    gpu_quota_per_region: BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLadder {
+    node_acquisition: String,
+    image_pull: String,
+    weight_load: String,
+    compile: String,
+    warmup: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOffering {
+    id: OfferingId,
+    provider: ProviderKind,
+    region: String,
+    zone: String,
+    instance_type: String,
+    market: Market,
+    price_usd_per_hour: Money,
+    gpus: u32,
+    #[serde(default = "default_sim_capacity")]
+    sim_capacity: u32,
+    sim_ladder: Option<RawLadder>,
+    #[serde(default)]
+    sim_spot_interruptions_per_hour: f64,
+}
+
+fn default_sim_capacity() -> u32 {
+    16
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScaling {
+    replica_throughput_rps: f64,
+    #[serde(default = "default_drain")]
+    backlog_drain: String,
+    #[serde(default = "default_stabilization")]
+    scale_down_stabilization: String,
+    #[serde(default = "default_signal_age")]
+    signal_max_age: String,
+}
+
+fn default_drain() -> String {
+    "60s".into()
+}
+fn default_stabilization() -> String {
+    "10m".into()
+}
+fn default_signal_age() -> String {
+    "30s".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    name: PoolName,
+    account: AccountName,
+    offerings: Vec<OfferingId>,
+    #[serde(default)]
+    min_replicas: u32,
+    max_replicas: u32,
+    #[serde(default = "default_step")]
+    max_scale_up_per_step: u32,
+    #[serde(default)]
+    warm_pool_size: u32,
+    ladder: RawLadder,
+    scaling: RawScaling,
+}
+
+fn default_step() -> u32 {
+    4
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    account: AccountName,
+    period: BudgetPeriod,
+    ceiling_usd: Money,
+    #[serde(default = "default_soft")]
+    soft_threshold_percent: u8,
+    #[serde(default = "default_hard")]
+    hard_action: HardAction,
+}
+
+fn default_soft() -> u8 {
+    80
+}
+fn default_hard() -> HardAction {
+    HardAction::Refuse
+}
+
+/// Collects validation problems, each tied to a key path.
+struct Problems<'a> {
+    origin: &'a str,
+    lines: Vec<String>,
+}
+
+impl Problems<'_> {
+    fn add(&mut self, key: &str, what: impl fmt::Display, fix: impl fmt::Display) {
+        self.lines
+            .push(format!("{}: key `{key}`: {what}; fix: {fix}", self.origin));
+    }
+
+    fn duration(&mut self, key: &str, text: &str) -> Duration {
+        match humantime::parse_duration(text) {
+            Ok(d) => d,
+            Err(e) => {
+                self.add(key, format!("{text:?} is not a duration ({e})"), "write a duration such as \"90s\", \"5m\" or \"1h\"");
+                Duration::ZERO
+            }
+        }
+    }
+
+    fn ladder(&mut self, key: &str, raw: &RawLadder) -> ColdStartLadder {
+        ColdStartLadder {
+            node_acquisition: self.duration(&format!("{key}.node_acquisition"), &raw.node_acquisition),
+            image_pull: self.duration(&format!("{key}.image_pull"), &raw.image_pull),
+            weight_load: self.duration(&format!("{key}.weight_load"), &raw.weight_load),
+            compile: self.duration(&format!("{key}.compile"), &raw.compile),
+            warmup: self.duration(&format!("{key}.warmup"), &raw.warmup),
+        }
+    }
+}
+
+/// A typical GPU node ladder, for simulated offerings that do not set their own.
+pub const DEFAULT_SIM_LADDER: ColdStartLadder = ColdStartLadder {
+    node_acquisition: Duration::from_secs(60),
+    image_pull: Duration::from_secs(45),
+    weight_load: Duration::from_secs(90),
+    compile: Duration::from_secs(30),
+    warmup: Duration::from_secs(15),
+};
+
+impl RawConfig {
+    fn validate(self, origin: &str) -> Result<Config, ConfigErrors> {
+        let mut p = Problems { origin, lines: vec![] };
+
+        if self.cluster_id.trim().is_empty() || self.cluster_id.len() > 63 {
+            p.add("cluster_id", "must be 1 to 63 characters", "name this Headroom deployment, e.g. \"prod-use1\"");
+        }
+        let listen = self.listen.parse().unwrap_or_else(|_| {
+            p.add("listen", format!("{:?} is not an address", self.listen), "write host:port, e.g. \"127.0.0.1:8080\"");
+            default_listen().parse().expect("default listen address parses")
+        });
+        let engine = EngineSettings {
+            tick: p.duration("engine.tick", &self.engine.tick),
+            hold_horizon: p.duration("engine.hold_horizon", &self.engine.hold_horizon),
+            offering_cooldown: p.duration("engine.offering_cooldown", &self.engine.offering_cooldown),
+        };
+        if engine.tick < Duration::from_millis(50) || engine.tick > Duration::from_secs(300) {
+            p.add("engine.tick", "must be between 50ms and 5m", "use e.g. \"1s\"");
+        }
+
+        let mut offerings = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, o) in self.offerings.into_iter().enumerate() {
+            let key = format!("offerings[{i}]");
+            if !seen.insert(o.id.clone()) {
+                p.add(&format!("{key}.id"), format!("offering {} is defined twice", o.id), "give each offering its own id");
+            }
+            if o.price_usd_per_hour < Money::ZERO {
+                p.add(&format!("{key}.price_usd_per_hour"), "must not be negative", "write the hourly price, e.g. \"55.04\"");
+            }
+            if o.gpus == 0 {
+                p.add(&format!("{key}.gpus"), "must be at least 1", "set the number of GPUs per node");
+            }
+            if !(0.0..=1000.0).contains(&o.sim_spot_interruptions_per_hour) {
+                p.add(&format!("{key}.sim_spot_interruptions_per_hour"), "must be between 0 and 1000", "use e.g. 0.05");
+            }
+            for (field, value) in [("region", &o.region), ("zone", &o.zone), ("instance_type", &o.instance_type)] {
+                if value.trim().is_empty() {
+                    p.add(&format!("{key}.{field}"), "must not be empty", "fill it in");
+                }
+            }
+            let sim_ladder = match &o.sim_ladder {
+                Some(l) => p.ladder(&format!("{key}.sim_ladder"), l),
+                None => DEFAULT_SIM_LADDER,
+            };
+            offerings.push(OfferingConfig {
+                offering: Offering {
+                    id: o.id,
+                    provider: o.provider,
+                    region: o.region,
+                    zone: o.zone,
+                    instance_type: o.instance_type,
+                    market: o.market,
+                    price_usd_per_hour: o.price_usd_per_hour,
+                    gpus_per_node: o.gpus,
+                },
+                sim_capacity: o.sim_capacity,
+                sim_ladder,
+                sim_spot_interruptions_per_hour: o.sim_spot_interruptions_per_hour,
+            });
+        }
+
+        let budgets_accounts: BTreeSet<AccountName> = self.budgets.iter().map(|b| b.account.clone()).collect();
+        let mut pools = Vec::new();
+        let mut pool_names = BTreeSet::new();
+        for (i, raw) in self.pools.into_iter().enumerate() {
+            let key = format!("pools[{i}]");
+            if !pool_names.insert(raw.name.clone()) {
+                p.add(&format!("{key}.name"), format!("pool {} is defined twice", raw.name), "give each pool its own name");
+            }
+            if raw.offerings.is_empty() {
+                p.add(&format!("{key}.offerings"), "lists no offering", "list at least one offering id");
+            }
+            for (j, id) in raw.offerings.iter().enumerate() {
+                if !seen.contains(id) {
+                    p.add(&format!("{key}.offerings[{j}]"), format!("names unknown offering {id}"), format!("define [[offerings]] with id = \"{id}\" or remove it"));
+                }
+            }
+            if raw.max_replicas == 0 {
+                p.add(&format!("{key}.max_replicas"), "must be at least 1", "set the most replicas this pool may run");
+            }
+            if raw.min_replicas > raw.max_replicas {
+                p.add(&format!("{key}.min_replicas"), format!("{} is above max_replicas {}", raw.min_replicas, raw.max_replicas), "lower min_replicas or raise max_replicas");
+            }
+            if raw.max_scale_up_per_step == 0 {
+                p.add(&format!("{key}.max_scale_up_per_step"), "must be at least 1", "allow at least one launch per step");
+            }
+            if !budgets_accounts.is_empty() && !budgets_accounts.contains(&raw.account) {
+                p.add(&format!("{key}.account"), format!("account {} has no budget", raw.account), "add a [[budgets]] entry for it or charge an account that has one");
+            }
+            let s = &raw.scaling;
+            if !(s.replica_throughput_rps.is_finite() && s.replica_throughput_rps > 0.0) {
+                p.add(&format!("{key}.scaling.replica_throughput_rps"), "must be a positive number", "measure successful requests per second per ready replica, e.g. 2.5");
+            }
+            let scaling = ScalingPolicy {
+                replica_throughput_rps: s.replica_throughput_rps,
+                backlog_drain: p.duration(&format!("{key}.scaling.backlog_drain"), &s.backlog_drain),
+                scale_down_stabilization: p.duration(&format!("{key}.scaling.scale_down_stabilization"), &s.scale_down_stabilization),
+                signal_max_age: p.duration(&format!("{key}.scaling.signal_max_age"), &s.signal_max_age),
+            };
+            let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
+            pools.push(PoolSpec {
+                name: raw.name,
+                account: raw.account,
+                offerings: raw.offerings,
+                min_replicas: raw.min_replicas,
+                max_replicas: raw.max_replicas,
+                max_scale_up_per_step: raw.max_scale_up_per_step,
+                warm_pool_size: raw.warm_pool_size,
+                ladder,
+                scaling,
+            });
+        }
+
+        let mut budgets = Vec::new();
+        let mut budget_seen = BTreeSet::new();
+        for (i, b) in self.budgets.into_iter().enumerate() {
+            let key = format!("budgets[{i}]");
+            if !budget_seen.insert(b.account.clone()) {
+                p.add(&format!("{key}.account"), format!("account {} has two budgets", b.account), "keep one budget per account");
+            }
+            if b.ceiling_usd <= Money::ZERO {
+                p.add(&format!("{key}.ceiling_usd"), "must be more than zero", "write the ceiling in US dollars, e.g. \"5000\"");
+            }
+            if b.soft_threshold_percent == 0 || b.soft_threshold_percent > 100 {
+                p.add(&format!("{key}.soft_threshold_percent"), "must be between 1 and 100", "use e.g. 80");
+            }
+            budgets.push(Budget {
+                account: b.account,
+                period: b.period,
+                ceiling: b.ceiling_usd,
+                soft_threshold_percent: b.soft_threshold_percent,
+                hard_action: b.hard_action,
+            });
+        }
+
+        if p.lines.is_empty() {
+            Ok(Config {
+                cluster_id: self.cluster_id,
+                listen,
+                database_url: self.database_url,
+                engine,
+                sim: SimSettings {
+                    seed: self.sim.seed,
+                    gpu_quota_per_region: self.sim.gpu_quota_per_region,
+                },
+                offerings,
+                pools,
+                budgets,
+            })
+        } else {
+            Err(ConfigErrors(p.lines))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../config/headroom.example.toml");
+
+    fn errors(text: &str) -> Vec<String> {
+        Config::parse(text, "t.toml").expect_err("config should be rejected").0
+    }
+
+    #[test]
+    fn the_example_is_valid() {
+        let config = Config::parse(EXAMPLE, "example").unwrap();
+        assert_eq!(config.pools.len(), 2);
+        assert_eq!(
+            config.offering(&"use1-p5-od".parse().unwrap()).unwrap().price_usd_per_hour,
+            "55.04".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_the_key_and_line() {
+        let text = EXAMPLE.replace("warm_pool_size = 4", "warm_pool_sise = 4");
+        let e = errors(&text);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains("warm_pool_sise") && e[0].contains("fix:"), "{}", e[0]);
+        assert!(e[0].starts_with("t.toml:"), "{}", e[0]);
+    }
+
+    #[test]
+    fn negative_size_is_rejected_with_a_fix() {
+        let e = errors(&EXAMPLE.replace("warm_pool_size = 4", "warm_pool_size = -4"));
+        assert!(e[0].contains("key `warm_pool_size`") && e[0].contains("whole number"), "{}", e[0]);
+    }
+
+    #[test]
+    fn semantic_problems_are_each_one_line() {
+        let text = EXAMPLE
+            .replace("min_replicas = 8", "min_replicas = 30")
+            .replace("\"use1-p4d-od\", \"use2-p4d-od\"", "\"use1-p4d-od\", \"nowhere\"")
+            .replace("scale_down_stabilization = \"10m\"", "scale_down_stabilization = \"ten minutes\"");
+        let e = errors(&text);
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(e.iter().any(|l| l.contains("key `pools[0].min_replicas`") && l.contains("max_replicas 24")));
+        assert!(e.iter().any(|l| l.contains("key `pools[0].offerings[1]`") && l.contains("nowhere")));
+        assert!(e.iter().any(|l| l.contains("key `pools[0].scaling.scale_down_stabilization`") && l.contains("\"90s\"")));
+        assert!(e.iter().all(|l| !l.contains('\n')));
+    }
+
+    #[test]
+    fn bad_money_and_names_are_rejected() {
+        let e = errors(&EXAMPLE.replace("\"55.04\"", "\"55.0400001\""));
+        assert!(e[0].contains("price_usd_per_hour"), "{}", e[0]);
+        let e = errors(&EXAMPLE.replace("name = \"mistral-7b-batch\"", "name = \"Mistral 7B\""));
+        assert!(e[0].contains("pool name"), "{}", e[0]);
+    }
+}

@@ -1,0 +1,777 @@
+//! The executor and its reconcile loop.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use headroom_cloud::{
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
+    OwnershipTags, SimCloud, SimConfig, SimOffering,
+};
+use headroom_core::budget::BudgetStanding;
+use headroom_core::controller::{self, ControllerMemory, HoldReason, QueueSignal};
+use headroom_core::planner::{self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput};
+use headroom_core::{
+    CapacityRequest, Money, NodeId, NodeState, Offering, OfferingId, PoolName, PoolSpec,
+    RefusalReason, RequestId, Timestamp,
+};
+use headroom_ledger::{Ledger, LedgerError, NodeEvent, RefusalRecord, derive};
+use serde::Serialize;
+use thiserror::Error;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("ledger")]
+    Ledger(#[from] LedgerError),
+    #[error("cloud inventory")]
+    Inventory(#[source] CloudError),
+}
+
+/// A queue sample pushed for a pool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SignalInput {
+    pub queue_depth: u64,
+    pub arrival_rate_rps: f64,
+}
+
+/// What `GET /v1/pools` shows for one pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolStatus {
+    pub name: PoolName,
+    pub account: String,
+    /// Ready replicas wanted: the controller's target plus open capacity requests.
+    pub desired: u32,
+    /// What the signal alone asked for, before the max-replicas clamp.
+    pub unclamped_desired: u32,
+    /// Intents and launches the cloud has not answered with a running node yet.
+    pub requested: u32,
+    /// Climbing the cold-start ladder.
+    pub starting: u32,
+    /// Serving: the only count that is capacity.
+    pub ready: u32,
+    pub warm: u32,
+    pub draining: u32,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub warm_pool_size: u32,
+    /// Set when the controller is holding the pool instead of scaling it.
+    pub hold: Option<HoldReason>,
+    pub last_signal: Option<QueueSignal>,
+}
+
+#[derive(Debug, Default)]
+struct LoopState {
+    memory: HashMap<PoolName, ControllerMemory>,
+    signals: HashMap<PoolName, QueueSignal>,
+    /// Offerings a cloud refused recently, skipped until the instant given.
+    unavailable_until: HashMap<OfferingId, Timestamp>,
+    /// The last pool-level refusal written, so a standing refusal is not re-recorded every tick.
+    last_pool_refusal: HashMap<PoolName, (RefusalReason, u32)>,
+    /// The controller's last answer per pool, for status.
+    decisions: HashMap<PoolName, controller::Decision>,
+    status: BTreeMap<PoolName, PoolStatus>,
+}
+
+/// Applies the core's decisions. One `tick` at a time (the loop is the only caller that mutates
+/// the cloud); API handlers only read status and append capacity requests.
+#[derive(Debug)]
+pub struct Engine {
+    config: Arc<Config>,
+    ledger: Arc<dyn Ledger>,
+    cloud: Arc<dyn CloudProvider>,
+    clock: Arc<dyn Clock>,
+    state: Mutex<LoopState>,
+    tick_lock: tokio::sync::Mutex<()>,
+    wake: Notify,
+}
+
+/// The simulated cloud described by a configuration's offerings.
+pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
+    SimCloud::new(
+        SimConfig {
+            seed: config.sim.seed,
+            offerings: config
+                .offerings
+                .iter()
+                .map(|o| SimOffering {
+                    offering: o.offering.clone(),
+                    capacity: o.sim_capacity,
+                    ladder: o.sim_ladder,
+                    spot_interruptions_per_hour: o.sim_spot_interruptions_per_hour,
+                })
+                .collect(),
+            gpu_quota_per_region: config.sim.gpu_quota_per_region.clone(),
+        },
+        clock,
+    )
+}
+
+/// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
+/// pool can need one round per offering plus one.
+const MAX_FALLBACK_ROUNDS: usize = 16;
+
+fn event_for(
+    pool: &PoolSpec,
+    offering: &Offering,
+    node: &NodeId,
+    request: Option<&RequestId>,
+    destination: Destination,
+) -> NodeEvent {
+    NodeEvent {
+        node: node.clone(),
+        pool: pool.name.clone(),
+        account: pool.account.clone(),
+        offering: offering.id.clone(),
+        provider: offering.provider,
+        region: offering.region.clone(),
+        zone: offering.zone.clone(),
+        instance_type: offering.instance_type.clone(),
+        market: offering.market,
+        request: request.cloned(),
+        destination,
+        state: NodeState::Requested,
+        instance: None,
+        client_token: format!("hr-{}", node.0),
+        price_usd_per_hour: offering.price_usd_per_hour,
+        hold: Money::ZERO,
+        reason: None,
+        at: chrono::DateTime::UNIX_EPOCH,
+    }
+}
+
+/// The next event of a node's history: same node, new state.
+fn next(last: &NodeEvent, state: NodeState, reason: &str, now: Timestamp) -> NodeEvent {
+    NodeEvent {
+        state,
+        hold: Money::ZERO,
+        reason: Some(reason.to_string()),
+        at: now,
+        ..last.clone()
+    }
+}
+
+impl Engine {
+    pub fn new(
+        config: Arc<Config>,
+        ledger: Arc<dyn Ledger>,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Engine> {
+        let engine = Arc::new(Engine {
+            config,
+            ledger,
+            cloud,
+            clock,
+            state: Mutex::new(LoopState::default()),
+            tick_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+        });
+        let now = engine.clock.now();
+        let status = engine
+            .config
+            .pools
+            .iter()
+            .map(|p| (p.name.clone(), engine.empty_status(p, now)))
+            .collect();
+        engine.state().status = status;
+        engine
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn state(&self) -> MutexGuard<'_, LoopState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn empty_status(&self, pool: &PoolSpec, _now: Timestamp) -> PoolStatus {
+        PoolStatus {
+            name: pool.name.clone(),
+            account: pool.account.to_string(),
+            desired: pool.min_replicas,
+            unclamped_desired: pool.min_replicas,
+            requested: 0,
+            starting: 0,
+            ready: 0,
+            warm: 0,
+            draining: 0,
+            min_replicas: pool.min_replicas,
+            max_replicas: pool.max_replicas,
+            warm_pool_size: pool.warm_pool_size,
+            hold: Some(HoldReason::SignalMissing),
+            last_signal: None,
+        }
+    }
+
+    /// Records a queue sample for `pool`, stamped with the engine's clock on receipt.
+    pub fn push_signal(&self, pool: &PoolName, input: SignalInput) {
+        let signal = QueueSignal {
+            queue_depth: input.queue_depth,
+            arrival_rate_rps: input.arrival_rate_rps,
+            received_at: self.clock.now(),
+        };
+        self.state().signals.insert(pool.clone(), signal);
+    }
+
+    /// Asks the loop to run a tick now (a capacity request arrived).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    pub fn pool_statuses(&self) -> Vec<PoolStatus> {
+        self.state().status.values().cloned().collect()
+    }
+
+    pub fn pool_status(&self, pool: &PoolName) -> Option<PoolStatus> {
+        self.state().status.get(pool).cloned()
+    }
+
+    /// Runs ticks until `shutdown` resolves: every `engine.tick`, or sooner when woken. A tick
+    /// that fails is logged and the next activation tries again; nothing retries in a loop.
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(e) = self.tick().await {
+                tracing::error!(error = %error_chain(&e), "reconcile tick failed");
+            }
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(self.config.engine.tick) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// One activation: observe the cloud, settle node states, plan and apply, publish status.
+    pub async fn tick(&self) -> Result<(), EngineError> {
+        let _one_at_a_time = self.tick_lock.lock().await;
+        let inventory = self
+            .cloud
+            .list_owned(&self.config.cluster_id)
+            .await
+            .map_err(EngineError::Inventory)?;
+        self.observe(&inventory).await?;
+        for pool in &self.config.pools {
+            self.reconcile_pool(pool).await?;
+        }
+        self.publish_status().await
+    }
+
+    /// Moves ledger node states along with what the cloud reports, finishes interrupted work
+    /// (intents without outcomes, drains), and terminates owned instances the ledger does not
+    /// know.
+    async fn observe(&self, inventory: &[Instance]) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        let live = self.ledger.live_nodes().await?;
+        let by_token: HashMap<&str, &Instance> = inventory
+            .iter()
+            .map(|i| (i.client_token.as_str(), i))
+            .collect();
+        let known: std::collections::HashSet<&str> =
+            live.iter().map(|e| e.client_token.as_str()).collect();
+
+        for last in &live {
+            let instance = by_token.get(last.client_token.as_str()).copied();
+            self.settle(last, instance, now).await?;
+        }
+
+        for orphan in inventory
+            .iter()
+            .filter(|i| !known.contains(i.client_token.as_str()))
+        {
+            // Tagged as ours but unknown to the ledger's live nodes: a leak. Terminate it.
+            tracing::warn!(instance = %orphan.id, node = %orphan.tags.node, "terminating orphaned instance");
+            match self.cloud.terminate(&orphan.id).await {
+                Ok(()) | Err(CloudError::NotFound(_)) => {}
+                Err(e) => tracing::warn!(instance = %orphan.id, error = %e, "orphan termination failed; next tick retries"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings one node's ledger state in line with its instance.
+    async fn settle(
+        &self,
+        last: &NodeEvent,
+        instance: Option<&Instance>,
+        now: Timestamp,
+    ) -> Result<(), EngineError> {
+        let ledger = &self.ledger;
+        let append = |state, reason: &str| {
+            let mut e = next(last, state, reason, now);
+            if let Some(i) = instance {
+                e.instance = Some(i.id.0.clone());
+            }
+            async move { ledger.append_node_event(&e).await }
+        };
+        match (last.state, instance.map(|i| i.phase)) {
+            // An intent without an outcome: the process stopped between the two. The client token
+            // makes repeating the launch safe: it returns the instance if the first call made one.
+            (NodeState::Requested, _) => {
+                let Some(pool) = self.config.pool(&last.pool) else { return Ok(()) };
+                let Some(offering) = self.config.offering(&last.offering).cloned() else {
+                    append(NodeState::Refused, "offering_removed").await?;
+                    return Ok(());
+                };
+                self.launch_for_intent(pool, &offering, last).await?;
+            }
+            (NodeState::Launching, Some(InstancePhase::Booting(_))) => {
+                append(NodeState::Booting, "running").await?;
+            }
+            (NodeState::Launching | NodeState::Booting, Some(InstancePhase::Ready)) => {
+                if last.destination == Destination::Warm {
+                    self.stop_to_warm(last, instance, "warmed").await?;
+                } else {
+                    append(NodeState::Serving, "ready").await?;
+                }
+            }
+            (
+                NodeState::Launching | NodeState::Booting | NodeState::Serving | NodeState::Warm,
+                Some(InstancePhase::Interrupted),
+            ) => {
+                append(NodeState::Interrupted, "spot_interruption").await?;
+                self.terminate_node(last, instance, "interrupted").await?;
+            }
+            (NodeState::Interrupted | NodeState::Failed, _) => {
+                self.terminate_node(last, instance, "cleanup").await?;
+            }
+            (NodeState::Draining, _) => {
+                if last.reason.as_deref() == Some("release_to_warm") && instance.is_some() {
+                    self.stop_to_warm(last, instance, "released").await?;
+                } else {
+                    self.terminate_node(last, instance, "released").await?;
+                }
+            }
+            (state, None) if state != NodeState::Requested => {
+                // The cloud no longer lists it: it is gone, whatever the ledger thought.
+                append(NodeState::Failed, "instance_missing").await?;
+                append(NodeState::Terminated, "instance_missing").await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn stop_to_warm(
+        &self,
+        last: &NodeEvent,
+        instance: Option<&Instance>,
+        reason: &str,
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        let Some(instance) = instance else { return Ok(()) };
+        match self.cloud.stop(&instance.id).await {
+            Ok(_) => {
+                let mut e = next(last, NodeState::Warm, reason, now);
+                e.request = None;
+                e.instance = Some(instance.id.0.clone());
+                self.ledger.append_node_event(&e).await?;
+            }
+            Err(e) => tracing::warn!(node = %last.node, error = %e, "stop failed; next tick retries"),
+        }
+        Ok(())
+    }
+
+    async fn terminate_node(
+        &self,
+        last: &NodeEvent,
+        instance: Option<&Instance>,
+        reason: &str,
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        let id = instance
+            .map(|i| i.id.clone())
+            .or_else(|| last.instance.clone().map(InstanceId));
+        if let Some(id) = id {
+            match self.cloud.terminate(&id).await {
+                Ok(()) | Err(CloudError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(node = %last.node, error = %e, "terminate failed; next tick retries");
+                    return Ok(());
+                }
+            }
+        }
+        self.ledger
+            .append_node_event(&next(last, NodeState::Terminated, reason, now))
+            .await?;
+        Ok(())
+    }
+
+    /// Sends the launch for an intent already in the ledger and records the outcome.
+    /// Returns the cloud's refusal, if any, for the planner to fall back on.
+    async fn launch_for_intent(
+        &self,
+        pool: &PoolSpec,
+        offering: &Offering,
+        intent: &NodeEvent,
+    ) -> Result<Option<CloudError>, EngineError> {
+        let spec = LaunchSpec {
+            offering: offering.clone(),
+            client_token: intent.client_token.clone(),
+            tags: OwnershipTags {
+                cluster: self.config.cluster_id.clone(),
+                pool: pool.name.to_string(),
+                node: intent.node.0.clone(),
+                request: intent.request.as_ref().map(|r| r.0.clone()),
+            },
+        };
+        let result = self.cloud.launch(&spec).await;
+        let now = self.clock.now();
+        match result {
+            Ok(instance) => {
+                let mut e = next(intent, NodeState::Launching, "accepted", now);
+                e.instance = Some(instance.id.0);
+                self.ledger.append_node_event(&e).await?;
+                Ok(None)
+            }
+            Err(err) if err.class().is_retryable() => {
+                // Throttled or transient: keep the intent; the next activation repeats the call
+                // with the same client token.
+                tracing::warn!(node = %intent.node, error = %err, "launch deferred to the next tick");
+                Ok(None)
+            }
+            Err(err) => {
+                let class = err.class();
+                self.ledger
+                    .append_node_event(&next(intent, NodeState::Refused, err.code(), now))
+                    .await?;
+                self.ledger
+                    .append_refusal(&RefusalRecord {
+                        pool: pool.name.clone(),
+                        request: intent.request.clone(),
+                        node: Some(intent.node.clone()),
+                        offering: Some(offering.id.clone()),
+                        replicas: 1,
+                        reason: RefusalReason::Cloud(class),
+                        detail: err.to_string(),
+                        at: now,
+                    })
+                    .await?;
+                if class.falls_back() {
+                    self.mark_unavailable(&offering.id);
+                } else {
+                    tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused; not falling back for this class");
+                }
+                Ok(Some(err))
+            }
+        }
+    }
+
+    /// Skips `offering` in plans for the configured cooldown.
+    fn mark_unavailable(&self, offering: &OfferingId) {
+        let until = self.clock.now()
+            + chrono::Duration::from_std(self.config.engine.offering_cooldown)
+                .unwrap_or(chrono::Duration::minutes(5));
+        self.state().unavailable_until.insert(offering.clone(), until);
+    }
+
+    async fn budget_standing(&self, pool: &PoolSpec, now: Timestamp) -> Result<Option<BudgetStanding>, EngineError> {
+        let Some(budget) = self.config.budget(&pool.account) else {
+            return Ok(None);
+        };
+        let events = self.ledger.node_events().await?;
+        let (start, _end) = budget.period.bounds(now);
+        Ok(Some(BudgetStanding {
+            ceiling: budget.ceiling,
+            spent: derive::spend(&events, Some(&pool.account), Some(start), now),
+            held: derive::held(&events, Some(&pool.account), now),
+        }))
+    }
+
+    async fn reconcile_pool(&self, pool: &PoolSpec) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        // After a restart the controller has no memory: it starts from the organic replicas that
+        // exist, so a pool with no signal yet holds where it is instead of draining to zero.
+        let organic_now = self
+            .ledger
+            .live_nodes()
+            .await?
+            .iter()
+            .filter(|e| e.pool == pool.name && e.request.is_none() && e.destination == Destination::Serve)
+            .filter(|e| e.state.is_starting() || e.state == NodeState::Serving)
+            .count() as u32;
+        let decision = {
+            let mut st = self.state();
+            let memory = st.memory.get(&pool.name).copied().unwrap_or(ControllerMemory {
+                target: organic_now,
+                below_since: None,
+            });
+            let signal = st.signals.get(&pool.name).copied();
+            let decision = controller::desired_replicas(pool, signal.as_ref(), memory, now);
+            if let Some(reason) = decision.hold
+                && memory.target != 0
+            {
+                tracing::debug!(pool = %pool.name, ?reason, "pool holding");
+            }
+            st.memory.insert(pool.name.clone(), decision.memory);
+            st.decisions.insert(pool.name.clone(), decision);
+            decision
+        };
+        let requests: Vec<CapacityRequest> = self
+            .ledger
+            .open_capacity_requests()
+            .await?
+            .into_iter()
+            .filter(|r| r.pool == pool.name)
+            .collect();
+        let open: Vec<OpenRequest> = requests
+            .iter()
+            .map(|r| OpenRequest {
+                id: r.id.clone(),
+                replicas: r.replicas,
+                priority: r.priority,
+                created_at: r.created_at,
+            })
+            .collect();
+
+        // Nodes of a cancelled request go back to organic demand (and scale-in); nodes of a request
+        // closed by a refusal stay with it, since what was delivered is still wanted.
+        let mut cancelled = std::collections::HashSet::new();
+        for id in self
+            .ledger
+            .live_nodes()
+            .await?
+            .iter()
+            .filter(|e| e.pool == pool.name)
+            .filter_map(|e| e.request.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            if let Some(outcome) = self.ledger.capacity_request(&id).await?
+                && outcome.state == headroom_core::RequestState::Cancelled
+            {
+                cancelled.insert(id);
+            }
+        }
+
+        for _round in 0..MAX_FALLBACK_ROUNDS {
+            let live: Vec<NodeEvent> = self
+                .ledger
+                .live_nodes()
+                .await?
+                .into_iter()
+                .filter(|e| e.pool == pool.name)
+                .collect();
+            let nodes: Vec<NodeView> = live
+                .iter()
+                .map(|e| NodeView {
+                    id: e.node.clone(),
+                    state: e.state,
+                    offering: e.offering.clone(),
+                    request: e.request.clone().filter(|r| !cancelled.contains(r)),
+                    destination: e.destination,
+                    price_usd_per_hour: e.price_usd_per_hour,
+                })
+                .collect();
+            let offerings: Vec<OfferingChoice> = {
+                let st = self.state();
+                pool.offerings
+                    .iter()
+                    .filter_map(|id| self.config.offering(id))
+                    .map(|o| OfferingChoice {
+                        offering: o.clone(),
+                        available: st.unavailable_until.get(&o.id).is_none_or(|until| *until <= now),
+                    })
+                    .collect()
+            };
+            let budget = self.budget_standing(pool, now).await?;
+            let plan = planner::plan(&PlanInput {
+                pool,
+                offerings: &offerings,
+                nodes: &nodes,
+                controller_target: decision.target,
+                requests: &open,
+                budget,
+                hold_horizon: self.config.engine.hold_horizon,
+            });
+            if !self.apply(pool, &plan.actions, &live, &requests).await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a plan. Returns whether a cloud refused a launch, so the caller re-plans at once.
+    async fn apply(
+        &self,
+        pool: &PoolSpec,
+        actions: &[Action],
+        live: &[NodeEvent],
+        requests: &[CapacityRequest],
+    ) -> Result<bool, EngineError> {
+        let mut fell_back = false;
+        let mut pool_refusal = None;
+        for action in actions {
+            let now = self.clock.now();
+            match action {
+                Action::Launch { offering, request, destination, hold } => {
+                    let Some(offering) = self.config.offering(offering).cloned() else { continue };
+                    let node = NodeId(format!("n-{}", uuid::Uuid::new_v4().simple()));
+                    let mut intent = event_for(pool, &offering, &node, request.as_ref(), *destination);
+                    intent.hold = *hold;
+                    intent.reason = Some("launch".to_string());
+                    intent.at = now;
+                    // Intent first: if we die after the cloud call, the restart finds this row.
+                    self.ledger.append_node_event(&intent).await?;
+                    if let Some(err) = self.launch_for_intent(pool, &offering, &intent).await?
+                        && err.class().falls_back()
+                    {
+                        // The rest of this plan assumed an offering that is gone: plan again.
+                        fell_back = true;
+                        break;
+                    }
+                }
+                Action::Wake { node, request, hold } => {
+                    let Some(last) = live.iter().find(|e| &e.node == node) else { continue };
+                    let Some(instance) = last.instance.clone().map(InstanceId) else { continue };
+                    let mut e = next(last, NodeState::Booting, "wake", now);
+                    e.request = request.clone();
+                    e.destination = Destination::Serve;
+                    e.hold = *hold;
+                    self.ledger.append_node_event(&e).await?;
+                    if let Err(err) = self.cloud.start(&instance).await {
+                        let back = next(&e, NodeState::Warm, err.code(), self.clock.now());
+                        self.ledger.append_node_event(&NodeEvent { request: None, ..back }).await?;
+                        self.ledger
+                            .append_refusal(&RefusalRecord {
+                                pool: pool.name.clone(),
+                                request: request.clone(),
+                                node: Some(node.clone()),
+                                offering: Some(last.offering.clone()),
+                                replicas: 1,
+                                reason: RefusalReason::Cloud(err.class()),
+                                detail: format!("waking {node}: {err}"),
+                                at: now,
+                            })
+                            .await?;
+                        if err.class().falls_back() {
+                            self.mark_unavailable(&last.offering);
+                            fell_back = true;
+                            break;
+                        }
+                    }
+                }
+                Action::Release { node, to_warm } => {
+                    let Some(last) = live.iter().find(|e| &e.node == node) else { continue };
+                    let reason = if *to_warm { "release_to_warm" } else { "release_terminate" };
+                    let draining = next(last, NodeState::Draining, reason, now);
+                    self.ledger.append_node_event(&draining).await?;
+                    let instance = last.instance.clone().map(|id| Instance {
+                        id: InstanceId(id),
+                        offering: last.offering.clone(),
+                        client_token: last.client_token.clone(),
+                        tags: OwnershipTags { cluster: String::new(), pool: String::new(), node: String::new(), request: None },
+                        phase: InstancePhase::Ready,
+                        launched_at: now,
+                    });
+                    if *to_warm {
+                        self.stop_to_warm(&draining, instance.as_ref(), "released").await?;
+                    } else {
+                        self.terminate_node(&draining, instance.as_ref(), "released").await?;
+                    }
+                }
+                Action::Refuse { request, count, reason } => {
+                    let detail = refusal_detail(pool, *reason, *count, request.as_ref(), requests);
+                    if request.is_none() {
+                        pool_refusal = Some((*reason, *count));
+                        if self.state().last_pool_refusal.get(&pool.name) == Some(&(*reason, *count)) {
+                            continue;
+                        }
+                        tracing::warn!(pool = %pool.name, %detail, "demand refused");
+                    }
+                    self.ledger
+                        .append_refusal(&RefusalRecord {
+                            pool: pool.name.clone(),
+                            request: request.clone(),
+                            node: None,
+                            offering: None,
+                            replicas: *count,
+                            reason: *reason,
+                            detail,
+                            at: now,
+                        })
+                        .await?;
+                }
+            }
+        }
+        let mut st = self.state();
+        match pool_refusal {
+            Some(r) => st.last_pool_refusal.insert(pool.name.clone(), r),
+            None => st.last_pool_refusal.remove(&pool.name),
+        };
+        Ok(fell_back)
+    }
+
+    async fn publish_status(&self) -> Result<(), EngineError> {
+        let live = self.ledger.live_nodes().await?;
+        let open = self.ledger.open_capacity_requests().await?;
+        let now = self.clock.now();
+        let mut st = self.state();
+        let mut status = BTreeMap::new();
+        let st = &mut *st;
+        for pool in &self.config.pools {
+            let mut s = self.empty_status(pool, now);
+            let requested_by_clients: u32 = open.iter().filter(|r| r.pool == pool.name).map(|r| r.replicas).sum();
+            if let Some(decision) = st.decisions.get(&pool.name) {
+                s.desired = (decision.target + requested_by_clients).min(pool.max_replicas);
+                s.unclamped_desired = decision.unclamped.max(pool.min_replicas) + requested_by_clients;
+                s.hold = decision.hold;
+            }
+            s.last_signal = st.signals.get(&pool.name).copied();
+            for e in live.iter().filter(|e| e.pool == pool.name) {
+                match e.state {
+                    NodeState::Requested | NodeState::Launching => s.requested += 1,
+                    NodeState::Booting => s.starting += 1,
+                    NodeState::Serving => s.ready += 1,
+                    NodeState::Warm => s.warm += 1,
+                    NodeState::Draining => s.draining += 1,
+                    _ => {}
+                }
+            }
+            status.insert(pool.name.clone(), s);
+        }
+        st.status = status;
+        Ok(())
+    }
+}
+
+fn refusal_detail(
+    pool: &PoolSpec,
+    reason: RefusalReason,
+    count: u32,
+    request: Option<&RequestId>,
+    requests: &[CapacityRequest],
+) -> String {
+    let whose = match request.and_then(|id| requests.iter().find(|r| &r.id == id)) {
+        Some(r) => format!("{count} of {} replicas for request {}", r.replicas, r.id),
+        None => format!("{count} replicas of organic demand"),
+    };
+    match reason {
+        RefusalReason::MaxReplicas => format!("{whose} refused: pool {} is at max_replicas {}; raise max_replicas or lower demand", pool.name, pool.max_replicas),
+        RefusalReason::Budget => format!("{whose} refused: account {} has no budget left for the hold; raise its ceiling or wait for the next period", pool.account),
+        RefusalReason::NoOffering => format!("{whose} refused: every offering of pool {} was refused by its cloud recently; add offerings, zones or regions", pool.name),
+        RefusalReason::Cloud(class) => format!("{whose} refused by the cloud ({})", class.as_str()),
+    }
+}
+
+/// An error with its sources, for one log line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

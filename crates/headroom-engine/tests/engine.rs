@@ -1,0 +1,301 @@
+//! The engine against the real SQLite ledger and the simulated cloud, in manual time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use headroom_cloud::{Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud};
+use headroom_core::controller::HoldReason;
+use headroom_core::planner::Destination;
+use headroom_core::{ErrorClass, NodeId, NodeState, Priority, RefusalReason, RequestState};
+use headroom_engine::{Config, Engine, SignalInput, sim_cloud_for};
+use headroom_ledger::{Ledger, NewCapacityRequest, NodeEvent, SqliteLedger};
+
+/// One pool, two offerings (cheap and dear), no warm pool, min 0: quiet unless asked.
+const CONFIG: &str = r#"
+cluster_id = "engine-test"
+[engine]
+tick = "1s"
+offering_cooldown = "5m"
+[[offerings]]
+id = "cheap"
+provider = "sim"
+region = "us-east-2"
+zone = "use2-az1"
+instance_type = "g6.xlarge"
+market = "spot"
+price_usd_per_hour = "0.2599"
+gpus = 1
+sim_capacity = 2
+[[offerings]]
+id = "dear"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az1"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "0.8048"
+gpus = 1
+sim_capacity = 8
+[[pools]]
+name = "llm"
+account = "ml"
+offerings = ["cheap", "dear"]
+min_replicas = 0
+max_replicas = 6
+max_scale_up_per_step = 6
+warm_pool_size = 0
+[pools.ladder]
+node_acquisition = "60s"
+image_pull = "45s"
+weight_load = "90s"
+compile = "30s"
+warmup = "15s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+"#;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+    ledger: Arc<SqliteLedger>,
+    cloud: Arc<SimCloud>,
+    engine: Arc<Engine>,
+    config: Arc<Config>,
+}
+
+async fn harness(config_text: &str) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Arc::new(Config::parse(config_text, "test").unwrap());
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let ledger = Arc::new(SqliteLedger::open_path(&dir.path().join("l.db")).await.unwrap());
+    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
+    let engine = Engine::new(config.clone(), ledger.clone(), cloud.clone(), clock.clone());
+    Harness { _dir: dir, clock, ledger, cloud, engine, config }
+}
+
+impl Harness {
+    /// A second engine on the same ledger and cloud: what a restart after a crash sees.
+    fn restarted(&self) -> Arc<Engine> {
+        Engine::new(self.config.clone(), self.ledger.clone(), self.cloud.clone(), self.clock.clone())
+    }
+
+    async fn request(&self, replicas: u32) -> headroom_core::RequestId {
+        let new = NewCapacityRequest {
+            pool: "llm".parse().unwrap(),
+            replicas,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: self.clock.now(),
+        };
+        self.ledger.record_capacity_request(&new).await.unwrap().0.id
+    }
+
+    async fn run_for(&self, seconds: u64) {
+        for _ in 0..seconds / 5 {
+            self.clock.advance(Duration::from_secs(5));
+            self.engine.tick().await.unwrap();
+        }
+    }
+
+    async fn live_instances(&self) -> usize {
+        self.cloud.list_owned("engine-test").await.unwrap().len()
+    }
+}
+
+#[tokio::test]
+async fn a_capacity_request_is_delivered_after_the_ladder() {
+    let h = harness(CONFIG).await;
+    let id = h.request(2).await;
+    h.engine.tick().await.unwrap();
+    let pool = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    assert_eq!((pool.requested + pool.starting, pool.ready), (2, 0), "launched, not yet capacity");
+    assert_eq!(h.ledger.capacity_request(&id).await.unwrap().unwrap().state, RequestState::Pending);
+
+    h.run_for(240).await;
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!((outcome.state, outcome.delivered), (RequestState::Delivered, 2));
+    assert_eq!(h.engine.pool_status(&"llm".parse().unwrap()).unwrap().ready, 2);
+    assert_eq!(h.live_instances().await, 2);
+    // Both went to the cheaper spot offering.
+    assert!(h.cloud.calls().iter().filter(|c| c.starts_with("launch")).all(|c| c.contains("cheap")));
+}
+
+#[tokio::test]
+async fn a_stockout_falls_back_at_once_to_the_next_offering() {
+    let h = harness(CONFIG).await;
+    h.cloud.set_capacity(&"cheap".parse().unwrap(), 1);
+    let id = h.request(3).await;
+    h.engine.tick().await.unwrap();
+    // One on the cheap offering, the refusal recorded, and two on the dear one, in one tick.
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(outcome.refusals.len(), 1);
+    assert_eq!(outcome.refusals[0].reason, RefusalReason::Cloud(ErrorClass::Capacity));
+    assert_eq!(outcome.refusals[0].offering.as_ref().unwrap().as_str(), "cheap");
+    assert_eq!(h.live_instances().await, 3);
+    h.run_for(240).await;
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(outcome.state, RequestState::Delivered);
+}
+
+#[tokio::test]
+async fn when_every_offering_refuses_the_request_is_refused_with_a_reason() {
+    let h = harness(CONFIG).await;
+    h.cloud.set_capacity(&"cheap".parse().unwrap(), 0);
+    h.cloud.set_capacity(&"dear".parse().unwrap(), 0);
+    let id = h.request(1).await;
+    h.engine.tick().await.unwrap();
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(outcome.state, RequestState::Refused);
+    let reasons: Vec<RefusalReason> = outcome.refusals.iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            RefusalReason::Cloud(ErrorClass::Capacity),
+            RefusalReason::Cloud(ErrorClass::Capacity),
+            RefusalReason::NoOffering
+        ]
+    );
+    assert!(outcome.refusals[2].detail.contains("add offerings"), "{}", outcome.refusals[2].detail);
+    assert_eq!(h.live_instances().await, 0);
+}
+
+#[tokio::test]
+async fn a_missing_signal_holds_the_pool_and_says_why() {
+    let h = harness(&CONFIG.replace("min_replicas = 0", "min_replicas = 1")).await;
+    h.engine.tick().await.unwrap();
+    let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    assert_eq!(status.hold, Some(HoldReason::SignalMissing));
+    assert_eq!(status.desired, 1, "the floor still holds");
+
+    h.engine.push_signal(&"llm".parse().unwrap(), SignalInput { queue_depth: 0, arrival_rate_rps: 20.0 });
+    h.engine.tick().await.unwrap();
+    let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    assert_eq!((status.hold, status.desired), (None, 4));
+
+    // The signal goes quiet: after signal_max_age the pool holds at 4, neither up nor down.
+    h.run_for(60).await;
+    let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    assert_eq!((status.hold, status.desired), (Some(HoldReason::SignalStale), 4));
+}
+
+fn intent(h: &Harness, node: &str) -> NodeEvent {
+    let offering = h.config.offering(&"cheap".parse().unwrap()).unwrap();
+    NodeEvent {
+        node: NodeId(node.into()),
+        pool: "llm".parse().unwrap(),
+        account: "ml".parse().unwrap(),
+        offering: offering.id.clone(),
+        provider: offering.provider,
+        region: offering.region.clone(),
+        zone: offering.zone.clone(),
+        instance_type: offering.instance_type.clone(),
+        market: offering.market,
+        request: None,
+        destination: Destination::Serve,
+        state: NodeState::Requested,
+        instance: None,
+        client_token: format!("hr-{node}"),
+        price_usd_per_hour: offering.price_usd_per_hour,
+        hold: offering.price_usd_per_hour,
+        reason: Some("launch".into()),
+        at: h.clock.now(),
+    }
+}
+
+/// A crash between the ledger intent and the cloud call, and one between the cloud call and the
+/// outcome: the restarted engine neither leaks nor duplicates.
+#[tokio::test]
+async fn a_restart_reconciles_intents_without_outcomes() {
+    let h = harness(CONFIG).await;
+    // Crash after the intent, before the cloud call.
+    h.ledger.append_node_event(&intent(&h, "n-before-call")).await.unwrap();
+    // Crash after the cloud call, before the outcome.
+    let after = intent(&h, "n-after-call");
+    h.ledger.append_node_event(&after).await.unwrap();
+    let offering = h.config.offering(&"cheap".parse().unwrap()).unwrap().clone();
+    let made = h
+        .cloud
+        .launch(&LaunchSpec {
+            offering,
+            client_token: after.client_token.clone(),
+            tags: OwnershipTags { cluster: "engine-test".into(), pool: "llm".into(), node: "n-after-call".into(), request: None },
+        })
+        .await
+        .unwrap();
+
+    let engine = h.restarted();
+    engine.tick().await.unwrap();
+    engine.tick().await.unwrap();
+    let instances = h.cloud.list_owned("engine-test").await.unwrap();
+    assert_eq!(instances.len(), 2, "one instance per intent: {instances:?}");
+    assert!(instances.iter().any(|i| i.id == made.id), "the instance made before the crash is adopted");
+    let live = h.ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 2);
+    assert!(live.iter().all(|e| e.instance.is_some() && e.state != NodeState::Requested), "{live:?}");
+    // Nothing wanted them (no request, no signal, min 0): with no demand, they are not released
+    // either, because the controller holds without a signal.
+}
+
+#[tokio::test]
+async fn an_orphaned_instance_is_terminated() {
+    let h = harness(CONFIG).await;
+    let offering = h.config.offering(&"dear".parse().unwrap()).unwrap().clone();
+    let orphan = h
+        .cloud
+        .launch(&LaunchSpec {
+            offering,
+            client_token: "not-in-the-ledger".into(),
+            tags: OwnershipTags { cluster: "engine-test".into(), pool: "llm".into(), node: "ghost".into(), request: None },
+        })
+        .await
+        .unwrap();
+    h.engine.tick().await.unwrap();
+    assert_eq!(h.cloud.describe(&orphan.id).await.unwrap().phase, InstancePhase::Terminated);
+}
+
+#[tokio::test]
+async fn an_interrupted_spot_node_is_replaced() {
+    let h = harness(&CONFIG.replace("sim_capacity = 2", "sim_capacity = 2\nsim_spot_interruptions_per_hour = 30.0")).await;
+    let id = h.request(1).await;
+    // Two minutes at 30 interruptions an hour: the first node is almost surely gone
+    // (seeded, so this run is the same every time).
+    h.run_for(600).await;
+    let events = h.ledger.node_events().await.unwrap();
+    let interrupted = events.iter().filter(|e| e.state == NodeState::Interrupted).count();
+    assert!(interrupted >= 1, "expected an interruption in ten minutes at 30/h");
+    let live = h.ledger.live_nodes().await.unwrap();
+    let serving_or_starting = live.iter().filter(|e| e.request.as_ref() == Some(&id) && e.state != NodeState::Warm).count();
+    assert_eq!(serving_or_starting, 1, "the request keeps one replica: {live:?}");
+    assert_eq!(h.live_instances().await, live.len());
+}
+
+#[tokio::test]
+async fn cancelling_a_request_releases_its_nodes() {
+    let h = harness(CONFIG).await;
+    let id = h.request(2).await;
+    h.run_for(300).await;
+    assert_eq!(h.ledger.capacity_request(&id).await.unwrap().unwrap().state, RequestState::Delivered);
+    assert_eq!(h.live_instances().await, 2);
+    h.ledger.cancel_capacity_request(&id, h.clock.now()).await.unwrap();
+    h.engine.push_signal(&"llm".parse().unwrap(), SignalInput { queue_depth: 0, arrival_rate_rps: 0.0 });
+    h.engine.tick().await.unwrap();
+    assert_eq!(h.live_instances().await, 0);
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(outcome.state, RequestState::Cancelled);
+    assert!(h.ledger.live_nodes().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_budget_refuses_launches_it_cannot_hold() {
+    // $1 a day; each launch holds an hour: the first cheap launch ($0.26) fits, and so do two
+    // more, but not a fourth.
+    let text = format!("{CONFIG}\n[[budgets]]\naccount = \"ml\"\nperiod = \"day\"\nceiling_usd = \"1\"\n");
+    let h = harness(&text).await;
+    h.cloud.set_capacity(&"cheap".parse().unwrap(), 10);
+    let id = h.request(4).await;
+    h.engine.tick().await.unwrap();
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(h.live_instances().await, 3);
+    assert_eq!(outcome.refusals.last().map(|r| r.reason), Some(RefusalReason::Budget));
+    assert!(outcome.refusals.last().unwrap().detail.contains("account ml"));
+}

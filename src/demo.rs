@@ -1,0 +1,241 @@
+//! `headroom demo`: the whole loop on a laptop, with no account and no set-up.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use headroom_cloud::{Clock, ScaledClock, SystemClock};
+use headroom_core::PoolName;
+use headroom_engine::{Config, Engine, SignalInput, sim_cloud_for};
+use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_sim::{BurstProfile, QueueModel};
+use serde::Serialize;
+
+use crate::EXAMPLE_CONFIG;
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where the API listens.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: SocketAddr,
+    /// Keep the SQLite ledger in this file (default: a temporary file, removed at exit).
+    #[arg(long, value_name = "PATH")]
+    database: Option<PathBuf>,
+    /// Stop after this many real seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "N")]
+    seconds: Option<u64>,
+    /// Print the summary as one JSON object on stdout (interval lines go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Virtual seconds per real second.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    speedup: u32,
+}
+
+/// One pool's traffic in the demo.
+struct Traffic {
+    pool: PoolName,
+    profile: BurstProfile,
+    queue: QueueModel,
+    replica_rps: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Summary {
+    virtual_seconds: i64,
+    requests_total: u64,
+    requests_served: u64,
+    requests_waiting: u64,
+    capacity_requests: u64,
+    capacity_requested: u64,
+    capacity_delivered: u64,
+    refusals: u64,
+    refusals_by_reason: std::collections::BTreeMap<String, u64>,
+    spend_usd: String,
+    ledger: String,
+    pools: Vec<headroom_engine::PoolStatus>,
+}
+
+/// Virtual time at which the traffic starts, after the pools were filled.
+const BURST_START_S: f64 = 30.0;
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let config = Arc::new(Config::parse(EXAMPLE_CONFIG, "built-in demo configuration")?);
+    let temp_dir = tempfile::tempdir().context("creating a temporary directory for the ledger")?;
+    let ledger_path = args
+        .database
+        .clone()
+        .unwrap_or_else(|| temp_dir.path().join("headroom-demo.db"));
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&ledger_path)
+            .await
+            .with_context(|| format!("--database: cannot open {}", ledger_path.display()))?,
+    );
+    let clock = Arc::new(ScaledClock::new(SystemClock, args.speedup));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let cloud = Arc::new(sim_cloud_for(&config, dyn_clock.clone()));
+    let engine = Engine::new(config.clone(), ledger.clone(), cloud, dyn_clock);
+
+    let mut traffic = demo_traffic(&config)?;
+    push_signals(&engine, &traffic);
+
+    // Fill the pools to their floors and warm pools before the clock starts: skip ahead through
+    // the cold-start ladder in virtual time.
+    for _ in 0..30 {
+        push_signals(&engine, &traffic);
+        engine.tick().await.context("filling the pools")?;
+        let filled = engine.pool_statuses().iter().all(|s| s.ready >= s.min_replicas && s.warm >= s.warm_pool_size);
+        if filled {
+            break;
+        }
+        clock.skip(Duration::from_secs(30));
+    }
+    let start = clock.now();
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("--listen: cannot listen on {}; pass a free address, e.g. --listen 127.0.0.1:8081", args.listen))?;
+    eprintln!(
+        "headroom demo: API on http://{} (open, loopback only; `serve` requires a config), ledger {}, simulated cloud, {}x speed",
+        args.listen,
+        ledger_path.display(),
+        args.speedup
+    );
+    eprintln!("  try: curl -s http://{}/v1/pools", args.listen);
+    let server_engine = engine.clone();
+    let server = tokio::spawn(async move { crate::run_until_shutdown(server_engine, listener).await });
+
+    let deadline = args.seconds.map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let mut step = tokio::time::interval(Duration::from_millis(100));
+    let mut last = clock.now();
+    let mut lines = 0u64;
+    let mut ticks = 0u64;
+    let ctrl_c = crate::shutdown_signal();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = step.tick() => {}
+            _ = &mut ctrl_c => break,
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) || server.is_finished() {
+            break;
+        }
+        let now = clock.now();
+        let dt = (now - last).num_milliseconds() as f64 / 1000.0;
+        last = now;
+        let t = (now - start).num_milliseconds() as f64 / 1000.0;
+        for tr in &mut traffic {
+            let ready = engine.pool_status(&tr.pool).map_or(0, |s| s.ready);
+            tr.queue.step(dt, tr.profile.rps_at(t), ready, tr.replica_rps);
+        }
+        push_signals_at(&engine, &traffic, t);
+        ticks += 1;
+        if ticks % 10 == 0 {
+            lines += 1;
+            let line = interval_line(&engine, ledger.as_ref(), &traffic, t, now).await?;
+            if args.json {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        }
+    }
+    server.abort();
+
+    let now = clock.now();
+    let totals = ledger.summary(now).await?;
+    let summary = Summary {
+        virtual_seconds: (now - start).num_seconds(),
+        requests_total: traffic.iter().map(|t| t.queue.arrived_total.round() as u64).sum(),
+        requests_served: traffic.iter().map(|t| t.queue.served_total.round() as u64).sum(),
+        requests_waiting: traffic.iter().map(|t| t.queue.depth()).sum(),
+        capacity_requests: totals.capacity_requests,
+        capacity_requested: totals.capacity_requested,
+        capacity_delivered: totals.capacity_delivered,
+        refusals: totals.refusals,
+        refusals_by_reason: totals.refusals_by_reason,
+        spend_usd: totals.spend.to_string(),
+        ledger: ledger_path.display().to_string(),
+        pools: engine.pool_statuses(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!(
+            "summary after {} virtual seconds ({lines} intervals): {} requests, {} served, {} replicas requested, {} delivered, {} refused, spend ${}",
+            summary.virtual_seconds,
+            summary.requests_total,
+            summary.requests_served,
+            summary.capacity_requested,
+            summary.capacity_delivered,
+            summary.refusals,
+            summary.spend_usd
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn demo_traffic(config: &Config) -> anyhow::Result<Vec<Traffic>> {
+    let pool = |name: &str| -> anyhow::Result<(PoolName, f64)> {
+        let name: PoolName = name.parse()?;
+        let spec = config.pool(&name).with_context(|| format!("the demo configuration lacks pool {name}"))?;
+        Ok((name, spec.scaling.replica_throughput_rps))
+    };
+    let (interactive, interactive_rps) = pool("llama-70b-interactive")?;
+    let (batch, batch_rps) = pool("mistral-7b-batch")?;
+    Ok(vec![
+        // Seed 001's 09:00 burst: 20 → 200 requests/s within ten seconds, for five minutes.
+        Traffic { pool: interactive, profile: BurstProfile::seed_001(BURST_START_S, 300.0), queue: QueueModel::default(), replica_rps: interactive_rps },
+        // A batch pool whose burst outgrows its cheapest spot offerings, to show fallback.
+        Traffic {
+            pool: batch,
+            profile: BurstProfile { base_rps: 10.0, peak_rps: 40.0, start_s: BURST_START_S + 30.0, ramp_s: 20.0, hold_s: 240.0 },
+            queue: QueueModel::default(),
+            replica_rps: batch_rps,
+        },
+    ])
+}
+
+fn push_signals(engine: &Engine, traffic: &[Traffic]) {
+    push_signals_at(engine, traffic, 0.0);
+}
+
+fn push_signals_at(engine: &Engine, traffic: &[Traffic], t: f64) {
+    for tr in traffic {
+        engine.push_signal(
+            &tr.pool,
+            SignalInput { queue_depth: tr.queue.depth(), arrival_rate_rps: tr.profile.rps_at(t) },
+        );
+    }
+}
+
+async fn interval_line(
+    engine: &Engine,
+    ledger: &dyn Ledger,
+    traffic: &[Traffic],
+    t: f64,
+    now: headroom_core::Timestamp,
+) -> anyhow::Result<String> {
+    let secs = t.max(0.0) as u64;
+    let mut line = format!("[+{:02}:{:02}:{:02}]", secs / 3600, secs / 60 % 60, secs % 60);
+    for tr in traffic {
+        if let Some(s) = engine.pool_status(&tr.pool) {
+            line.push_str(&format!(
+                " {} q={} desired={} starting={} ready={} warm={} |",
+                tr.pool,
+                tr.queue.depth(),
+                s.desired,
+                s.requested + s.starting,
+                s.ready,
+                s.warm
+            ));
+        }
+    }
+    let spend = ledger.summary(now).await?.spend;
+    line.push_str(&format!(" spend ${spend}"));
+    Ok(line)
+}
