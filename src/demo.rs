@@ -64,7 +64,10 @@ struct Summary {
 const BURST_START_S: f64 = 30.0;
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let config = Arc::new(Config::parse(EXAMPLE_CONFIG, "built-in demo configuration")?);
+    let config = Arc::new(Config::parse(
+        EXAMPLE_CONFIG,
+        "built-in demo configuration",
+    )?);
     let temp_dir = tempfile::tempdir().context("creating a temporary directory for the ledger")?;
     let ledger_path = args
         .database
@@ -88,7 +91,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     for _ in 0..30 {
         push_signals(&engine, &traffic);
         engine.tick().await.context("filling the pools")?;
-        let filled = engine.pool_statuses().iter().all(|s| s.ready >= s.min_replicas && s.warm >= s.warm_pool_size);
+        let filled = engine
+            .pool_statuses()
+            .iter()
+            .all(|s| s.ready >= s.min_replicas && s.warm >= s.warm_pool_size);
         if filled {
             break;
         }
@@ -98,7 +104,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .with_context(|| format!("--listen: cannot listen on {}; pass a free address, e.g. --listen 127.0.0.1:8081", args.listen))?;
+        .with_context(|| {
+            format!(
+                "--listen: cannot listen on {}; pass a free address, e.g. --listen 127.0.0.1:8081",
+                args.listen
+            )
+        })?;
     eprintln!(
         "headroom demo: API on http://{} (open, loopback only; `serve` requires a config), ledger {}, simulated cloud, {}x speed",
         args.listen,
@@ -107,9 +118,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
     eprintln!("  try: curl -s http://{}/v1/pools", args.listen);
     let server_engine = engine.clone();
-    let server = tokio::spawn(async move { crate::run_until_shutdown(server_engine, listener).await });
+    let server =
+        tokio::spawn(async move { crate::run_until_shutdown(server_engine, listener).await });
 
-    let deadline = args.seconds.map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let deadline = args
+        .seconds
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
     let mut step = tokio::time::interval(Duration::from_millis(100));
     let mut last = clock.now();
     let mut lines = 0u64;
@@ -130,11 +144,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let t = (now - start).num_milliseconds() as f64 / 1000.0;
         for tr in &mut traffic {
             let ready = engine.pool_status(&tr.pool).map_or(0, |s| s.ready);
-            tr.queue.step(dt, tr.profile.rps_at(t), ready, tr.replica_rps);
+            tr.queue
+                .step(dt, tr.profile.rps_at(t), ready, tr.replica_rps);
         }
         push_signals_at(&engine, &traffic, t);
         ticks += 1;
-        if ticks % 10 == 0 {
+        if ticks.is_multiple_of(10) {
             lines += 1;
             let line = interval_line(&engine, ledger.as_ref(), &traffic, t, now).await?;
             if args.json {
@@ -150,8 +165,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let totals = ledger.summary(now).await?;
     let summary = Summary {
         virtual_seconds: (now - start).num_seconds(),
-        requests_total: traffic.iter().map(|t| t.queue.arrived_total.round() as u64).sum(),
-        requests_served: traffic.iter().map(|t| t.queue.served_total.round() as u64).sum(),
+        requests_total: traffic
+            .iter()
+            .map(|t| t.queue.arrived_total.round() as u64)
+            .sum(),
+        requests_served: traffic
+            .iter()
+            .map(|t| t.queue.served_total.round() as u64)
+            .sum(),
         requests_waiting: traffic.iter().map(|t| t.queue.depth()).sum(),
         capacity_requests: totals.capacity_requests,
         capacity_requested: totals.capacity_requested,
@@ -182,18 +203,31 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 fn demo_traffic(config: &Config) -> anyhow::Result<Vec<Traffic>> {
     let pool = |name: &str| -> anyhow::Result<(PoolName, f64)> {
         let name: PoolName = name.parse()?;
-        let spec = config.pool(&name).with_context(|| format!("the demo configuration lacks pool {name}"))?;
+        let spec = config
+            .pool(&name)
+            .with_context(|| format!("the demo configuration lacks pool {name}"))?;
         Ok((name, spec.scaling.replica_throughput_rps))
     };
     let (interactive, interactive_rps) = pool("llama-70b-interactive")?;
     let (batch, batch_rps) = pool("mistral-7b-batch")?;
     Ok(vec![
         // Seed 001's 09:00 burst: 20 → 200 requests/s within ten seconds, for five minutes.
-        Traffic { pool: interactive, profile: BurstProfile::seed_001(BURST_START_S, 300.0), queue: QueueModel::default(), replica_rps: interactive_rps },
+        Traffic {
+            pool: interactive,
+            profile: BurstProfile::seed_001(BURST_START_S, 300.0),
+            queue: QueueModel::default(),
+            replica_rps: interactive_rps,
+        },
         // A batch pool whose burst outgrows its cheapest spot offerings, to show fallback.
         Traffic {
             pool: batch,
-            profile: BurstProfile { base_rps: 10.0, peak_rps: 40.0, start_s: BURST_START_S + 30.0, ramp_s: 20.0, hold_s: 240.0 },
+            profile: BurstProfile {
+                base_rps: 10.0,
+                peak_rps: 40.0,
+                start_s: BURST_START_S + 30.0,
+                ramp_s: 20.0,
+                hold_s: 240.0,
+            },
             queue: QueueModel::default(),
             replica_rps: batch_rps,
         },
@@ -208,7 +242,10 @@ fn push_signals_at(engine: &Engine, traffic: &[Traffic], t: f64) {
     for tr in traffic {
         engine.push_signal(
             &tr.pool,
-            SignalInput { queue_depth: tr.queue.depth(), arrival_rate_rps: tr.profile.rps_at(t) },
+            SignalInput {
+                queue_depth: tr.queue.depth(),
+                arrival_rate_rps: tr.profile.rps_at(t),
+            },
         );
     }
 }
@@ -221,7 +258,12 @@ async fn interval_line(
     now: headroom_core::Timestamp,
 ) -> anyhow::Result<String> {
     let secs = t.max(0.0) as u64;
-    let mut line = format!("[+{:02}:{:02}:{:02}]", secs / 3600, secs / 60 % 60, secs % 60);
+    let mut line = format!(
+        "[+{:02}:{:02}:{:02}]",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
     for tr in traffic {
         if let Some(s) = engine.pool_status(&tr.pool) {
             line.push_str(&format!(

@@ -19,7 +19,11 @@ use headroom_ledger::SqliteLedger;
 pub const EXAMPLE_CONFIG: &str = include_str!("../config/headroom.example.toml");
 
 #[derive(Debug, Parser)]
-#[command(name = "headroom", version, about = "GPU capacity orchestrator: warm pools, fallback and budgets on an append-only ledger")]
+#[command(
+    name = "headroom",
+    version,
+    about = "GPU capacity orchestrator: warm pools, fallback and budgets on an append-only ledger"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -76,8 +80,14 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => demo::run(args).await,
-            Command::Serve { config, listen, database_url } => serve(&config, listen, database_url).await,
-            Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+            Command::Serve {
+                config,
+                listen,
+                database_url,
+            } => serve(&config, listen, database_url).await,
+            Command::Config {
+                command: ConfigCommand::Check { file },
+            } => config_check(&file),
         }
     });
     match result {
@@ -138,12 +148,22 @@ pub async fn open_ledger(url: &str) -> anyhow::Result<SqliteLedger> {
             .with_context(|| format!("opening ledger {url}"));
     }
     if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        return Err(BadInput("--database-url: the PostgreSQL ledger is not built yet; use sqlite://PATH".into()).into());
+        return Err(BadInput(
+            "--database-url: the PostgreSQL ledger is not built yet; use sqlite://PATH".into(),
+        )
+        .into());
     }
-    Err(BadInput(format!("--database-url: {url:?} is not a ledger URL; use sqlite://PATH")).into())
+    Err(BadInput(format!(
+        "--database-url: {url:?} is not a ledger URL; use sqlite://PATH"
+    ))
+    .into())
 }
 
-async fn serve(path: &Path, listen: Option<SocketAddr>, database_url: Option<String>) -> anyhow::Result<ExitCode> {
+async fn serve(
+    path: &Path,
+    listen: Option<SocketAddr>,
+    database_url: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let config = Arc::new(load_config(path)?);
     let url = database_url
         .or_else(|| config.database_url.clone())
@@ -162,7 +182,10 @@ async fn serve(path: &Path, listen: Option<SocketAddr>, database_url: Option<Str
 }
 
 /// Serves the API and runs the reconcile loop until SIGINT or SIGTERM.
-pub async fn run_until_shutdown(engine: Arc<Engine>, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+pub async fn run_until_shutdown(
+    engine: Arc<Engine>,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
     let app = headroom_api::app(headroom_api::AppState { engine });
@@ -198,13 +221,14 @@ pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -59,7 +59,10 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn bad(slug: &'static str, detail: impl Into<String>) -> ApiError {
-        ApiError::BadRequest { slug, detail: detail.into() }
+        ApiError::BadRequest {
+            slug,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -80,12 +83,18 @@ impl From<LedgerError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = match &self {
-            ApiError::BadRequest { slug, detail } => {
-                Problem::new(StatusCode::BAD_REQUEST, slug, "Invalid request", detail.clone())
-            }
-            ApiError::NotFound(detail) => {
-                Problem::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail.clone())
-            }
+            ApiError::BadRequest { slug, detail } => Problem::new(
+                StatusCode::BAD_REQUEST,
+                slug,
+                "Invalid request",
+                detail.clone(),
+            ),
+            ApiError::NotFound(detail) => Problem::new(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                "Not found",
+                detail.clone(),
+            ),
             ApiError::Conflict(detail) => Problem::new(
                 StatusCode::CONFLICT,
                 "idempotency-key-reused",

@@ -69,7 +69,13 @@ fn json_body<T: DeserializeOwned>(
     let media_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
     match media_type.as_deref() {
         Some("application/json") => {}
         Some(t) if t.starts_with("application/") && t.ends_with("+json") => {}
@@ -86,20 +92,38 @@ fn json_body<T: DeserializeOwned>(
             ApiError::bad("unreadable-body", "the request body could not be read")
         }
     })?;
-    serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad("malformed-body", format!("the body is not valid for this endpoint: {e}"))
-    })
+    let malformed = |e: serde_json::Error| {
+        ApiError::bad(
+            "malformed-body",
+            format!("the body is not valid for this endpoint: {e}"),
+        )
+    };
+    // Objects only: serde would otherwise also read a struct from a JSON array.
+    let value: serde_json::Value = serde_json::from_slice(&body).map_err(malformed)?;
+    if !value.is_object() {
+        return Err(ApiError::bad(
+            "malformed-body",
+            "the body is not valid for this endpoint: expected a JSON object",
+        ));
+    }
+    serde_json::from_value(value).map_err(malformed)
 }
 
 fn pool_from_path(
     state: &AppState,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<PoolName, ApiError> {
-    let Path(raw) = path.map_err(|_| ApiError::bad("bad-path", "the pool name in the path is not valid UTF-8"))?;
+    let Path(raw) = path
+        .map_err(|_| ApiError::bad("bad-path", "the pool name in the path is not valid UTF-8"))?;
     raw.parse::<PoolName>()
         .ok()
         .filter(|name| state.engine.config().pool(name).is_some())
-        .ok_or_else(|| ApiError::NotFound(format!("no pool named {:?}; GET /v1/pools lists them", truncate(&raw))))
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no pool named {:?}; GET /v1/pools lists them",
+                truncate(&raw)
+            ))
+        })
 }
 
 fn truncate(s: &str) -> String {
@@ -139,21 +163,31 @@ async fn create_capacity_request(
         .parse()
         .map_err(|e| ApiError::bad("invalid-pool", format!("pool: {e}")))?;
     let config = state.engine.config();
-    let pool = config
-        .pool(&pool_name)
-        .ok_or_else(|| ApiError::bad("unknown-pool", format!("pool: no pool named {pool_name}; GET /v1/pools lists them")))?;
+    let pool = config.pool(&pool_name).ok_or_else(|| {
+        ApiError::bad(
+            "unknown-pool",
+            format!("pool: no pool named {pool_name}; GET /v1/pools lists them"),
+        )
+    })?;
     if input.replicas < 1 {
-        return Err(ApiError::bad("invalid-replicas", format!("replicas: must be at least 1, got {}", input.replicas)));
+        return Err(ApiError::bad(
+            "invalid-replicas",
+            format!("replicas: must be at least 1, got {}", input.replicas),
+        ));
     }
     if input.replicas > pool.max_replicas as i64 {
         return Err(ApiError::bad(
             "invalid-replicas",
-            format!("replicas: {} is above pool {}'s max_replicas of {}", input.replicas, pool.name, pool.max_replicas),
+            format!(
+                "replicas: {} is above pool {}'s max_replicas of {}",
+                input.replicas, pool.name, pool.max_replicas
+            ),
         ));
     }
     let priority = match input.priority.as_deref() {
         None => Priority::default(),
-        Some(p) => Priority::parse(p).map_err(|e| ApiError::bad("invalid-priority", format!("priority: {e}")))?,
+        Some(p) => Priority::parse(p)
+            .map_err(|e| ApiError::bad("invalid-priority", format!("priority: {e}")))?,
     };
     let new = NewCapacityRequest {
         pool: pool_name,
@@ -171,7 +205,11 @@ async fn create_capacity_request(
         .capacity_request(&request.id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no capacity request {}", request.id)))?;
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     let mut response = (status, Json(outcome)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/capacity-requests/{}", request.id)) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -180,10 +218,14 @@ async fn create_capacity_request(
 }
 
 fn request_id_from_path(path: Result<Path<String>, PathRejection>) -> Result<RequestId, ApiError> {
-    let Path(raw) = path.map_err(|_| ApiError::bad("bad-path", "the request id in the path is not valid UTF-8"))?;
+    let Path(raw) = path
+        .map_err(|_| ApiError::bad("bad-path", "the request id in the path is not valid UTF-8"))?;
     let valid = raw.len() <= 64 && raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
     if !valid {
-        return Err(ApiError::NotFound(format!("no capacity request {:?}", truncate(&raw))));
+        return Err(ApiError::NotFound(format!(
+            "no capacity request {:?}",
+            truncate(&raw)
+        )));
     }
     Ok(RequestId(raw))
 }
@@ -256,10 +298,16 @@ async fn push_signal(
     let name = pool_from_path(&state, path)?;
     let input: SignalBody = json_body(&headers, body)?;
     if input.queue_depth < 0 {
-        return Err(ApiError::bad("invalid-signal", "queue_depth: must be zero or more"));
+        return Err(ApiError::bad(
+            "invalid-signal",
+            "queue_depth: must be zero or more",
+        ));
     }
     if !(input.arrival_rate_rps.is_finite() && input.arrival_rate_rps >= 0.0) {
-        return Err(ApiError::bad("invalid-signal", "arrival_rate_rps: must be a finite number, zero or more"));
+        return Err(ApiError::bad(
+            "invalid-signal",
+            "arrival_rate_rps: must be a finite number, zero or more",
+        ));
     }
     state.engine.push_signal(
         &name,

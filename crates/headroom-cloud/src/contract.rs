@@ -6,7 +6,9 @@
 
 use headroom_core::{ErrorClass, Offering};
 
-use crate::provider::{CloudError, CloudProvider, InstanceId, InstancePhase, LaunchSpec, OwnershipTags};
+use crate::provider::{
+    CloudError, CloudProvider, InstanceId, InstancePhase, LaunchSpec, OwnershipTags,
+};
 
 /// What the suite needs to know about the provider under test.
 #[derive(Debug, Clone)]
@@ -48,13 +50,24 @@ async fn owned_ids(provider: &dyn CloudProvider, cluster: &str) -> Vec<InstanceI
 pub async fn launch_is_tagged_and_listed(p: &dyn CloudProvider, f: &ContractFixture) {
     let spec = spec(f, &f.offering, "tagged");
     let launched = p.launch(&spec).await.expect("launch must succeed");
-    assert_eq!(launched.tags, spec.tags, "launch must carry the ownership tags");
+    assert_eq!(
+        launched.tags, spec.tags,
+        "launch must carry the ownership tags"
+    );
     assert_eq!(launched.offering, f.offering.id);
-    assert!(owned_ids(p, &f.cluster).await.contains(&launched.id), "list_owned must list a launched instance");
-    let described = p.describe(&launched.id).await.expect("describe must find a launched instance");
+    assert!(
+        owned_ids(p, &f.cluster).await.contains(&launched.id),
+        "list_owned must list a launched instance"
+    );
+    let described = p
+        .describe(&launched.id)
+        .await
+        .expect("describe must find a launched instance");
     assert_eq!(described.id, launched.id);
     assert_eq!(described.client_token, spec.client_token);
-    p.terminate(&launched.id).await.expect("terminate must succeed");
+    p.terminate(&launched.id)
+        .await
+        .expect("terminate must succeed");
 }
 
 /// The same client token never yields a second instance.
@@ -62,18 +75,40 @@ pub async fn launch_is_idempotent_on_client_token(p: &dyn CloudProvider, f: &Con
     let spec = spec(f, &f.offering, "idempotent");
     let first = p.launch(&spec).await.expect("launch must succeed");
     let before = owned_ids(p, &f.cluster).await;
-    let again = p.launch(&spec).await.expect("a repeated launch must succeed");
-    assert_eq!(again.id, first.id, "a repeated client token must return the same instance");
-    assert_eq!(owned_ids(p, &f.cluster).await, before, "a repeated launch must not add an instance");
-    p.terminate(&first.id).await.expect("terminate must succeed");
+    let again = p
+        .launch(&spec)
+        .await
+        .expect("a repeated launch must succeed");
+    assert_eq!(
+        again.id, first.id,
+        "a repeated client token must return the same instance"
+    );
+    assert_eq!(
+        owned_ids(p, &f.cluster).await,
+        before,
+        "a repeated launch must not add an instance"
+    );
+    p.terminate(&first.id)
+        .await
+        .expect("terminate must succeed");
 }
 
 /// Terminate is idempotent; terminated instances leave the owned inventory.
 pub async fn terminate_is_idempotent(p: &dyn CloudProvider, f: &ContractFixture) {
-    let launched = p.launch(&spec(f, &f.offering, "terminate")).await.expect("launch must succeed");
-    p.terminate(&launched.id).await.expect("terminate must succeed");
-    p.terminate(&launched.id).await.expect("terminating twice must succeed");
-    assert!(!owned_ids(p, &f.cluster).await.contains(&launched.id), "a terminated instance is not owned inventory");
+    let launched = p
+        .launch(&spec(f, &f.offering, "terminate"))
+        .await
+        .expect("launch must succeed");
+    p.terminate(&launched.id)
+        .await
+        .expect("terminate must succeed");
+    p.terminate(&launched.id)
+        .await
+        .expect("terminating twice must succeed");
+    assert!(
+        !owned_ids(p, &f.cluster).await.contains(&launched.id),
+        "a terminated instance is not owned inventory"
+    );
     let unknown = InstanceId("headroom-contract-never-existed".to_string());
     match p.terminate(&unknown).await {
         Err(CloudError::NotFound(_)) => {}
@@ -84,19 +119,34 @@ pub async fn terminate_is_idempotent(p: &dyn CloudProvider, f: &ContractFixture)
 
 /// Stop keeps the instance; start brings it back.
 pub async fn stop_and_start_keep_the_instance(p: &dyn CloudProvider, f: &ContractFixture) {
-    let launched = p.launch(&spec(f, &f.offering, "stopstart")).await.expect("launch must succeed");
+    let launched = p
+        .launch(&spec(f, &f.offering, "stopstart"))
+        .await
+        .expect("launch must succeed");
     let stopped = p.stop(&launched.id).await.expect("stop must succeed");
     assert_eq!(stopped.id, launched.id);
     let phase = p.describe(&launched.id).await.expect("describe").phase;
-    assert_eq!(phase, InstancePhase::Stopped, "a stopped instance must describe as stopped");
-    assert!(owned_ids(p, &f.cluster).await.contains(&launched.id), "a stopped instance is still owned");
+    assert_eq!(
+        phase,
+        InstancePhase::Stopped,
+        "a stopped instance must describe as stopped"
+    );
+    assert!(
+        owned_ids(p, &f.cluster).await.contains(&launched.id),
+        "a stopped instance is still owned"
+    );
     let started = p.start(&launched.id).await.expect("start must succeed");
     assert!(
-        matches!(started.phase, InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready),
+        matches!(
+            started.phase,
+            InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
+        ),
         "a started instance must be pending, booting or ready, was {:?}",
         started.phase
     );
-    p.terminate(&launched.id).await.expect("terminate must succeed");
+    p.terminate(&launched.id)
+        .await
+        .expect("terminate must succeed");
 }
 
 /// A stockout is a `Capacity` refusal and creates nothing.
@@ -107,16 +157,35 @@ pub async fn stockout_is_a_capacity_refusal(p: &dyn CloudProvider, f: &ContractF
         .launch(&spec(f, stockout, "stockout"))
         .await
         .expect_err("a launch into a stockout must fail");
-    assert_eq!(err.class(), ErrorClass::Capacity, "a stockout must be classed as capacity: {err}");
-    assert_eq!(owned_ids(p, &f.cluster).await, before, "a refused launch must create nothing");
+    assert_eq!(
+        err.class(),
+        ErrorClass::Capacity,
+        "a stockout must be classed as capacity: {err}"
+    );
+    assert_eq!(
+        owned_ids(p, &f.cluster).await,
+        before,
+        "a refused launch must create nothing"
+    );
 }
 
 /// Instances of other clusters are not listed.
 pub async fn inventory_is_scoped_to_the_cluster(p: &dyn CloudProvider, f: &ContractFixture) {
-    let other = ContractFixture { cluster: format!("{}-other", f.cluster), ..f.clone() };
-    let foreign = p.launch(&spec(&other, &f.offering, "foreign")).await.expect("launch must succeed");
-    assert!(!owned_ids(p, &f.cluster).await.contains(&foreign.id), "another cluster's instance must not be listed");
-    p.terminate(&foreign.id).await.expect("terminate must succeed");
+    let other = ContractFixture {
+        cluster: format!("{}-other", f.cluster),
+        ..f.clone()
+    };
+    let foreign = p
+        .launch(&spec(&other, &f.offering, "foreign"))
+        .await
+        .expect("launch must succeed");
+    assert!(
+        !owned_ids(p, &f.cluster).await.contains(&foreign.id),
+        "another cluster's instance must not be listed"
+    );
+    p.terminate(&foreign.id)
+        .await
+        .expect("terminate must succeed");
 }
 
 /// Runs every check, in order.

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use headroom_core::pool::ColdStartLadder;
-use headroom_core::{ErrorClass, LadderRung, Market, Offering, OfferingId, ProviderKind, Timestamp};
+use headroom_core::{
+    ErrorClass, LadderRung, Market, Offering, OfferingId, ProviderKind, Timestamp,
+};
 
 use crate::clock::Clock;
 use crate::provider::{CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec};
@@ -38,7 +40,10 @@ pub struct SimConfig {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Life {
     /// Running since `since`; `from_stopped` nodes skip acquisition and image pull.
-    Running { since: Timestamp, from_stopped: bool },
+    Running {
+        since: Timestamp,
+        from_stopped: bool,
+    },
     Stopped,
     Terminated,
     Interrupted,
@@ -272,7 +277,11 @@ impl CloudProvider for SimCloud {
         {
             *left -= 1;
             let class = *class;
-            return Err(refused(class, "InjectedFault", format!("injected {} fault", class.as_str())));
+            return Err(refused(
+                class,
+                "InjectedFault",
+                format!("injected {} fault", class.as_str()),
+            ));
         }
         self.check_room(&state, &catalog, offering)?;
 
@@ -319,7 +328,11 @@ impl CloudProvider for SimCloud {
         match current.phase {
             InstancePhase::Stopped => {
                 let offering = catalog.get(&current.offering).ok_or_else(|| {
-                    refused(ErrorClass::InvalidRequest, "UnknownOffering", current.offering.to_string())
+                    refused(
+                        ErrorClass::InvalidRequest,
+                        "UnknownOffering",
+                        current.offering.to_string(),
+                    )
                 })?;
                 // A stopped instance has no host: starting it can meet a stockout too.
                 self.check_room(&state, &catalog, offering)?;
@@ -329,7 +342,8 @@ impl CloudProvider for SimCloud {
                         from_stopped: true,
                     };
                 }
-                refresh(&mut state, &catalog, id, now).ok_or_else(|| CloudError::NotFound(id.clone()))
+                refresh(&mut state, &catalog, id, now)
+                    .ok_or_else(|| CloudError::NotFound(id.clone()))
             }
             InstancePhase::Terminated | InstancePhase::Interrupted => {
                 Err(CloudError::NotFound(id.clone()))
@@ -354,7 +368,8 @@ impl CloudProvider for SimCloud {
                     sim.life = Life::Stopped;
                     sim.interrupt_at = None;
                 }
-                refresh(&mut state, &catalog, id, now).ok_or_else(|| CloudError::NotFound(id.clone()))
+                refresh(&mut state, &catalog, id, now)
+                    .ok_or_else(|| CloudError::NotFound(id.clone()))
             }
         }
     }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use headroom_cloud::contract::{ContractFixture, run_all};
 use headroom_cloud::{
-    Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud, SimConfig,
-    SimOffering,
+    Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud,
+    SimConfig, SimOffering,
 };
 use headroom_core::pool::ColdStartLadder;
 use headroom_core::{ErrorClass, LadderRung, Market, Offering, ProviderKind};
@@ -61,7 +61,12 @@ fn spec(offering: &Offering, token: &str) -> LaunchSpec {
     LaunchSpec {
         offering: offering.clone(),
         client_token: token.into(),
-        tags: OwnershipTags { cluster: "t".into(), pool: "p".into(), node: token.into(), request: None },
+        tags: OwnershipTags {
+            cluster: "t".into(),
+            pool: "p".into(),
+            node: token.into(),
+            request: None,
+        },
     }
 }
 
@@ -70,7 +75,15 @@ async fn sim_passes_the_provider_contract() {
     let ok = offering("ok", Market::OnDemand, 1);
     let none = offering("none", Market::OnDemand, 1);
     let cloud = sim(clock(), vec![(ok.clone(), 10, 0.0), (none.clone(), 0, 0.0)]);
-    run_all(&cloud, &ContractFixture { cluster: "contract".into(), offering: ok, stockout: Some(none) }).await;
+    run_all(
+        &cloud,
+        &ContractFixture {
+            cluster: "contract".into(),
+            offering: ok,
+            stockout: Some(none),
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -81,15 +94,28 @@ async fn nodes_climb_the_ladder_and_warm_nodes_skip_two_rungs() {
     let i = cloud.launch(&spec(&o, "a")).await.unwrap();
     assert_eq!(i.phase, InstancePhase::Booting(LadderRung::NodeAcquisition));
     clock.advance(Duration::from_secs(100));
-    assert_eq!(cloud.describe(&i.id).await.unwrap().phase, InstancePhase::Booting(LadderRung::WeightLoad));
+    assert_eq!(
+        cloud.describe(&i.id).await.unwrap().phase,
+        InstancePhase::Booting(LadderRung::WeightLoad)
+    );
     clock.advance(Duration::from_secs(130));
-    assert_eq!(cloud.describe(&i.id).await.unwrap().phase, InstancePhase::Ready);
+    assert_eq!(
+        cloud.describe(&i.id).await.unwrap().phase,
+        InstancePhase::Ready
+    );
 
     cloud.stop(&i.id).await.unwrap();
     let woken = cloud.start(&i.id).await.unwrap();
-    assert_eq!(woken.phase, InstancePhase::Booting(LadderRung::WeightLoad), "a stopped node keeps its disk");
+    assert_eq!(
+        woken.phase,
+        InstancePhase::Booting(LadderRung::WeightLoad),
+        "a stopped node keeps its disk"
+    );
     clock.advance(Duration::from_secs(130));
-    assert_eq!(cloud.describe(&i.id).await.unwrap().phase, InstancePhase::Ready);
+    assert_eq!(
+        cloud.describe(&i.id).await.unwrap().phase,
+        InstancePhase::Ready
+    );
 }
 
 #[tokio::test]
@@ -114,7 +140,10 @@ async fn injected_faults_fire_then_clear() {
     let o = offering("o", Market::OnDemand, 1);
     let cloud = sim(clock(), vec![(o.clone(), 10, 0.0)]);
     cloud.inject_launch_fault(&o.id, ErrorClass::Throttled, 1);
-    assert_eq!(cloud.launch(&spec(&o, "a")).await.unwrap_err().class(), ErrorClass::Throttled);
+    assert_eq!(
+        cloud.launch(&spec(&o, "a")).await.unwrap_err().class(),
+        ErrorClass::Throttled
+    );
     assert!(cloud.launch(&spec(&o, "a")).await.is_ok());
 }
 
@@ -124,7 +153,12 @@ async fn interruption_times(seed: u64) -> Vec<i64> {
     let cloud = SimCloud::new(
         SimConfig {
             seed,
-            offerings: vec![SimOffering { offering: o.clone(), capacity: 100, ladder: ladder(), spot_interruptions_per_hour: 2.0 }],
+            offerings: vec![SimOffering {
+                offering: o.clone(),
+                capacity: 100,
+                ladder: ladder(),
+                spot_interruptions_per_hour: 2.0,
+            }],
             gpu_quota_per_region: Default::default(),
         },
         clock.clone(),
@@ -138,7 +172,9 @@ async fn interruption_times(seed: u64) -> Vec<i64> {
     for minute in 1..=240 {
         clock.advance(Duration::from_secs(60));
         for (k, id) in ids.iter().enumerate() {
-            if interrupted_at[k] < 0 && cloud.describe(id).await.unwrap().phase == InstancePhase::Interrupted {
+            if interrupted_at[k] < 0
+                && cloud.describe(id).await.unwrap().phase == InstancePhase::Interrupted
+            {
                 interrupted_at[k] = minute;
             }
         }
@@ -150,8 +186,16 @@ async fn interruption_times(seed: u64) -> Vec<i64> {
 #[tokio::test]
 async fn spot_interruptions_are_deterministic_under_a_seed() {
     let a = interruption_times(42).await;
-    assert_eq!(a, interruption_times(42).await, "the same seed must replay the same interruptions");
-    assert_ne!(a, interruption_times(43).await, "another seed must give other interruptions");
+    assert_eq!(
+        a,
+        interruption_times(42).await,
+        "the same seed must replay the same interruptions"
+    );
+    assert_ne!(
+        a,
+        interruption_times(43).await,
+        "another seed must give other interruptions"
+    );
     // At two interruptions an hour, nearly all of twenty nodes are gone within four hours.
     assert!(a.iter().filter(|m| **m > 0).count() >= 15, "{a:?}");
 }

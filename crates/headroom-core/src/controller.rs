@@ -9,8 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::pool::{PoolSpec, ScalingPolicy};
 use crate::Timestamp;
+use crate::pool::{PoolSpec, ScalingPolicy};
 
 /// What the pool's queue looked like at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -109,7 +109,10 @@ pub fn desired_replicas(
         target,
         unclamped,
         hold: None,
-        memory: ControllerMemory { target, below_since },
+        memory: ControllerMemory {
+            target,
+            below_since,
+        },
     }
 }
 
@@ -150,7 +153,11 @@ mod tests {
     }
 
     fn signal(depth: u64, rps: f64, received_at: Timestamp) -> QueueSignal {
-        QueueSignal { queue_depth: depth, arrival_rate_rps: rps, received_at }
+        QueueSignal {
+            queue_depth: depth,
+            arrival_rate_rps: rps,
+            received_at,
+        }
     }
 
     /// Seed 000's worked example: 8 workers at 2.5 req/s serve 20 req/s; a 30 s burst at 32 req/s
@@ -161,7 +168,10 @@ mod tests {
         let decision = desired_replicas(
             &pool(1, 50),
             Some(&signal(360, 20.0, now)),
-            ControllerMemory { target: 8, below_since: None },
+            ControllerMemory {
+                target: 8,
+                below_since: None,
+            },
             now,
         );
         assert_eq!(decision.target, 11);
@@ -171,19 +181,33 @@ mod tests {
     #[test]
     fn missing_or_stale_signal_holds_the_pool() {
         let now = at("2026-01-01T09:00:00Z");
-        let memory = ControllerMemory { target: 8, below_since: None };
+        let memory = ControllerMemory {
+            target: 8,
+            below_since: None,
+        };
         let missing = desired_replicas(&pool(1, 50), None, memory, now);
-        assert_eq!((missing.target, missing.hold), (8, Some(HoldReason::SignalMissing)));
+        assert_eq!(
+            (missing.target, missing.hold),
+            (8, Some(HoldReason::SignalMissing))
+        );
         let old = signal(10_000, 500.0, at("2026-01-01T08:59:00Z"));
         let stale = desired_replicas(&pool(1, 50), Some(&old), memory, now);
-        assert_eq!((stale.target, stale.hold), (8, Some(HoldReason::SignalStale)));
+        assert_eq!(
+            (stale.target, stale.hold),
+            (8, Some(HoldReason::SignalStale))
+        );
     }
 
     #[test]
     fn scales_up_at_once_and_down_one_per_window() {
         let p = pool(2, 50);
         let t0 = at("2026-01-01T09:00:00Z");
-        let up = desired_replicas(&p, Some(&signal(0, 50.0, t0)), ControllerMemory::default(), t0);
+        let up = desired_replicas(
+            &p,
+            Some(&signal(0, 50.0, t0)),
+            ControllerMemory::default(),
+            t0,
+        );
         assert_eq!(up.target, 20);
 
         // Demand drops to zero: nothing happens for ten minutes...
@@ -206,7 +230,12 @@ mod tests {
     #[test]
     fn clamps_to_max_and_reports_unmet_demand() {
         let now = at("2026-01-01T09:00:00Z");
-        let d = desired_replicas(&pool(1, 10), Some(&signal(0, 200.0, now)), ControllerMemory::default(), now);
+        let d = desired_replicas(
+            &pool(1, 10),
+            Some(&signal(0, 200.0, now)),
+            ControllerMemory::default(),
+            now,
+        );
         assert_eq!((d.target, d.unclamped), (10, 80));
     }
 }

@@ -39,15 +39,41 @@ mod tests {
     fn only_billable_intervals_cost_money() {
         let price: Money = "36".parse().unwrap();
         let history = [
-            StateSpan { at: at("2026-01-01T00:00:00Z"), state: NodeState::Launching, price_usd_per_hour: price },
-            StateSpan { at: at("2026-01-01T00:01:00Z"), state: NodeState::Booting, price_usd_per_hour: price },
-            StateSpan { at: at("2026-01-01T00:05:00Z"), state: NodeState::Serving, price_usd_per_hour: price },
-            StateSpan { at: at("2026-01-01T00:35:00Z"), state: NodeState::Warm, price_usd_per_hour: price },
-            StateSpan { at: at("2026-01-01T01:35:00Z"), state: NodeState::Terminated, price_usd_per_hour: price },
+            StateSpan {
+                at: at("2026-01-01T00:00:00Z"),
+                state: NodeState::Launching,
+                price_usd_per_hour: price,
+            },
+            StateSpan {
+                at: at("2026-01-01T00:01:00Z"),
+                state: NodeState::Booting,
+                price_usd_per_hour: price,
+            },
+            StateSpan {
+                at: at("2026-01-01T00:05:00Z"),
+                state: NodeState::Serving,
+                price_usd_per_hour: price,
+            },
+            StateSpan {
+                at: at("2026-01-01T00:35:00Z"),
+                state: NodeState::Warm,
+                price_usd_per_hour: price,
+            },
+            StateSpan {
+                at: at("2026-01-01T01:35:00Z"),
+                state: NodeState::Terminated,
+                price_usd_per_hour: price,
+            },
         ];
         // Booting 4 min + serving 30 min = 34 min at $36/h = $20.40.
-        assert_eq!(accrued(&history, at("2026-01-02T00:00:00Z")), "20.4".parse().unwrap());
+        assert_eq!(
+            accrued(&history, at("2026-01-02T00:00:00Z")),
+            "20.4".parse().unwrap()
+        );
         // Cut off mid-serving: 4 + 10 minutes = $8.40.
-        assert_eq!(accrued(&history, at("2026-01-01T00:15:00Z")), "8.4".parse().unwrap());
+        assert_eq!(
+            accrued(&history, at("2026-01-01T00:15:00Z")),
+            "8.4".parse().unwrap()
+        );
     }
 }

@@ -83,8 +83,7 @@ impl FromStr for Money {
         if whole.is_empty() && frac.is_empty() {
             return Err(err("empty amount"));
         }
-        if !whole.chars().all(|c| c.is_ascii_digit()) || !frac.chars().all(|c| c.is_ascii_digit())
-        {
+        if !whole.chars().all(|c| c.is_ascii_digit()) || !frac.chars().all(|c| c.is_ascii_digit()) {
             return Err(err("expected a decimal number such as 12.50"));
         }
         if frac.len() > 6 {
@@ -206,6 +205,9 @@ mod tests {
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(json, "\"1.250000\"");
         assert_eq!(serde_json::from_str::<Money>(&json).unwrap(), m);
-        assert_eq!(serde_json::from_str::<Money>("3").unwrap().micros(), 3_000_000);
+        assert_eq!(
+            serde_json::from_str::<Money>("3").unwrap().micros(),
+            3_000_000
+        );
     }
 }

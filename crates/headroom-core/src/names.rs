@@ -99,7 +99,16 @@ mod tests {
 
     #[test]
     fn rejects_hostile_names() {
-        for bad in ["", "Upper", "-lead", "a b", "x'; drop table", "../etc", "é", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "Upper",
+            "-lead",
+            "a b",
+            "x'; drop table",
+            "../etc",
+            "é",
+            &"a".repeat(64),
+        ] {
             assert!(bad.parse::<PoolName>().is_err(), "{bad:?} was accepted");
         }
     }

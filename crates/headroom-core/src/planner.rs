@@ -11,7 +11,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::BudgetStanding;
-use crate::{Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, RefusalReason, RequestId, Timestamp};
+use crate::{
+    Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, RefusalReason, RequestId,
+    Timestamp,
+};
 
 /// What a node is being made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -265,7 +268,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 
     // Capacity requests first, highest priority then oldest.
     let mut requests: Vec<&OpenRequest> = input.requests.iter().collect();
-    requests.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)));
+    requests.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.created_at.cmp(&b.created_at))
+    });
     for request in requests {
         let have = input
             .nodes
@@ -292,7 +299,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .iter()
         .filter(|a| matches!(a, Action::Wake { .. }))
         .count() as u32;
-    let mut warm_have = (input.nodes.iter().filter(|n| n.is_warm_or_warming()).count() as u32)
+    let mut warm_have = (input
+        .nodes
+        .iter()
+        .filter(|n| n.is_warm_or_warming())
+        .count() as u32)
         .saturating_sub(woken);
 
     // Scale in: release surplus organic nodes. Nodes still climbing the ladder go first (they
@@ -302,9 +313,19 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         let mut releasable: Vec<&NodeView> = organic
             .iter()
             .copied()
-            .filter(|n| matches!(n.state, NodeState::Launching | NodeState::Booting | NodeState::Serving))
+            .filter(|n| {
+                matches!(
+                    n.state,
+                    NodeState::Launching | NodeState::Booting | NodeState::Serving
+                )
+            })
             .collect();
-        releasable.sort_by_key(|n| (n.state == NodeState::Serving, std::cmp::Reverse(n.price_usd_per_hour)));
+        releasable.sort_by_key(|n| {
+            (
+                n.state == NodeState::Serving,
+                std::cmp::Reverse(n.price_usd_per_hour),
+            )
+        });
         let surplus = (organic_have - organic_target) as usize;
         for node in releasable.into_iter().take(surplus) {
             let to_warm = node.state == NodeState::Serving && warm_have < pool.warm_pool_size;
@@ -446,7 +467,11 @@ mod tests {
         let refused = plan(&input(&p, &none, &[], 2));
         assert_eq!(
             refused.actions,
-            [Action::Refuse { request: None, count: 2, reason: RefusalReason::NoOffering }]
+            [Action::Refuse {
+                request: None,
+                count: 2,
+                reason: RefusalReason::NoOffering
+            }]
         );
     }
 
@@ -492,13 +517,25 @@ mod tests {
         let offerings = [offering("cheap", "2", true)];
         let t: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let requests = [
-            OpenRequest { id: RequestId("low".into()), replicas: 2, priority: Priority::Low, created_at: t },
-            OpenRequest { id: RequestId("crit".into()), replicas: 1, priority: Priority::Critical, created_at: t },
+            OpenRequest {
+                id: RequestId("low".into()),
+                replicas: 2,
+                priority: Priority::Low,
+                created_at: t,
+            },
+            OpenRequest {
+                id: RequestId("crit".into()),
+                replicas: 1,
+                priority: Priority::Critical,
+                created_at: t,
+            },
         ];
         let mut i = input(&p, &offerings, &[], 0);
         i.requests = &requests;
         let planned = plan(&i);
-        assert!(matches!(&planned.actions[0], Action::Launch { request: Some(r), .. } if r.0 == "crit"));
+        assert!(
+            matches!(&planned.actions[0], Action::Launch { request: Some(r), .. } if r.0 == "crit")
+        );
         assert!(planned.actions.contains(&Action::Refuse {
             request: Some(RequestId("low".into())),
             count: 1,
@@ -525,7 +562,10 @@ mod tests {
             })
             .collect();
         assert_eq!(releases, [true, false]);
-        assert!(launches(&planned).is_empty(), "the released node refills the warm pool");
+        assert!(
+            launches(&planned).is_empty(),
+            "the released node refills the warm pool"
+        );
     }
 
     #[test]
@@ -536,7 +576,10 @@ mod tests {
         assert_eq!(planned.actions.len(), 2);
         assert!(planned.actions.iter().all(|a| matches!(
             a,
-            Action::Launch { destination: Destination::Warm, .. }
+            Action::Launch {
+                destination: Destination::Warm,
+                ..
+            }
         )));
     }
 }

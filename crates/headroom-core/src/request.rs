@@ -69,7 +69,12 @@ pub enum RequestState {
 
 impl RequestState {
     /// Derives the state from what the ledger knows; nothing stores it, so it cannot drift.
-    pub fn derive(requested: u32, delivered: u32, closed_by_refusal: bool, cancelled: bool) -> Self {
+    pub fn derive(
+        requested: u32,
+        delivered: u32,
+        closed_by_refusal: bool,
+        cancelled: bool,
+    ) -> Self {
         if cancelled {
             RequestState::Cancelled
         } else if delivered >= requested {
@@ -101,18 +106,30 @@ mod tests {
 
     #[test]
     fn state_is_derived_from_counts() {
-        assert_eq!(RequestState::derive(3, 0, false, false), RequestState::Pending);
+        assert_eq!(
+            RequestState::derive(3, 0, false, false),
+            RequestState::Pending
+        );
         assert_eq!(
             RequestState::derive(3, 1, false, false),
             RequestState::PartiallyDelivered
         );
-        assert_eq!(RequestState::derive(3, 3, false, false), RequestState::Delivered);
-        assert_eq!(RequestState::derive(3, 0, true, false), RequestState::Refused);
+        assert_eq!(
+            RequestState::derive(3, 3, false, false),
+            RequestState::Delivered
+        );
+        assert_eq!(
+            RequestState::derive(3, 0, true, false),
+            RequestState::Refused
+        );
         assert_eq!(
             RequestState::derive(3, 2, true, false),
             RequestState::PartiallyDelivered
         );
-        assert_eq!(RequestState::derive(3, 3, false, true), RequestState::Cancelled);
+        assert_eq!(
+            RequestState::derive(3, 3, false, true),
+            RequestState::Cancelled
+        );
     }
 
     #[test]

@@ -73,7 +73,10 @@ impl Config {
     }
 
     pub fn offering(&self, id: &OfferingId) -> Option<&Offering> {
-        self.offerings.iter().map(|o| &o.offering).find(|o| &o.id == id)
+        self.offerings
+            .iter()
+            .map(|o| &o.offering)
+            .find(|o| &o.id == id)
     }
 
     pub fn budget(&self, account: &AccountName) -> Option<&Budget> {
@@ -82,7 +85,8 @@ impl Config {
 
     /// Parses and validates a configuration file's text. `origin` names it in messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigErrors(vec![describe_toml_error(&e, text, origin)]))?;
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| ConfigErrors(vec![describe_toml_error(&e, text, origin)]))?;
         raw.validate(origin)
     }
 }
@@ -103,7 +107,10 @@ fn describe_toml_error(err: &toml::de::Error, text: &str, origin: &str) -> Strin
         "remove it or correct its spelling"
     } else if message.contains("missing field") {
         "add it to this table"
-    } else if message.contains("expected u32") || message.contains("expected u64") || message.contains("expected u8") {
+    } else if message.contains("expected u32")
+        || message.contains("expected u64")
+        || message.contains("expected u8")
+    {
         "use a whole number that is zero or more"
     } else if message.contains("duration") {
         "write a duration such as \"90s\", \"5m\" or \"1h\""
@@ -291,7 +298,11 @@ impl Problems<'_> {
         match humantime::parse_duration(text) {
             Ok(d) => d,
             Err(e) => {
-                self.add(key, format!("{text:?} is not a duration ({e})"), "write a duration such as \"90s\", \"5m\" or \"1h\"");
+                self.add(
+                    key,
+                    format!("{text:?} is not a duration ({e})"),
+                    "write a duration such as \"90s\", \"5m\" or \"1h\"",
+                );
                 Duration::ZERO
             }
         }
@@ -299,7 +310,8 @@ impl Problems<'_> {
 
     fn ladder(&mut self, key: &str, raw: &RawLadder) -> ColdStartLadder {
         ColdStartLadder {
-            node_acquisition: self.duration(&format!("{key}.node_acquisition"), &raw.node_acquisition),
+            node_acquisition: self
+                .duration(&format!("{key}.node_acquisition"), &raw.node_acquisition),
             image_pull: self.duration(&format!("{key}.image_pull"), &raw.image_pull),
             weight_load: self.duration(&format!("{key}.weight_load"), &raw.weight_load),
             compile: self.duration(&format!("{key}.compile"), &raw.compile),
@@ -319,22 +331,40 @@ pub const DEFAULT_SIM_LADDER: ColdStartLadder = ColdStartLadder {
 
 impl RawConfig {
     fn validate(self, origin: &str) -> Result<Config, ConfigErrors> {
-        let mut p = Problems { origin, lines: vec![] };
+        let mut p = Problems {
+            origin,
+            lines: vec![],
+        };
 
         if self.cluster_id.trim().is_empty() || self.cluster_id.len() > 63 {
-            p.add("cluster_id", "must be 1 to 63 characters", "name this Headroom deployment, e.g. \"prod-use1\"");
+            p.add(
+                "cluster_id",
+                "must be 1 to 63 characters",
+                "name this Headroom deployment, e.g. \"prod-use1\"",
+            );
         }
         let listen = self.listen.parse().unwrap_or_else(|_| {
-            p.add("listen", format!("{:?} is not an address", self.listen), "write host:port, e.g. \"127.0.0.1:8080\"");
-            default_listen().parse().expect("default listen address parses")
+            p.add(
+                "listen",
+                format!("{:?} is not an address", self.listen),
+                "write host:port, e.g. \"127.0.0.1:8080\"",
+            );
+            default_listen()
+                .parse()
+                .expect("default listen address parses")
         });
         let engine = EngineSettings {
             tick: p.duration("engine.tick", &self.engine.tick),
             hold_horizon: p.duration("engine.hold_horizon", &self.engine.hold_horizon),
-            offering_cooldown: p.duration("engine.offering_cooldown", &self.engine.offering_cooldown),
+            offering_cooldown: p
+                .duration("engine.offering_cooldown", &self.engine.offering_cooldown),
         };
         if engine.tick < Duration::from_millis(50) || engine.tick > Duration::from_secs(300) {
-            p.add("engine.tick", "must be between 50ms and 5m", "use e.g. \"1s\"");
+            p.add(
+                "engine.tick",
+                "must be between 50ms and 5m",
+                "use e.g. \"1s\"",
+            );
         }
 
         let mut offerings = Vec::new();
@@ -342,18 +372,38 @@ impl RawConfig {
         for (i, o) in self.offerings.into_iter().enumerate() {
             let key = format!("offerings[{i}]");
             if !seen.insert(o.id.clone()) {
-                p.add(&format!("{key}.id"), format!("offering {} is defined twice", o.id), "give each offering its own id");
+                p.add(
+                    &format!("{key}.id"),
+                    format!("offering {} is defined twice", o.id),
+                    "give each offering its own id",
+                );
             }
             if o.price_usd_per_hour < Money::ZERO {
-                p.add(&format!("{key}.price_usd_per_hour"), "must not be negative", "write the hourly price, e.g. \"55.04\"");
+                p.add(
+                    &format!("{key}.price_usd_per_hour"),
+                    "must not be negative",
+                    "write the hourly price, e.g. \"55.04\"",
+                );
             }
             if o.gpus == 0 {
-                p.add(&format!("{key}.gpus"), "must be at least 1", "set the number of GPUs per node");
+                p.add(
+                    &format!("{key}.gpus"),
+                    "must be at least 1",
+                    "set the number of GPUs per node",
+                );
             }
             if !(0.0..=1000.0).contains(&o.sim_spot_interruptions_per_hour) {
-                p.add(&format!("{key}.sim_spot_interruptions_per_hour"), "must be between 0 and 1000", "use e.g. 0.05");
+                p.add(
+                    &format!("{key}.sim_spot_interruptions_per_hour"),
+                    "must be between 0 and 1000",
+                    "use e.g. 0.05",
+                );
             }
-            for (field, value) in [("region", &o.region), ("zone", &o.zone), ("instance_type", &o.instance_type)] {
+            for (field, value) in [
+                ("region", &o.region),
+                ("zone", &o.zone),
+                ("instance_type", &o.instance_type),
+            ] {
                 if value.trim().is_empty() {
                     p.add(&format!("{key}.{field}"), "must not be empty", "fill it in");
                 }
@@ -379,43 +429,84 @@ impl RawConfig {
             });
         }
 
-        let budgets_accounts: BTreeSet<AccountName> = self.budgets.iter().map(|b| b.account.clone()).collect();
+        let budgets_accounts: BTreeSet<AccountName> =
+            self.budgets.iter().map(|b| b.account.clone()).collect();
         let mut pools = Vec::new();
         let mut pool_names = BTreeSet::new();
         for (i, raw) in self.pools.into_iter().enumerate() {
             let key = format!("pools[{i}]");
             if !pool_names.insert(raw.name.clone()) {
-                p.add(&format!("{key}.name"), format!("pool {} is defined twice", raw.name), "give each pool its own name");
+                p.add(
+                    &format!("{key}.name"),
+                    format!("pool {} is defined twice", raw.name),
+                    "give each pool its own name",
+                );
             }
             if raw.offerings.is_empty() {
-                p.add(&format!("{key}.offerings"), "lists no offering", "list at least one offering id");
+                p.add(
+                    &format!("{key}.offerings"),
+                    "lists no offering",
+                    "list at least one offering id",
+                );
             }
             for (j, id) in raw.offerings.iter().enumerate() {
                 if !seen.contains(id) {
-                    p.add(&format!("{key}.offerings[{j}]"), format!("names unknown offering {id}"), format!("define [[offerings]] with id = \"{id}\" or remove it"));
+                    p.add(
+                        &format!("{key}.offerings[{j}]"),
+                        format!("names unknown offering {id}"),
+                        format!("define [[offerings]] with id = \"{id}\" or remove it"),
+                    );
                 }
             }
             if raw.max_replicas == 0 {
-                p.add(&format!("{key}.max_replicas"), "must be at least 1", "set the most replicas this pool may run");
+                p.add(
+                    &format!("{key}.max_replicas"),
+                    "must be at least 1",
+                    "set the most replicas this pool may run",
+                );
             }
             if raw.min_replicas > raw.max_replicas {
-                p.add(&format!("{key}.min_replicas"), format!("{} is above max_replicas {}", raw.min_replicas, raw.max_replicas), "lower min_replicas or raise max_replicas");
+                p.add(
+                    &format!("{key}.min_replicas"),
+                    format!(
+                        "{} is above max_replicas {}",
+                        raw.min_replicas, raw.max_replicas
+                    ),
+                    "lower min_replicas or raise max_replicas",
+                );
             }
             if raw.max_scale_up_per_step == 0 {
-                p.add(&format!("{key}.max_scale_up_per_step"), "must be at least 1", "allow at least one launch per step");
+                p.add(
+                    &format!("{key}.max_scale_up_per_step"),
+                    "must be at least 1",
+                    "allow at least one launch per step",
+                );
             }
             if !budgets_accounts.is_empty() && !budgets_accounts.contains(&raw.account) {
-                p.add(&format!("{key}.account"), format!("account {} has no budget", raw.account), "add a [[budgets]] entry for it or charge an account that has one");
+                p.add(
+                    &format!("{key}.account"),
+                    format!("account {} has no budget", raw.account),
+                    "add a [[budgets]] entry for it or charge an account that has one",
+                );
             }
             let s = &raw.scaling;
             if !(s.replica_throughput_rps.is_finite() && s.replica_throughput_rps > 0.0) {
-                p.add(&format!("{key}.scaling.replica_throughput_rps"), "must be a positive number", "measure successful requests per second per ready replica, e.g. 2.5");
+                p.add(
+                    &format!("{key}.scaling.replica_throughput_rps"),
+                    "must be a positive number",
+                    "measure successful requests per second per ready replica, e.g. 2.5",
+                );
             }
             let scaling = ScalingPolicy {
                 replica_throughput_rps: s.replica_throughput_rps,
-                backlog_drain: p.duration(&format!("{key}.scaling.backlog_drain"), &s.backlog_drain),
-                scale_down_stabilization: p.duration(&format!("{key}.scaling.scale_down_stabilization"), &s.scale_down_stabilization),
-                signal_max_age: p.duration(&format!("{key}.scaling.signal_max_age"), &s.signal_max_age),
+                backlog_drain: p
+                    .duration(&format!("{key}.scaling.backlog_drain"), &s.backlog_drain),
+                scale_down_stabilization: p.duration(
+                    &format!("{key}.scaling.scale_down_stabilization"),
+                    &s.scale_down_stabilization,
+                ),
+                signal_max_age: p
+                    .duration(&format!("{key}.scaling.signal_max_age"), &s.signal_max_age),
             };
             let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
             pools.push(PoolSpec {
@@ -436,13 +527,25 @@ impl RawConfig {
         for (i, b) in self.budgets.into_iter().enumerate() {
             let key = format!("budgets[{i}]");
             if !budget_seen.insert(b.account.clone()) {
-                p.add(&format!("{key}.account"), format!("account {} has two budgets", b.account), "keep one budget per account");
+                p.add(
+                    &format!("{key}.account"),
+                    format!("account {} has two budgets", b.account),
+                    "keep one budget per account",
+                );
             }
             if b.ceiling_usd <= Money::ZERO {
-                p.add(&format!("{key}.ceiling_usd"), "must be more than zero", "write the ceiling in US dollars, e.g. \"5000\"");
+                p.add(
+                    &format!("{key}.ceiling_usd"),
+                    "must be more than zero",
+                    "write the ceiling in US dollars, e.g. \"5000\"",
+                );
             }
             if b.soft_threshold_percent == 0 || b.soft_threshold_percent > 100 {
-                p.add(&format!("{key}.soft_threshold_percent"), "must be between 1 and 100", "use e.g. 80");
+                p.add(
+                    &format!("{key}.soft_threshold_percent"),
+                    "must be between 1 and 100",
+                    "use e.g. 80",
+                );
             }
             budgets.push(Budget {
                 account: b.account,
@@ -480,7 +583,9 @@ mod tests {
     const EXAMPLE: &str = include_str!("../../../config/headroom.example.toml");
 
     fn errors(text: &str) -> Vec<String> {
-        Config::parse(text, "t.toml").expect_err("config should be rejected").0
+        Config::parse(text, "t.toml")
+            .expect_err("config should be rejected")
+            .0
     }
 
     #[test]
@@ -488,7 +593,10 @@ mod tests {
         let config = Config::parse(EXAMPLE, "example").unwrap();
         assert_eq!(config.pools.len(), 2);
         assert_eq!(
-            config.offering(&"use1-p5-od".parse().unwrap()).unwrap().price_usd_per_hour,
+            config
+                .offering(&"use1-p5-od".parse().unwrap())
+                .unwrap()
+                .price_usd_per_hour,
             "55.04".parse().unwrap()
         );
     }
@@ -498,27 +606,47 @@ mod tests {
         let text = EXAMPLE.replace("warm_pool_size = 4", "warm_pool_sise = 4");
         let e = errors(&text);
         assert_eq!(e.len(), 1);
-        assert!(e[0].contains("warm_pool_sise") && e[0].contains("fix:"), "{}", e[0]);
+        assert!(
+            e[0].contains("warm_pool_sise") && e[0].contains("fix:"),
+            "{}",
+            e[0]
+        );
         assert!(e[0].starts_with("t.toml:"), "{}", e[0]);
     }
 
     #[test]
     fn negative_size_is_rejected_with_a_fix() {
         let e = errors(&EXAMPLE.replace("warm_pool_size = 4", "warm_pool_size = -4"));
-        assert!(e[0].contains("key `warm_pool_size`") && e[0].contains("whole number"), "{}", e[0]);
+        assert!(
+            e[0].contains("key `warm_pool_size`") && e[0].contains("whole number"),
+            "{}",
+            e[0]
+        );
     }
 
     #[test]
     fn semantic_problems_are_each_one_line() {
         let text = EXAMPLE
             .replace("min_replicas = 8", "min_replicas = 30")
-            .replace("\"use1-p4d-od\", \"use2-p4d-od\"", "\"use1-p4d-od\", \"nowhere\"")
-            .replace("scale_down_stabilization = \"10m\"", "scale_down_stabilization = \"ten minutes\"");
+            .replace(
+                "\"use1-p4d-od\", \"use2-p4d-od\"",
+                "\"use1-p4d-od\", \"nowhere\"",
+            )
+            .replace(
+                "scale_down_stabilization = \"10m\"",
+                "scale_down_stabilization = \"ten minutes\"",
+            );
         let e = errors(&text);
         assert_eq!(e.len(), 3, "{e:#?}");
         assert!(e.iter().any(|l| l.contains("key `pools[0].min_replicas`") && l.contains("max_replicas 24")));
-        assert!(e.iter().any(|l| l.contains("key `pools[0].offerings[1]`") && l.contains("nowhere")));
-        assert!(e.iter().any(|l| l.contains("key `pools[0].scaling.scale_down_stabilization`") && l.contains("\"90s\"")));
+        assert!(
+            e.iter()
+                .any(|l| l.contains("key `pools[0].offerings[1]`") && l.contains("nowhere"))
+        );
+        assert!(e.iter().any(
+            |l| l.contains("key `pools[0].scaling.scale_down_stabilization`")
+                && l.contains("\"90s\"")
+        ));
         assert!(e.iter().all(|l| !l.contains('\n')));
     }
 

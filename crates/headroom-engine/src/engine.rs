@@ -9,7 +9,9 @@ use headroom_cloud::{
 };
 use headroom_core::budget::BudgetStanding;
 use headroom_core::controller::{self, ControllerMemory, HoldReason, QueueSignal};
-use headroom_core::planner::{self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput};
+use headroom_core::planner::{
+    self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput,
+};
 use headroom_core::{
     CapacityRequest, Money, NodeId, NodeState, Offering, OfferingId, PoolName, PoolSpec,
     RefusalReason, RequestId, Timestamp,
@@ -294,7 +296,9 @@ impl Engine {
             tracing::warn!(instance = %orphan.id, node = %orphan.tags.node, "terminating orphaned instance");
             match self.cloud.terminate(&orphan.id).await {
                 Ok(()) | Err(CloudError::NotFound(_)) => {}
-                Err(e) => tracing::warn!(instance = %orphan.id, error = %e, "orphan termination failed; next tick retries"),
+                Err(e) => {
+                    tracing::warn!(instance = %orphan.id, error = %e, "orphan termination failed; next tick retries")
+                }
             }
         }
         Ok(())
@@ -319,7 +323,9 @@ impl Engine {
             // An intent without an outcome: the process stopped between the two. The client token
             // makes repeating the launch safe: it returns the instance if the first call made one.
             (NodeState::Requested, _) => {
-                let Some(pool) = self.config.pool(&last.pool) else { return Ok(()) };
+                let Some(pool) = self.config.pool(&last.pool) else {
+                    return Ok(());
+                };
                 let Some(offering) = self.config.offering(&last.offering).cloned() else {
                     append(NodeState::Refused, "offering_removed").await?;
                     return Ok(());
@@ -370,7 +376,9 @@ impl Engine {
         reason: &str,
     ) -> Result<(), EngineError> {
         let now = self.clock.now();
-        let Some(instance) = instance else { return Ok(()) };
+        let Some(instance) = instance else {
+            return Ok(());
+        };
         match self.cloud.stop(&instance.id).await {
             Ok(_) => {
                 let mut e = next(last, NodeState::Warm, reason, now);
@@ -378,7 +386,9 @@ impl Engine {
                 e.instance = Some(instance.id.0.clone());
                 self.ledger.append_node_event(&e).await?;
             }
-            Err(e) => tracing::warn!(node = %last.node, error = %e, "stop failed; next tick retries"),
+            Err(e) => {
+                tracing::warn!(node = %last.node, error = %e, "stop failed; next tick retries")
+            }
         }
         Ok(())
     }
@@ -473,10 +483,16 @@ impl Engine {
         let until = self.clock.now()
             + chrono::Duration::from_std(self.config.engine.offering_cooldown)
                 .unwrap_or(chrono::Duration::minutes(5));
-        self.state().unavailable_until.insert(offering.clone(), until);
+        self.state()
+            .unavailable_until
+            .insert(offering.clone(), until);
     }
 
-    async fn budget_standing(&self, pool: &PoolSpec, now: Timestamp) -> Result<Option<BudgetStanding>, EngineError> {
+    async fn budget_standing(
+        &self,
+        pool: &PoolSpec,
+        now: Timestamp,
+    ) -> Result<Option<BudgetStanding>, EngineError> {
         let Some(budget) = self.config.budget(&pool.account) else {
             return Ok(None);
         };
@@ -498,15 +514,21 @@ impl Engine {
             .live_nodes()
             .await?
             .iter()
-            .filter(|e| e.pool == pool.name && e.request.is_none() && e.destination == Destination::Serve)
+            .filter(|e| {
+                e.pool == pool.name && e.request.is_none() && e.destination == Destination::Serve
+            })
             .filter(|e| e.state.is_starting() || e.state == NodeState::Serving)
             .count() as u32;
         let decision = {
             let mut st = self.state();
-            let memory = st.memory.get(&pool.name).copied().unwrap_or(ControllerMemory {
-                target: organic_now,
-                below_since: None,
-            });
+            let memory = st
+                .memory
+                .get(&pool.name)
+                .copied()
+                .unwrap_or(ControllerMemory {
+                    target: organic_now,
+                    below_since: None,
+                });
             let signal = st.signals.get(&pool.name).copied();
             let decision = controller::desired_replicas(pool, signal.as_ref(), memory, now);
             if let Some(reason) = decision.hold
@@ -580,7 +602,10 @@ impl Engine {
                     .filter_map(|id| self.config.offering(id))
                     .map(|o| OfferingChoice {
                         offering: o.clone(),
-                        available: st.unavailable_until.get(&o.id).is_none_or(|until| *until <= now),
+                        available: st
+                            .unavailable_until
+                            .get(&o.id)
+                            .is_none_or(|until| *until <= now),
                     })
                     .collect()
             };
@@ -614,10 +639,18 @@ impl Engine {
         for action in actions {
             let now = self.clock.now();
             match action {
-                Action::Launch { offering, request, destination, hold } => {
-                    let Some(offering) = self.config.offering(offering).cloned() else { continue };
+                Action::Launch {
+                    offering,
+                    request,
+                    destination,
+                    hold,
+                } => {
+                    let Some(offering) = self.config.offering(offering).cloned() else {
+                        continue;
+                    };
                     let node = NodeId(format!("n-{}", uuid::Uuid::new_v4().simple()));
-                    let mut intent = event_for(pool, &offering, &node, request.as_ref(), *destination);
+                    let mut intent =
+                        event_for(pool, &offering, &node, request.as_ref(), *destination);
                     intent.hold = *hold;
                     intent.reason = Some("launch".to_string());
                     intent.at = now;
@@ -631,9 +664,17 @@ impl Engine {
                         break;
                     }
                 }
-                Action::Wake { node, request, hold } => {
-                    let Some(last) = live.iter().find(|e| &e.node == node) else { continue };
-                    let Some(instance) = last.instance.clone().map(InstanceId) else { continue };
+                Action::Wake {
+                    node,
+                    request,
+                    hold,
+                } => {
+                    let Some(last) = live.iter().find(|e| &e.node == node) else {
+                        continue;
+                    };
+                    let Some(instance) = last.instance.clone().map(InstanceId) else {
+                        continue;
+                    };
                     let mut e = next(last, NodeState::Booting, "wake", now);
                     e.request = request.clone();
                     e.destination = Destination::Serve;
@@ -641,7 +682,12 @@ impl Engine {
                     self.ledger.append_node_event(&e).await?;
                     if let Err(err) = self.cloud.start(&instance).await {
                         let back = next(&e, NodeState::Warm, err.code(), self.clock.now());
-                        self.ledger.append_node_event(&NodeEvent { request: None, ..back }).await?;
+                        self.ledger
+                            .append_node_event(&NodeEvent {
+                                request: None,
+                                ..back
+                            })
+                            .await?;
                         self.ledger
                             .append_refusal(&RefusalRecord {
                                 pool: pool.name.clone(),
@@ -662,29 +708,48 @@ impl Engine {
                     }
                 }
                 Action::Release { node, to_warm } => {
-                    let Some(last) = live.iter().find(|e| &e.node == node) else { continue };
-                    let reason = if *to_warm { "release_to_warm" } else { "release_terminate" };
+                    let Some(last) = live.iter().find(|e| &e.node == node) else {
+                        continue;
+                    };
+                    let reason = if *to_warm {
+                        "release_to_warm"
+                    } else {
+                        "release_terminate"
+                    };
                     let draining = next(last, NodeState::Draining, reason, now);
                     self.ledger.append_node_event(&draining).await?;
                     let instance = last.instance.clone().map(|id| Instance {
                         id: InstanceId(id),
                         offering: last.offering.clone(),
                         client_token: last.client_token.clone(),
-                        tags: OwnershipTags { cluster: String::new(), pool: String::new(), node: String::new(), request: None },
+                        tags: OwnershipTags {
+                            cluster: String::new(),
+                            pool: String::new(),
+                            node: String::new(),
+                            request: None,
+                        },
                         phase: InstancePhase::Ready,
                         launched_at: now,
                     });
                     if *to_warm {
-                        self.stop_to_warm(&draining, instance.as_ref(), "released").await?;
+                        self.stop_to_warm(&draining, instance.as_ref(), "released")
+                            .await?;
                     } else {
-                        self.terminate_node(&draining, instance.as_ref(), "released").await?;
+                        self.terminate_node(&draining, instance.as_ref(), "released")
+                            .await?;
                     }
                 }
-                Action::Refuse { request, count, reason } => {
+                Action::Refuse {
+                    request,
+                    count,
+                    reason,
+                } => {
                     let detail = refusal_detail(pool, *reason, *count, request.as_ref(), requests);
                     if request.is_none() {
                         pool_refusal = Some((*reason, *count));
-                        if self.state().last_pool_refusal.get(&pool.name) == Some(&(*reason, *count)) {
+                        if self.state().last_pool_refusal.get(&pool.name)
+                            == Some(&(*reason, *count))
+                        {
                             continue;
                         }
                         tracing::warn!(pool = %pool.name, %detail, "demand refused");
@@ -721,10 +786,15 @@ impl Engine {
         let st = &mut *st;
         for pool in &self.config.pools {
             let mut s = self.empty_status(pool, now);
-            let requested_by_clients: u32 = open.iter().filter(|r| r.pool == pool.name).map(|r| r.replicas).sum();
+            let requested_by_clients: u32 = open
+                .iter()
+                .filter(|r| r.pool == pool.name)
+                .map(|r| r.replicas)
+                .sum();
             if let Some(decision) = st.decisions.get(&pool.name) {
                 s.desired = (decision.target + requested_by_clients).min(pool.max_replicas);
-                s.unclamped_desired = decision.unclamped.max(pool.min_replicas) + requested_by_clients;
+                s.unclamped_desired =
+                    decision.unclamped.max(pool.min_replicas) + requested_by_clients;
                 s.hold = decision.hold;
             }
             s.last_signal = st.signals.get(&pool.name).copied();
@@ -757,9 +827,18 @@ fn refusal_detail(
         None => format!("{count} replicas of organic demand"),
     };
     match reason {
-        RefusalReason::MaxReplicas => format!("{whose} refused: pool {} is at max_replicas {}; raise max_replicas or lower demand", pool.name, pool.max_replicas),
-        RefusalReason::Budget => format!("{whose} refused: account {} has no budget left for the hold; raise its ceiling or wait for the next period", pool.account),
-        RefusalReason::NoOffering => format!("{whose} refused: every offering of pool {} was refused by its cloud recently; add offerings, zones or regions", pool.name),
+        RefusalReason::MaxReplicas => format!(
+            "{whose} refused: pool {} is at max_replicas {}; raise max_replicas or lower demand",
+            pool.name, pool.max_replicas
+        ),
+        RefusalReason::Budget => format!(
+            "{whose} refused: account {} has no budget left for the hold; raise its ceiling or wait for the next period",
+            pool.account
+        ),
+        RefusalReason::NoOffering => format!(
+            "{whose} refused: every offering of pool {} was refused by its cloud recently; add offerings, zones or regions",
+            pool.name
+        ),
         RefusalReason::Cloud(class) => format!("{whose} refused by the cloud ({})", class.as_str()),
     }
 }

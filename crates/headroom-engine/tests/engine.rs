@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use headroom_cloud::{Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud};
+use headroom_cloud::{
+    Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud,
+};
 use headroom_core::controller::HoldReason;
 use headroom_core::planner::Destination;
 use headroom_core::{ErrorClass, NodeId, NodeState, Priority, RefusalReason, RequestState};
@@ -67,16 +69,32 @@ async fn harness(config_text: &str) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let config = Arc::new(Config::parse(config_text, "test").unwrap());
     let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
-    let ledger = Arc::new(SqliteLedger::open_path(&dir.path().join("l.db")).await.unwrap());
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("l.db"))
+            .await
+            .unwrap(),
+    );
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
     let engine = Engine::new(config.clone(), ledger.clone(), cloud.clone(), clock.clone());
-    Harness { _dir: dir, clock, ledger, cloud, engine, config }
+    Harness {
+        _dir: dir,
+        clock,
+        ledger,
+        cloud,
+        engine,
+        config,
+    }
 }
 
 impl Harness {
     /// A second engine on the same ledger and cloud: what a restart after a crash sees.
     fn restarted(&self) -> Arc<Engine> {
-        Engine::new(self.config.clone(), self.ledger.clone(), self.cloud.clone(), self.clock.clone())
+        Engine::new(
+            self.config.clone(),
+            self.ledger.clone(),
+            self.cloud.clone(),
+            self.clock.clone(),
+        )
     }
 
     async fn request(&self, replicas: u32) -> headroom_core::RequestId {
@@ -87,7 +105,12 @@ impl Harness {
             idempotency_key: None,
             at: self.clock.now(),
         };
-        self.ledger.record_capacity_request(&new).await.unwrap().0.id
+        self.ledger
+            .record_capacity_request(&new)
+            .await
+            .unwrap()
+            .0
+            .id
     }
 
     async fn run_for(&self, seconds: u64) {
@@ -108,16 +131,35 @@ async fn a_capacity_request_is_delivered_after_the_ladder() {
     let id = h.request(2).await;
     h.engine.tick().await.unwrap();
     let pool = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
-    assert_eq!((pool.requested + pool.starting, pool.ready), (2, 0), "launched, not yet capacity");
-    assert_eq!(h.ledger.capacity_request(&id).await.unwrap().unwrap().state, RequestState::Pending);
+    assert_eq!(
+        (pool.requested + pool.starting, pool.ready),
+        (2, 0),
+        "launched, not yet capacity"
+    );
+    assert_eq!(
+        h.ledger.capacity_request(&id).await.unwrap().unwrap().state,
+        RequestState::Pending
+    );
 
     h.run_for(240).await;
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
-    assert_eq!((outcome.state, outcome.delivered), (RequestState::Delivered, 2));
-    assert_eq!(h.engine.pool_status(&"llm".parse().unwrap()).unwrap().ready, 2);
+    assert_eq!(
+        (outcome.state, outcome.delivered),
+        (RequestState::Delivered, 2)
+    );
+    assert_eq!(
+        h.engine.pool_status(&"llm".parse().unwrap()).unwrap().ready,
+        2
+    );
     assert_eq!(h.live_instances().await, 2);
     // Both went to the cheaper spot offering.
-    assert!(h.cloud.calls().iter().filter(|c| c.starts_with("launch")).all(|c| c.contains("cheap")));
+    assert!(
+        h.cloud
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("launch"))
+            .all(|c| c.contains("cheap"))
+    );
 }
 
 #[tokio::test]
@@ -129,8 +171,14 @@ async fn a_stockout_falls_back_at_once_to_the_next_offering() {
     // One on the cheap offering, the refusal recorded, and two on the dear one, in one tick.
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
     assert_eq!(outcome.refusals.len(), 1);
-    assert_eq!(outcome.refusals[0].reason, RefusalReason::Cloud(ErrorClass::Capacity));
-    assert_eq!(outcome.refusals[0].offering.as_ref().unwrap().as_str(), "cheap");
+    assert_eq!(
+        outcome.refusals[0].reason,
+        RefusalReason::Cloud(ErrorClass::Capacity)
+    );
+    assert_eq!(
+        outcome.refusals[0].offering.as_ref().unwrap().as_str(),
+        "cheap"
+    );
     assert_eq!(h.live_instances().await, 3);
     h.run_for(240).await;
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
@@ -155,7 +203,11 @@ async fn when_every_offering_refuses_the_request_is_refused_with_a_reason() {
             RefusalReason::NoOffering
         ]
     );
-    assert!(outcome.refusals[2].detail.contains("add offerings"), "{}", outcome.refusals[2].detail);
+    assert!(
+        outcome.refusals[2].detail.contains("add offerings"),
+        "{}",
+        outcome.refusals[2].detail
+    );
     assert_eq!(h.live_instances().await, 0);
 }
 
@@ -167,7 +219,13 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     assert_eq!(status.hold, Some(HoldReason::SignalMissing));
     assert_eq!(status.desired, 1, "the floor still holds");
 
-    h.engine.push_signal(&"llm".parse().unwrap(), SignalInput { queue_depth: 0, arrival_rate_rps: 20.0 });
+    h.engine.push_signal(
+        &"llm".parse().unwrap(),
+        SignalInput {
+            queue_depth: 0,
+            arrival_rate_rps: 20.0,
+        },
+    );
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
     assert_eq!((status.hold, status.desired), (None, 4));
@@ -175,7 +233,10 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     // The signal goes quiet: after signal_max_age the pool holds at 4, neither up nor down.
     h.run_for(60).await;
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
-    assert_eq!((status.hold, status.desired), (Some(HoldReason::SignalStale), 4));
+    assert_eq!(
+        (status.hold, status.desired),
+        (Some(HoldReason::SignalStale), 4)
+    );
 }
 
 fn intent(h: &Harness, node: &str) -> NodeEvent {
@@ -208,17 +269,29 @@ fn intent(h: &Harness, node: &str) -> NodeEvent {
 async fn a_restart_reconciles_intents_without_outcomes() {
     let h = harness(CONFIG).await;
     // Crash after the intent, before the cloud call.
-    h.ledger.append_node_event(&intent(&h, "n-before-call")).await.unwrap();
+    h.ledger
+        .append_node_event(&intent(&h, "n-before-call"))
+        .await
+        .unwrap();
     // Crash after the cloud call, before the outcome.
     let after = intent(&h, "n-after-call");
     h.ledger.append_node_event(&after).await.unwrap();
-    let offering = h.config.offering(&"cheap".parse().unwrap()).unwrap().clone();
+    let offering = h
+        .config
+        .offering(&"cheap".parse().unwrap())
+        .unwrap()
+        .clone();
     let made = h
         .cloud
         .launch(&LaunchSpec {
             offering,
             client_token: after.client_token.clone(),
-            tags: OwnershipTags { cluster: "engine-test".into(), pool: "llm".into(), node: "n-after-call".into(), request: None },
+            tags: OwnershipTags {
+                cluster: "engine-test".into(),
+                pool: "llm".into(),
+                node: "n-after-call".into(),
+                request: None,
+            },
         })
         .await
         .unwrap();
@@ -228,10 +301,17 @@ async fn a_restart_reconciles_intents_without_outcomes() {
     engine.tick().await.unwrap();
     let instances = h.cloud.list_owned("engine-test").await.unwrap();
     assert_eq!(instances.len(), 2, "one instance per intent: {instances:?}");
-    assert!(instances.iter().any(|i| i.id == made.id), "the instance made before the crash is adopted");
+    assert!(
+        instances.iter().any(|i| i.id == made.id),
+        "the instance made before the crash is adopted"
+    );
     let live = h.ledger.live_nodes().await.unwrap();
     assert_eq!(live.len(), 2);
-    assert!(live.iter().all(|e| e.instance.is_some() && e.state != NodeState::Requested), "{live:?}");
+    assert!(
+        live.iter()
+            .all(|e| e.instance.is_some() && e.state != NodeState::Requested),
+        "{live:?}"
+    );
     // Nothing wanted them (no request, no signal, min 0): with no demand, they are not released
     // either, because the controller holds without a signal.
 }
@@ -245,27 +325,51 @@ async fn an_orphaned_instance_is_terminated() {
         .launch(&LaunchSpec {
             offering,
             client_token: "not-in-the-ledger".into(),
-            tags: OwnershipTags { cluster: "engine-test".into(), pool: "llm".into(), node: "ghost".into(), request: None },
+            tags: OwnershipTags {
+                cluster: "engine-test".into(),
+                pool: "llm".into(),
+                node: "ghost".into(),
+                request: None,
+            },
         })
         .await
         .unwrap();
     h.engine.tick().await.unwrap();
-    assert_eq!(h.cloud.describe(&orphan.id).await.unwrap().phase, InstancePhase::Terminated);
+    assert_eq!(
+        h.cloud.describe(&orphan.id).await.unwrap().phase,
+        InstancePhase::Terminated
+    );
 }
 
 #[tokio::test]
 async fn an_interrupted_spot_node_is_replaced() {
-    let h = harness(&CONFIG.replace("sim_capacity = 2", "sim_capacity = 2\nsim_spot_interruptions_per_hour = 30.0")).await;
+    let h = harness(&CONFIG.replace(
+        "sim_capacity = 2",
+        "sim_capacity = 2\nsim_spot_interruptions_per_hour = 30.0",
+    ))
+    .await;
     let id = h.request(1).await;
     // Two minutes at 30 interruptions an hour: the first node is almost surely gone
     // (seeded, so this run is the same every time).
     h.run_for(600).await;
     let events = h.ledger.node_events().await.unwrap();
-    let interrupted = events.iter().filter(|e| e.state == NodeState::Interrupted).count();
-    assert!(interrupted >= 1, "expected an interruption in ten minutes at 30/h");
+    let interrupted = events
+        .iter()
+        .filter(|e| e.state == NodeState::Interrupted)
+        .count();
+    assert!(
+        interrupted >= 1,
+        "expected an interruption in ten minutes at 30/h"
+    );
     let live = h.ledger.live_nodes().await.unwrap();
-    let serving_or_starting = live.iter().filter(|e| e.request.as_ref() == Some(&id) && e.state != NodeState::Warm).count();
-    assert_eq!(serving_or_starting, 1, "the request keeps one replica: {live:?}");
+    let serving_or_starting = live
+        .iter()
+        .filter(|e| e.request.as_ref() == Some(&id) && e.state != NodeState::Warm)
+        .count();
+    assert_eq!(
+        serving_or_starting, 1,
+        "the request keeps one replica: {live:?}"
+    );
     assert_eq!(h.live_instances().await, live.len());
 }
 
@@ -274,10 +378,22 @@ async fn cancelling_a_request_releases_its_nodes() {
     let h = harness(CONFIG).await;
     let id = h.request(2).await;
     h.run_for(300).await;
-    assert_eq!(h.ledger.capacity_request(&id).await.unwrap().unwrap().state, RequestState::Delivered);
+    assert_eq!(
+        h.ledger.capacity_request(&id).await.unwrap().unwrap().state,
+        RequestState::Delivered
+    );
     assert_eq!(h.live_instances().await, 2);
-    h.ledger.cancel_capacity_request(&id, h.clock.now()).await.unwrap();
-    h.engine.push_signal(&"llm".parse().unwrap(), SignalInput { queue_depth: 0, arrival_rate_rps: 0.0 });
+    h.ledger
+        .cancel_capacity_request(&id, h.clock.now())
+        .await
+        .unwrap();
+    h.engine.push_signal(
+        &"llm".parse().unwrap(),
+        SignalInput {
+            queue_depth: 0,
+            arrival_rate_rps: 0.0,
+        },
+    );
     h.engine.tick().await.unwrap();
     assert_eq!(h.live_instances().await, 0);
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
@@ -289,13 +405,24 @@ async fn cancelling_a_request_releases_its_nodes() {
 async fn the_budget_refuses_launches_it_cannot_hold() {
     // $1 a day; each launch holds an hour: the first cheap launch ($0.26) fits, and so do two
     // more, but not a fourth.
-    let text = format!("{CONFIG}\n[[budgets]]\naccount = \"ml\"\nperiod = \"day\"\nceiling_usd = \"1\"\n");
+    let text =
+        format!("{CONFIG}\n[[budgets]]\naccount = \"ml\"\nperiod = \"day\"\nceiling_usd = \"1\"\n");
     let h = harness(&text).await;
     h.cloud.set_capacity(&"cheap".parse().unwrap(), 10);
     let id = h.request(4).await;
     h.engine.tick().await.unwrap();
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
     assert_eq!(h.live_instances().await, 3);
-    assert_eq!(outcome.refusals.last().map(|r| r.reason), Some(RefusalReason::Budget));
-    assert!(outcome.refusals.last().unwrap().detail.contains("account ml"));
+    assert_eq!(
+        outcome.refusals.last().map(|r| r.reason),
+        Some(RefusalReason::Budget)
+    );
+    assert!(
+        outcome
+            .refusals
+            .last()
+            .unwrap()
+            .detail
+            .contains("account ml")
+    );
 }

@@ -132,7 +132,8 @@ pub trait Ledger: Send + Sync + Debug {
         at: Timestamp,
     ) -> Result<RequestOutcome, LedgerError>;
 
-    async fn capacity_request(&self, id: &RequestId) -> Result<Option<RequestOutcome>, LedgerError>;
+    async fn capacity_request(&self, id: &RequestId)
+    -> Result<Option<RequestOutcome>, LedgerError>;
 
     /// Requests still being worked on: neither cancelled nor closed by a refusal.
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError>;

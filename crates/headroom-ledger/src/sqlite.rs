@@ -76,7 +76,9 @@ fn event_from_row(row: &SqliteRow) -> Result<NodeEvent, LedgerError> {
         zone: row.try_get("zone")?,
         instance_type: row.try_get("instance_type")?,
         market: Market::parse(&market).ok_or_else(|| corrupt("market", &market))?,
-        request: row.try_get::<Option<String>, _>("request_id")?.map(RequestId),
+        request: row
+            .try_get::<Option<String>, _>("request_id")?
+            .map(RequestId),
         destination: Destination::parse(&destination)
             .ok_or_else(|| corrupt("destination", &destination))?,
         state: parse(NodeState::parse(&row.try_get::<String, _>("state")?))?,
@@ -93,7 +95,9 @@ fn refusal_from_row(row: &SqliteRow) -> Result<RefusalRecord, LedgerError> {
     let reason: String = row.try_get("reason")?;
     Ok(RefusalRecord {
         pool: parse(row.try_get::<String, _>("pool")?.parse())?,
-        request: row.try_get::<Option<String>, _>("request_id")?.map(RequestId),
+        request: row
+            .try_get::<Option<String>, _>("request_id")?
+            .map(RequestId),
         node: row.try_get::<Option<String>, _>("node_id")?.map(NodeId),
         offering: row
             .try_get::<Option<String>, _>("offering_id")?
@@ -226,15 +230,20 @@ impl Ledger for SqliteLedger {
             .fetch_optional(&self.pool)
             .await?
             .ok_or_else(|| LedgerError::UnknownRequest(id.clone()))?;
-        sqlx::query("INSERT OR IGNORE INTO request_cancellations (request_id, at_ms) VALUES (?, ?)")
-            .bind(&id.0)
-            .bind(ms(at))
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "INSERT OR IGNORE INTO request_cancellations (request_id, at_ms) VALUES (?, ?)",
+        )
+        .bind(&id.0)
+        .bind(ms(at))
+        .execute(&self.pool)
+        .await?;
         self.outcome(request_from_row(&row)?).await
     }
 
-    async fn capacity_request(&self, id: &RequestId) -> Result<Option<RequestOutcome>, LedgerError> {
+    async fn capacity_request(
+        &self,
+        id: &RequestId,
+    ) -> Result<Option<RequestOutcome>, LedgerError> {
         let row = sqlx::query("SELECT * FROM capacity_requests WHERE id = ?")
             .bind(&id.0)
             .fetch_optional(&self.pool)
@@ -254,11 +263,11 @@ impl Ledger for SqliteLedger {
                                AND f.reason IN ('budget', 'max_replicas', 'no_offering'))
              ORDER BY created_at_ms, id",
         )
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(request_from_row)
-            .collect()
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(request_from_row)
+        .collect()
     }
 
     async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {

@@ -2,8 +2,13 @@
 //! PostgreSQL backend can run the very same suite.
 
 use headroom_core::planner::Destination;
-use headroom_core::{Market, Money, NodeId, NodeState, Priority, ProviderKind, RefusalReason, RequestState, Timestamp};
-use headroom_ledger::{Ledger, LedgerError, NewCapacityRequest, NodeEvent, RefusalRecord, SqliteLedger};
+use headroom_core::{
+    Market, Money, NodeId, NodeState, Priority, ProviderKind, RefusalReason, RequestState,
+    Timestamp,
+};
+use headroom_ledger::{
+    Ledger, LedgerError, NewCapacityRequest, NodeEvent, RefusalRecord, SqliteLedger,
+};
 
 fn t(s: &str) -> Timestamp {
     s.parse().unwrap()
@@ -11,7 +16,9 @@ fn t(s: &str) -> Timestamp {
 
 async fn sqlite() -> (tempfile::TempDir, SqliteLedger) {
     let dir = tempfile::tempdir().unwrap();
-    let ledger = SqliteLedger::open_path(&dir.path().join("ledger.db")).await.unwrap();
+    let ledger = SqliteLedger::open_path(&dir.path().join("ledger.db"))
+        .await
+        .unwrap();
     (dir, ledger)
 }
 
@@ -25,7 +32,13 @@ fn new_request(key: Option<&str>, replicas: u32) -> NewCapacityRequest {
     }
 }
 
-fn event(node: &str, state: NodeState, at: &str, request: Option<&headroom_core::RequestId>, reason: &str) -> NodeEvent {
+fn event(
+    node: &str,
+    state: NodeState,
+    at: &str,
+    request: Option<&headroom_core::RequestId>,
+    reason: &str,
+) -> NodeEvent {
     NodeEvent {
         node: NodeId(node.into()),
         pool: "llama".parse().unwrap(),
@@ -42,31 +55,53 @@ fn event(node: &str, state: NodeState, at: &str, request: Option<&headroom_core:
         instance: Some(format!("i-{node}")),
         client_token: format!("tok-{node}"),
         price_usd_per_hour: "1.006".parse().unwrap(),
-        hold: if reason == "launch" { "1.006".parse().unwrap() } else { Money::ZERO },
+        hold: if reason == "launch" {
+            "1.006".parse().unwrap()
+        } else {
+            Money::ZERO
+        },
         reason: Some(reason.into()),
         at: t(at),
     }
 }
 
 async fn idempotency_key_returns_the_first_request(ledger: &dyn Ledger) {
-    let (first, created) = ledger.record_capacity_request(&new_request(Some("k1"), 2)).await.unwrap();
+    let (first, created) = ledger
+        .record_capacity_request(&new_request(Some("k1"), 2))
+        .await
+        .unwrap();
     assert!(created);
-    let (again, created) = ledger.record_capacity_request(&new_request(Some("k1"), 2)).await.unwrap();
+    let (again, created) = ledger
+        .record_capacity_request(&new_request(Some("k1"), 2))
+        .await
+        .unwrap();
     assert!(!created);
     assert_eq!(again.id, first.id);
-    match ledger.record_capacity_request(&new_request(Some("k1"), 3)).await {
+    match ledger
+        .record_capacity_request(&new_request(Some("k1"), 3))
+        .await
+    {
         Err(LedgerError::IdempotencyConflict { existing, .. }) => assert_eq!(existing, first.id),
         other => panic!("a reused key with another body must conflict, got {other:?}"),
     }
-    let (other, created) = ledger.record_capacity_request(&new_request(None, 2)).await.unwrap();
+    let (other, created) = ledger
+        .record_capacity_request(&new_request(None, 2))
+        .await
+        .unwrap();
     assert!(created);
     assert_ne!(other.id, first.id);
 }
 
 async fn outcome_follows_node_events_and_refusals(ledger: &dyn Ledger) {
-    let (req, _) = ledger.record_capacity_request(&new_request(None, 2)).await.unwrap();
+    let (req, _) = ledger
+        .record_capacity_request(&new_request(None, 2))
+        .await
+        .unwrap();
     let outcome = ledger.capacity_request(&req.id).await.unwrap().unwrap();
-    assert_eq!((outcome.state, outcome.delivered), (RequestState::Pending, 0));
+    assert_eq!(
+        (outcome.state, outcome.delivered),
+        (RequestState::Pending, 0)
+    );
 
     for (state, at, reason) in [
         (NodeState::Requested, "2026-11-30T09:00:00Z", "launch"),
@@ -74,10 +109,16 @@ async fn outcome_follows_node_events_and_refusals(ledger: &dyn Ledger) {
         (NodeState::Booting, "2026-11-30T09:00:02Z", "running"),
         (NodeState::Serving, "2026-11-30T09:04:02Z", "ready"),
     ] {
-        ledger.append_node_event(&event("n1", state, at, Some(&req.id), reason)).await.unwrap();
+        ledger
+            .append_node_event(&event("n1", state, at, Some(&req.id), reason))
+            .await
+            .unwrap();
     }
     let outcome = ledger.capacity_request(&req.id).await.unwrap().unwrap();
-    assert_eq!((outcome.state, outcome.delivered), (RequestState::PartiallyDelivered, 1));
+    assert_eq!(
+        (outcome.state, outcome.delivered),
+        (RequestState::PartiallyDelivered, 1)
+    );
     assert_eq!(ledger.live_nodes().await.unwrap().len(), 1);
 
     ledger
@@ -96,26 +137,73 @@ async fn outcome_follows_node_events_and_refusals(ledger: &dyn Ledger) {
     let outcome = ledger.capacity_request(&req.id).await.unwrap().unwrap();
     assert_eq!(outcome.state, RequestState::PartiallyDelivered);
     assert_eq!(outcome.refusals.len(), 1);
-    assert!(ledger.open_capacity_requests().await.unwrap().iter().all(|r| r.id != req.id), "a closing refusal ends the request");
+    assert!(
+        ledger
+            .open_capacity_requests()
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.id != req.id),
+        "a closing refusal ends the request"
+    );
 
-    ledger.append_node_event(&event("n1", NodeState::Terminated, "2026-11-30T10:00:02Z", Some(&req.id), "release")).await.unwrap();
+    ledger
+        .append_node_event(&event(
+            "n1",
+            NodeState::Terminated,
+            "2026-11-30T10:00:02Z",
+            Some(&req.id),
+            "release",
+        ))
+        .await
+        .unwrap();
     assert!(ledger.live_nodes().await.unwrap().is_empty());
 
     // Spend: booting 4 min + serving 56 min = one hour at $1.006.
     let summary = ledger.summary(t("2026-11-30T12:00:00Z")).await.unwrap();
     assert_eq!(summary.spend, "1.006".parse().unwrap());
-    assert_eq!((summary.capacity_requested, summary.capacity_delivered), (1, 1));
+    assert_eq!(
+        (summary.capacity_requested, summary.capacity_delivered),
+        (1, 1)
+    );
     assert_eq!(summary.refusals_by_reason.get("max_replicas"), Some(&1));
 }
 
 async fn cancellation_is_recorded_once(ledger: &dyn Ledger) {
-    let (req, _) = ledger.record_capacity_request(&new_request(None, 1)).await.unwrap();
+    let (req, _) = ledger
+        .record_capacity_request(&new_request(None, 1))
+        .await
+        .unwrap();
     let at = t("2026-11-30T09:30:00Z");
-    assert_eq!(ledger.cancel_capacity_request(&req.id, at).await.unwrap().state, RequestState::Cancelled);
-    assert_eq!(ledger.cancel_capacity_request(&req.id, at).await.unwrap().state, RequestState::Cancelled);
-    assert!(ledger.open_capacity_requests().await.unwrap().iter().all(|r| r.id != req.id));
+    assert_eq!(
+        ledger
+            .cancel_capacity_request(&req.id, at)
+            .await
+            .unwrap()
+            .state,
+        RequestState::Cancelled
+    );
+    assert_eq!(
+        ledger
+            .cancel_capacity_request(&req.id, at)
+            .await
+            .unwrap()
+            .state,
+        RequestState::Cancelled
+    );
+    assert!(
+        ledger
+            .open_capacity_requests()
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.id != req.id)
+    );
     let unknown = headroom_core::RequestId("cr-nope".into());
-    assert!(matches!(ledger.cancel_capacity_request(&unknown, at).await, Err(LedgerError::UnknownRequest(_))));
+    assert!(matches!(
+        ledger.cancel_capacity_request(&unknown, at).await,
+        Err(LedgerError::UnknownRequest(_))
+    ));
 }
 
 #[tokio::test]
@@ -141,11 +229,25 @@ async fn sqlite_ledger_is_append_only_and_survives_reopening() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let ledger = SqliteLedger::open_path(&path).await.unwrap();
-    let (req, _) = ledger.record_capacity_request(&new_request(Some("keep"), 1)).await.unwrap();
-    ledger.append_node_event(&event("n1", NodeState::Requested, "2026-11-30T09:00:00Z", Some(&req.id), "launch")).await.unwrap();
+    let (req, _) = ledger
+        .record_capacity_request(&new_request(Some("keep"), 1))
+        .await
+        .unwrap();
+    ledger
+        .append_node_event(&event(
+            "n1",
+            NodeState::Requested,
+            "2026-11-30T09:00:00Z",
+            Some(&req.id),
+            "launch",
+        ))
+        .await
+        .unwrap();
 
     // Anyone with the file and a SQL shell still cannot rewrite history.
-    let raw = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+    let raw = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
     for sql in [
         "UPDATE node_events SET price_micros = 0",
         "DELETE FROM node_events",
@@ -159,7 +261,10 @@ async fn sqlite_ledger_is_append_only_and_survives_reopening() {
     drop(ledger);
 
     let reopened = SqliteLedger::open_path(&path).await.unwrap();
-    let (again, created) = reopened.record_capacity_request(&new_request(Some("keep"), 1)).await.unwrap();
+    let (again, created) = reopened
+        .record_capacity_request(&new_request(Some("keep"), 1))
+        .await
+        .unwrap();
     assert!(!created, "the idempotency key must survive a restart");
     assert_eq!(again.id, req.id);
     assert_eq!(reopened.node_events().await.unwrap().len(), 1);

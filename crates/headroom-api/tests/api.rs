@@ -1,0 +1,359 @@
+//! The router in-process (tower `oneshot`), on a real SQLite ledger and the simulated cloud.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use headroom_api::{AppState, app};
+use headroom_cloud::ManualClock;
+use headroom_engine::{Config, Engine, sim_cloud_for};
+use headroom_ledger::{Ledger, SqliteLedger};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const CONFIG: &str = include_str!("../../../config/headroom.example.toml");
+
+struct Api {
+    _dir: tempfile::TempDir,
+    router: axum::Router,
+    ledger: Arc<SqliteLedger>,
+    clock: Arc<ManualClock>,
+}
+
+async fn api() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Arc::new(Config::parse(CONFIG, "example").unwrap());
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("api.db"))
+            .await
+            .unwrap(),
+    );
+    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
+    let engine = Engine::new(config, ledger.clone(), cloud, clock.clone());
+    Api {
+        _dir: dir,
+        router: app(AppState { engine }),
+        ledger,
+        clock,
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    content_type: String,
+    location: Option<String>,
+    body: Value,
+}
+
+impl Api {
+    async fn send(&self, request: Request<Body>) -> Reply {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let header_text = |name| {
+            response
+                .headers()
+                .get(name)
+                .map(|v: &header::HeaderValue| v.to_str().unwrap().to_string())
+        };
+        let content_type = header_text(header::CONTENT_TYPE).unwrap_or_default();
+        let location = header_text(header::LOCATION);
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
+        Reply {
+            status,
+            content_type,
+            location,
+            body,
+        }
+    }
+
+    async fn get(&self, uri: &str) -> Reply {
+        self.send(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+    }
+
+    async fn post_raw(
+        &self,
+        uri: &str,
+        content_type: Option<&str>,
+        key: Option<&str>,
+        body: impl Into<Body>,
+    ) -> Reply {
+        let mut builder = Request::post(uri);
+        if let Some(ct) = content_type {
+            builder = builder.header(header::CONTENT_TYPE, ct);
+        }
+        if let Some(key) = key {
+            builder = builder.header("idempotency-key", key);
+        }
+        self.send(builder.body(body.into()).unwrap()).await
+    }
+
+    async fn post(&self, uri: &str, key: Option<&str>, body: Value) -> Reply {
+        self.post_raw(uri, Some("application/json"), key, body.to_string())
+            .await
+    }
+
+    async fn ledger_rows(&self) -> (u64, usize) {
+        let summary = self.ledger.summary(self.clock_now()).await.unwrap();
+        (
+            summary.capacity_requests,
+            self.ledger.node_events().await.unwrap().len(),
+        )
+    }
+
+    fn clock_now(&self) -> headroom_core::Timestamp {
+        use headroom_cloud::Clock;
+        self.clock.now()
+    }
+}
+
+fn assert_problem(reply: &Reply, status: StatusCode, detail_contains: &str) {
+    assert_eq!(reply.status, status, "{:?}", reply.body);
+    assert_eq!(reply.content_type, "application/problem+json");
+    assert_eq!(reply.body["status"], status.as_u16());
+    assert!(
+        reply.body["type"].as_str().unwrap().starts_with("https://"),
+        "{:?}",
+        reply.body
+    );
+    assert!(reply.body["title"].is_string());
+    let detail = reply.body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(detail_contains),
+        "detail {detail:?} lacks {detail_contains:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_capacity_request_is_created_and_read_back() {
+    let api = api().await;
+    let created = api
+        .post(
+            "/v1/capacity-requests",
+            None,
+            json!({"pool": "llama-70b-interactive", "replicas": 2, "priority": "high"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    let id = created.body["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        created.location.as_deref(),
+        Some(format!("/v1/capacity-requests/{id}").as_str())
+    );
+    assert_eq!(created.body["state"], "pending");
+    assert_eq!(created.body["replicas"], 2);
+    assert_eq!(created.body["delivered"], 0);
+    assert_eq!(created.body["priority"], "high");
+
+    let read = api.get(&format!("/v1/capacity-requests/{id}")).await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(read.body["id"], id.as_str());
+    assert_eq!(read.body["pool"], "llama-70b-interactive");
+    assert_eq!(read.body["refusals"], json!([]));
+}
+
+#[tokio::test]
+async fn an_idempotency_key_makes_a_retry_return_the_same_request() {
+    let api = api().await;
+    let body = json!({"pool": "mistral-7b-batch", "replicas": 1});
+    let first = api
+        .post("/v1/capacity-requests", Some("retry-1"), body.clone())
+        .await;
+    let again = api
+        .post("/v1/capacity-requests", Some("retry-1"), body)
+        .await;
+    assert_eq!(
+        (first.status, again.status),
+        (StatusCode::CREATED, StatusCode::OK)
+    );
+    assert_eq!(first.body["id"], again.body["id"]);
+    assert_eq!(
+        api.ledger_rows().await.0,
+        1,
+        "a retry must not create a second request"
+    );
+
+    let conflict = api
+        .post(
+            "/v1/capacity-requests",
+            Some("retry-1"),
+            json!({"pool": "mistral-7b-batch", "replicas": 3}),
+        )
+        .await;
+    assert_problem(&conflict, StatusCode::CONFLICT, "different body");
+    assert_eq!(api.ledger_rows().await.0, 1);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_problem_and_changes_nothing() {
+    let api = api().await;
+    let uri = "/v1/capacity-requests";
+    let json_ct = Some("application/json");
+    let cases: Vec<(Reply, StatusCode, &str)> = vec![
+        (api.post_raw(uri, json_ct, None, "{\"pool\": ").await, StatusCode::BAD_REQUEST, "not valid"),
+        (api.post_raw(uri, json_ct, None, "").await, StatusCode::BAD_REQUEST, "not valid"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": "two"})).await, StatusCode::BAD_REQUEST, "invalid type"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": 0})).await, StatusCode::BAD_REQUEST, "replicas: must be at least 1"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": -3})).await, StatusCode::BAD_REQUEST, "replicas"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": 25})).await, StatusCode::BAD_REQUEST, "max_replicas of 24"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": 1e300})).await, StatusCode::BAD_REQUEST, "invalid type"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": 99999999999999999999u128 as f64})).await, StatusCode::BAD_REQUEST, ""),
+        (api.post(uri, None, json!({"pool": "no-such-pool", "replicas": 1})).await, StatusCode::BAD_REQUEST, "no pool named no-such-pool"),
+        (api.post(uri, None, json!({"pool": "x'; DROP TABLE capacity_requests; --", "replicas": 1})).await, StatusCode::BAD_REQUEST, "pool:"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": 1, "priority": "urgent"})).await, StatusCode::BAD_REQUEST, "priority"),
+        (api.post(uri, None, json!({"pool": "llama-70b-interactive", "replicas": 1, "extra": true})).await, StatusCode::BAD_REQUEST, "unknown field"),
+        (api.post(uri, None, json!(["llama-70b-interactive", 1])).await, StatusCode::BAD_REQUEST, "expected a JSON object"),
+        (api.post_raw(uri, None, None, "{\"pool\":\"llama-70b-interactive\",\"replicas\":1}").await, StatusCode::UNSUPPORTED_MEDIA_TYPE, "application/json"),
+        (api.post_raw(uri, Some("text/plain"), None, "{}").await, StatusCode::UNSUPPORTED_MEDIA_TYPE, "application/json"),
+        (api.post_raw(uri, json_ct, None, vec![b' '; 10 * 1024 * 1024]).await, StatusCode::PAYLOAD_TOO_LARGE, "exceeds"),
+        (api.post_raw(uri, json_ct, None, format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))).await, StatusCode::BAD_REQUEST, "not valid"),
+        (api.post(uri, Some(&"k".repeat(300)), json!({"pool": "llama-70b-interactive", "replicas": 1})).await, StatusCode::BAD_REQUEST, "Idempotency-Key"),
+    ];
+    for (reply, status, detail) in &cases {
+        assert_problem(reply, *status, detail);
+    }
+    assert_eq!(
+        api.ledger_rows().await,
+        (0, 0),
+        "bad input must not touch the ledger"
+    );
+}
+
+#[tokio::test]
+async fn unknown_things_are_404_problems() {
+    let api = api().await;
+    assert_problem(
+        &api.get("/v1/capacity-requests/cr-doesnotexist").await,
+        StatusCode::NOT_FOUND,
+        "no capacity request",
+    );
+    assert_problem(
+        &api.get("/v1/capacity-requests/..%2F..%2Fetc%2Fpasswd")
+            .await,
+        StatusCode::NOT_FOUND,
+        "no capacity request",
+    );
+    assert_problem(
+        &api.get("/v1/pools/nope").await,
+        StatusCode::NOT_FOUND,
+        "no pool named",
+    );
+    assert_problem(
+        &api.get("/v1/nothing-here").await,
+        StatusCode::NOT_FOUND,
+        "no such endpoint",
+    );
+    let delete = api
+        .send(Request::delete("/v1/pools").body(Body::empty()).unwrap())
+        .await;
+    assert_problem(&delete, StatusCode::METHOD_NOT_ALLOWED, "method");
+}
+
+#[tokio::test]
+async fn pools_show_their_counts() {
+    let api = api().await;
+    let pools = api.get("/v1/pools").await;
+    assert_eq!(pools.status, StatusCode::OK);
+    let names: Vec<&str> = pools.body["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["llama-70b-interactive", "mistral-7b-batch"]);
+    let pool = api.get("/v1/pools/llama-70b-interactive").await;
+    assert_eq!(pool.status, StatusCode::OK);
+    for key in [
+        "desired",
+        "requested",
+        "starting",
+        "ready",
+        "warm",
+        "draining",
+    ] {
+        assert!(
+            pool.body[key].is_u64(),
+            "{key} missing from {:?}",
+            pool.body
+        );
+    }
+    assert_eq!(pool.body["max_replicas"], 24);
+    assert_eq!(pool.body["hold"], "signal_missing");
+}
+
+#[tokio::test]
+async fn signals_are_validated_and_accepted() {
+    let api = api().await;
+    let uri = "/v1/pools/llama-70b-interactive/signals";
+    let ok = api
+        .post(
+            uri,
+            None,
+            json!({"queue_depth": 40, "arrival_rate_rps": 200.0}),
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::ACCEPTED);
+    assert_problem(
+        &api.post(uri, None, json!({"queue_depth": -1})).await,
+        StatusCode::BAD_REQUEST,
+        "queue_depth",
+    );
+    assert_problem(
+        &api.post(
+            uri,
+            None,
+            json!({"queue_depth": 1, "arrival_rate_rps": -5.0}),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "arrival_rate_rps",
+    );
+    assert_problem(
+        &api.post("/v1/pools/ghost/signals", None, json!({"queue_depth": 1}))
+            .await,
+        StatusCode::NOT_FOUND,
+        "no pool",
+    );
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let api = api().await;
+    assert_eq!(api.get("/healthz").await.status, StatusCode::OK);
+    assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_request_can_be_cancelled() {
+    let api = api().await;
+    let created = api
+        .post(
+            "/v1/capacity-requests",
+            None,
+            json!({"pool": "mistral-7b-batch", "replicas": 1}),
+        )
+        .await;
+    let id = created.body["id"].as_str().unwrap();
+    let cancelled = api
+        .send(
+            Request::delete(format!("/v1/capacity-requests/{id}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(cancelled.status, StatusCode::OK);
+    assert_eq!(cancelled.body["state"], "cancelled");
+    let gone = api
+        .send(
+            Request::delete("/v1/capacity-requests/cr-none")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_problem(&gone, StatusCode::NOT_FOUND, "no capacity request");
+}

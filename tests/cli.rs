@@ -1,0 +1,242 @@
+//! End-to-end tests of the `headroom` binary: the demo over real HTTP, and the CLI's errors.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+struct Reply {
+    status: u16,
+    content_type: String,
+    body: Value,
+}
+
+fn call(agent: &ureq::Agent, method: &str, url: &str, body: Option<&str>) -> Reply {
+    let mut response = match (method, body) {
+        ("GET", _) => agent.get(url).call(),
+        ("POST", Some(b)) => agent
+            .post(url)
+            .header("content-type", "application/json")
+            .send(b),
+        _ => unreachable!("test helper used with {method}"),
+    }
+    .unwrap();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let text = response.body_mut().read_to_string().unwrap();
+    Reply {
+        status: response.status().as_u16(),
+        content_type,
+        body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    }
+}
+
+#[test]
+fn demo_serves_the_api_while_it_runs_and_prints_a_json_summary() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let mut child = Command::new(BIN)
+        .args([
+            "demo",
+            "--seconds",
+            "15",
+            "--json",
+            "--speedup",
+            "20",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--database")
+        .arg(&db)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let agent = agent();
+    // Bounded wait for the listener: 300 polls, 100 ms apart.
+    let up = (0..300).any(|_| {
+        let ok = agent.get(format!("{base}/healthz")).call().is_ok();
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    });
+    assert!(up, "demo did not start listening within 30 s");
+
+    let pools = call(&agent, "GET", &format!("{base}/v1/pools"), None);
+    assert_eq!(pools.status, 200);
+    let names: Vec<&str> = pools.body["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["llama-70b-interactive", "mistral-7b-batch"]);
+    let interactive = &pools.body["pools"][0];
+    assert!(
+        interactive["ready"].as_u64().unwrap() >= 8,
+        "the demo fills the pool's floor first: {interactive}"
+    );
+
+    let created = call(
+        &agent,
+        "POST",
+        &format!("{base}/v1/capacity-requests"),
+        Some(&json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string()),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let id = created.body["id"].as_str().unwrap();
+    let read = call(
+        &agent,
+        "GET",
+        &format!("{base}/v1/capacity-requests/{id}"),
+        None,
+    );
+    assert_eq!(read.status, 200);
+    assert_eq!(read.body["id"], id);
+
+    let malformed = call(
+        &agent,
+        "POST",
+        &format!("{base}/v1/capacity-requests"),
+        Some("{\"pool\": \"mistral-7b-batch\", \"replicas\": "),
+    );
+    assert_eq!(malformed.status, 400);
+    assert_eq!(malformed.content_type, "application/problem+json");
+    assert_eq!(malformed.body["status"], 400);
+
+    let status = child.wait().unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "demo failed: {stderr}");
+    let summary: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout}"));
+    for key in [
+        "requests_total",
+        "capacity_requested",
+        "capacity_delivered",
+        "refusals",
+    ] {
+        assert!(summary[key].is_u64(), "{key} missing: {summary}");
+    }
+    assert!(
+        summary["requests_total"].as_u64().unwrap() > 1000,
+        "{summary}"
+    );
+    assert!(
+        summary["capacity_delivered"].as_u64().unwrap() >= 10,
+        "the floors were delivered: {summary}"
+    );
+    let spend: f64 = summary["spend_usd"].as_str().unwrap().parse().unwrap();
+    assert!(spend > 0.0, "{summary}");
+    assert!(
+        summary["capacity_requests"].as_u64().unwrap() == 1,
+        "{summary}"
+    );
+    assert!(
+        stderr.contains("llama-70b-interactive q="),
+        "interval lines go to stderr with --json: {stderr}"
+    );
+    assert!(db.exists(), "--database keeps the ledger");
+}
+
+#[test]
+fn config_check_reports_each_problem_on_one_line_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let ok = Command::new(BIN)
+        .args([
+            "config",
+            "check",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/headroom.example.toml"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        example
+            .replace("min_replicas = 8", "min_replicas = 99")
+            .replace("hold_horizon = \"1h\"", "hold_horizon = \"soon\""),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("pools[0].min_replicas") && l.contains("fix:")),
+        "{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("engine.hold_horizon") && l.contains("fix:")),
+        "{stderr}"
+    );
+
+    let missing = Command::new(BIN)
+        .args(["config", "check", "/no/such/file.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(missing.stderr).unwrap().lines().count(),
+        1
+    );
+}
