@@ -13,8 +13,8 @@ use headroom_core::planner::{
     self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput,
 };
 use headroom_core::{
-    CapacityRequest, Money, NodeId, NodeState, Offering, OfferingId, PoolName, PoolSpec,
-    RefusalReason, RequestId, Timestamp,
+    CapacityRequest, NodeId, NodeState, Offering, OfferingId, PoolName, PoolSpec, RefusalReason,
+    RequestId, Timestamp,
 };
 use headroom_ledger::{Ledger, LedgerError, NodeEvent, RefusalRecord, derive};
 use serde::Serialize;
@@ -113,46 +113,6 @@ pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
 /// pool can need one round per offering plus one.
 const MAX_FALLBACK_ROUNDS: usize = 16;
-
-fn event_for(
-    pool: &PoolSpec,
-    offering: &Offering,
-    node: &NodeId,
-    request: Option<&RequestId>,
-    destination: Destination,
-) -> NodeEvent {
-    NodeEvent {
-        node: node.clone(),
-        pool: pool.name.clone(),
-        account: pool.account.clone(),
-        offering: offering.id.clone(),
-        provider: offering.provider,
-        region: offering.region.clone(),
-        zone: offering.zone.clone(),
-        instance_type: offering.instance_type.clone(),
-        market: offering.market,
-        request: request.cloned(),
-        destination,
-        state: NodeState::Requested,
-        instance: None,
-        client_token: format!("hr-{}", node.0),
-        price_usd_per_hour: offering.price_usd_per_hour,
-        hold: Money::ZERO,
-        reason: None,
-        at: chrono::DateTime::UNIX_EPOCH,
-    }
-}
-
-/// The next event of a node's history: same node, new state.
-fn next(last: &NodeEvent, state: NodeState, reason: &str, now: Timestamp) -> NodeEvent {
-    NodeEvent {
-        state,
-        hold: Money::ZERO,
-        reason: Some(reason.to_string()),
-        at: now,
-        ..last.clone()
-    }
-}
 
 impl Engine {
     pub fn new(
@@ -313,7 +273,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let ledger = &self.ledger;
         let append = |state, reason: &str| {
-            let mut e = next(last, state, reason, now);
+            let mut e = last.next(state, reason, now);
             if let Some(i) = instance {
                 e.instance = Some(i.id.0.clone());
             }
@@ -337,7 +297,7 @@ impl Engine {
             }
             (NodeState::Launching | NodeState::Booting, Some(InstancePhase::Ready)) => {
                 if last.destination == Destination::Warm {
-                    self.stop_to_warm(last, instance, "warmed").await?;
+                    self.stop_to_warm(last, "warmed").await?;
                 } else {
                     append(NodeState::Serving, "ready").await?;
                 }
@@ -347,16 +307,16 @@ impl Engine {
                 Some(InstancePhase::Interrupted),
             ) => {
                 append(NodeState::Interrupted, "spot_interruption").await?;
-                self.terminate_node(last, instance, "interrupted").await?;
+                self.terminate_node(last, "interrupted").await?;
             }
             (NodeState::Interrupted | NodeState::Failed, _) => {
-                self.terminate_node(last, instance, "cleanup").await?;
+                self.terminate_node(last, "cleanup").await?;
             }
             (NodeState::Draining, _) => {
                 if last.reason.as_deref() == Some("release_to_warm") && instance.is_some() {
-                    self.stop_to_warm(last, instance, "released").await?;
+                    self.stop_to_warm(last, "released").await?;
                 } else {
-                    self.terminate_node(last, instance, "released").await?;
+                    self.terminate_node(last, "released").await?;
                 }
             }
             (state, None) if state != NodeState::Requested => {
@@ -369,21 +329,15 @@ impl Engine {
         Ok(())
     }
 
-    async fn stop_to_warm(
-        &self,
-        last: &NodeEvent,
-        instance: Option<&Instance>,
-        reason: &str,
-    ) -> Result<(), EngineError> {
-        let now = self.clock.now();
-        let Some(instance) = instance else {
-            return Ok(());
+    /// Stops the node's instance (it keeps its disk) and parks it warm, detached from any request.
+    async fn stop_to_warm(&self, last: &NodeEvent, reason: &str) -> Result<(), EngineError> {
+        let Some(id) = last.instance.clone().map(InstanceId) else {
+            return self.terminate_node(last, reason).await;
         };
-        match self.cloud.stop(&instance.id).await {
+        match self.cloud.stop(&id).await {
             Ok(_) => {
-                let mut e = next(last, NodeState::Warm, reason, now);
+                let mut e = last.next(NodeState::Warm, reason, self.clock.now());
                 e.request = None;
-                e.instance = Some(instance.id.0.clone());
                 self.ledger.append_node_event(&e).await?;
             }
             Err(e) => {
@@ -393,17 +347,9 @@ impl Engine {
         Ok(())
     }
 
-    async fn terminate_node(
-        &self,
-        last: &NodeEvent,
-        instance: Option<&Instance>,
-        reason: &str,
-    ) -> Result<(), EngineError> {
-        let now = self.clock.now();
-        let id = instance
-            .map(|i| i.id.clone())
-            .or_else(|| last.instance.clone().map(InstanceId));
-        if let Some(id) = id {
+    /// Terminates the node's instance, if it has one, and records the end of the node.
+    async fn terminate_node(&self, last: &NodeEvent, reason: &str) -> Result<(), EngineError> {
+        if let Some(id) = last.instance.clone().map(InstanceId) {
             match self.cloud.terminate(&id).await {
                 Ok(()) | Err(CloudError::NotFound(_)) => {}
                 Err(e) => {
@@ -413,7 +359,7 @@ impl Engine {
             }
         }
         self.ledger
-            .append_node_event(&next(last, NodeState::Terminated, reason, now))
+            .append_node_event(&last.next(NodeState::Terminated, reason, self.clock.now()))
             .await?;
         Ok(())
     }
@@ -440,7 +386,7 @@ impl Engine {
         let now = self.clock.now();
         match result {
             Ok(instance) => {
-                let mut e = next(intent, NodeState::Launching, "accepted", now);
+                let mut e = intent.next(NodeState::Launching, "accepted", now);
                 e.instance = Some(instance.id.0);
                 self.ledger.append_node_event(&e).await?;
                 Ok(None)
@@ -454,7 +400,7 @@ impl Engine {
             Err(err) => {
                 let class = err.class();
                 self.ledger
-                    .append_node_event(&next(intent, NodeState::Refused, err.code(), now))
+                    .append_node_event(&intent.next(NodeState::Refused, err.code(), now))
                     .await?;
                 self.ledger
                     .append_refusal(&RefusalRecord {
@@ -649,11 +595,15 @@ impl Engine {
                         continue;
                     };
                     let node = NodeId(format!("n-{}", uuid::Uuid::new_v4().simple()));
-                    let mut intent =
-                        event_for(pool, &offering, &node, request.as_ref(), *destination);
-                    intent.hold = *hold;
-                    intent.reason = Some("launch".to_string());
-                    intent.at = now;
+                    let intent = NodeEvent::launch_intent(
+                        pool,
+                        &offering,
+                        node,
+                        request.clone(),
+                        *destination,
+                        *hold,
+                        now,
+                    );
                     // Intent first: if we die after the cloud call, the restart finds this row.
                     self.ledger.append_node_event(&intent).await?;
                     if let Some(err) = self.launch_for_intent(pool, &offering, &intent).await?
@@ -675,13 +625,13 @@ impl Engine {
                     let Some(instance) = last.instance.clone().map(InstanceId) else {
                         continue;
                     };
-                    let mut e = next(last, NodeState::Booting, "wake", now);
+                    let mut e = last.next(NodeState::Booting, "wake", now);
                     e.request = request.clone();
                     e.destination = Destination::Serve;
                     e.hold = *hold;
                     self.ledger.append_node_event(&e).await?;
                     if let Err(err) = self.cloud.start(&instance).await {
-                        let back = next(&e, NodeState::Warm, err.code(), self.clock.now());
+                        let back = e.next(NodeState::Warm, err.code(), self.clock.now());
                         self.ledger
                             .append_node_event(&NodeEvent {
                                 request: None,
@@ -716,27 +666,12 @@ impl Engine {
                     } else {
                         "release_terminate"
                     };
-                    let draining = next(last, NodeState::Draining, reason, now);
+                    let draining = last.next(NodeState::Draining, reason, now);
                     self.ledger.append_node_event(&draining).await?;
-                    let instance = last.instance.clone().map(|id| Instance {
-                        id: InstanceId(id),
-                        offering: last.offering.clone(),
-                        client_token: last.client_token.clone(),
-                        tags: OwnershipTags {
-                            cluster: String::new(),
-                            pool: String::new(),
-                            node: String::new(),
-                            request: None,
-                        },
-                        phase: InstancePhase::Ready,
-                        launched_at: now,
-                    });
                     if *to_warm {
-                        self.stop_to_warm(&draining, instance.as_ref(), "released")
-                            .await?;
+                        self.stop_to_warm(&draining, "released").await?;
                     } else {
-                        self.terminate_node(&draining, instance.as_ref(), "released")
-                            .await?;
+                        self.terminate_node(&draining, "released").await?;
                     }
                 }
                 Action::Refuse {

@@ -241,26 +241,16 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
 
 fn intent(h: &Harness, node: &str) -> NodeEvent {
     let offering = h.config.offering(&"cheap".parse().unwrap()).unwrap();
-    NodeEvent {
-        node: NodeId(node.into()),
-        pool: "llm".parse().unwrap(),
-        account: "ml".parse().unwrap(),
-        offering: offering.id.clone(),
-        provider: offering.provider,
-        region: offering.region.clone(),
-        zone: offering.zone.clone(),
-        instance_type: offering.instance_type.clone(),
-        market: offering.market,
-        request: None,
-        destination: Destination::Serve,
-        state: NodeState::Requested,
-        instance: None,
-        client_token: format!("hr-{node}"),
-        price_usd_per_hour: offering.price_usd_per_hour,
-        hold: offering.price_usd_per_hour,
-        reason: Some("launch".into()),
-        at: h.clock.now(),
-    }
+    let pool = h.config.pool(&"llm".parse().unwrap()).unwrap();
+    NodeEvent::launch_intent(
+        pool,
+        offering,
+        NodeId(node.into()),
+        None,
+        Destination::Serve,
+        offering.price_usd_per_hour,
+        h.clock.now(),
+    )
 }
 
 /// A crash between the ledger intent and the cloud call, and one between the cloud call and the

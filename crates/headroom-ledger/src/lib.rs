@@ -89,6 +89,52 @@ pub struct NodeEvent {
     pub at: Timestamp,
 }
 
+impl NodeEvent {
+    /// The intent that starts a launch: written before the cloud call, carrying the client token
+    /// (`hr-<node>`) the call will use and the budget hold it places.
+    pub fn launch_intent(
+        pool: &headroom_core::PoolSpec,
+        offering: &headroom_core::Offering,
+        node: NodeId,
+        request: Option<RequestId>,
+        destination: Destination,
+        hold: Money,
+        at: Timestamp,
+    ) -> NodeEvent {
+        NodeEvent {
+            client_token: format!("hr-{}", node.0),
+            node,
+            pool: pool.name.clone(),
+            account: pool.account.clone(),
+            offering: offering.id.clone(),
+            provider: offering.provider,
+            region: offering.region.clone(),
+            zone: offering.zone.clone(),
+            instance_type: offering.instance_type.clone(),
+            market: offering.market,
+            request,
+            destination,
+            state: NodeState::Requested,
+            instance: None,
+            price_usd_per_hour: offering.price_usd_per_hour,
+            hold,
+            reason: Some("launch".to_string()),
+            at,
+        }
+    }
+
+    /// The next event of this node's history: same node, new state, no new hold.
+    pub fn next(&self, state: NodeState, reason: &str, at: Timestamp) -> NodeEvent {
+        NodeEvent {
+            state,
+            hold: Money::ZERO,
+            reason: Some(reason.to_string()),
+            at,
+            ..self.clone()
+        }
+    }
+}
+
 /// Every "no", with its reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RefusalRecord {
