@@ -13,7 +13,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use headroom_cloud::{Clock, SystemClock};
 use headroom_engine::{Config, Engine, sim_cloud_for};
-use headroom_ledger::SqliteLedger;
+use headroom_ledger::{Ledger, PostgresLedger, SqliteLedger};
 
 /// The built-in configuration `demo` runs: the documented example.
 pub const EXAMPLE_CONFIG: &str = include_str!("../config/headroom.example.toml");
@@ -40,9 +40,15 @@ enum Command {
         /// Overrides the file's `listen`.
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
-        /// Overrides the file's `database_url` (sqlite://PATH).
+        /// Overrides the file's `database_url` (sqlite://PATH or postgres://…).
         #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
         database_url: Option<String>,
+    },
+    /// Create or upgrade the ledger's schema.
+    Migrate {
+        /// sqlite://PATH or postgres://USER@HOST:PORT/DB
+        #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
+        database_url: String,
     },
     /// Work with configuration files.
     Config {
@@ -85,6 +91,7 @@ fn main() -> ExitCode {
                 listen,
                 database_url,
             } => serve(&config, listen, database_url).await,
+            Command::Migrate { database_url } => migrate(&database_url).await,
             Command::Config {
                 command: ConfigCommand::Check { file },
             } => config_check(&file),
@@ -140,23 +147,31 @@ fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the ledger named by a URL; only SQLite is built in so far.
-pub async fn open_ledger(url: &str) -> anyhow::Result<SqliteLedger> {
+/// Opens (and migrates) the ledger a URL names: `sqlite://PATH` or `postgres://…`.
+pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
     if url.starts_with("sqlite:") {
-        return SqliteLedger::connect(url)
+        let ledger = SqliteLedger::connect(url)
             .await
-            .with_context(|| format!("opening ledger {url}"));
+            .with_context(|| format!("opening ledger {url}"))?;
+        return Ok(Arc::new(ledger));
     }
     if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        return Err(BadInput(
-            "--database-url: the PostgreSQL ledger is not built yet; use sqlite://PATH".into(),
-        )
-        .into());
+        let ledger = PostgresLedger::connect(url)
+            .await
+            .context("opening the PostgreSQL ledger")?;
+        return Ok(Arc::new(ledger));
     }
     Err(BadInput(format!(
-        "--database-url: {url:?} is not a ledger URL; use sqlite://PATH"
+        "--database-url: {:?} is not a ledger URL; use sqlite://PATH or postgres://USER@HOST:PORT/DB",
+        url.chars().take(40).collect::<String>()
     ))
     .into())
+}
+
+async fn migrate(database_url: &str) -> anyhow::Result<ExitCode> {
+    open_ledger(database_url).await?;
+    println!("ledger migrated");
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn serve(
@@ -168,7 +183,7 @@ async fn serve(
     let url = database_url
         .or_else(|| config.database_url.clone())
         .unwrap_or_else(|| "sqlite://headroom.db".to_string());
-    let ledger = Arc::new(open_ledger(&url).await?);
+    let ledger = open_ledger(&url).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
     let engine = Engine::new(config.clone(), ledger, cloud, clock);

@@ -240,3 +240,155 @@ fn config_check_reports_each_problem_on_one_line_with_exit_code_2() {
         1
     );
 }
+
+/// A fresh database on the PostgreSQL server `DATABASE_URL` names.
+fn fresh_postgres_database() -> String {
+    let url = std::env::var("DATABASE_URL")
+        .expect("DATABASE_URL is not set: run ./scripts/test, which starts a throwaway PostgreSQL");
+    let name = format!("headroom_cli_{}", uuid::Uuid::new_v4().simple());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let admin = sqlx::PgPool::connect(&url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        admin.close().await;
+    });
+    let (base, _) = url.rsplit_once('/').unwrap();
+    format!("{base}/{name}")
+}
+
+#[test]
+fn serve_runs_on_postgres_and_stops_gracefully_on_sigterm() {
+    let db = fresh_postgres_database();
+    let migrated = Command::new(BIN)
+        .args(["migrate", "--database-url", &db])
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+
+    let (mut child, base) = start_serve(&db);
+    let agent = agent();
+
+    let body = json!({"pool": "mistral-7b-batch", "replicas": 2}).to_string();
+    let created = call(
+        &agent,
+        "POST",
+        &format!("{base}/v1/capacity-requests"),
+        Some(&body),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let id = created.body["id"].as_str().unwrap().to_string();
+    // The reconcile loop launches for it at once: two nodes starting on the simulated cloud.
+    let starting = (0..100).any(|_| {
+        let pool = call(
+            &agent,
+            "GET",
+            &format!("{base}/v1/pools/mistral-7b-batch"),
+            None,
+        );
+        let n = pool.body["requested"].as_u64().unwrap_or(0)
+            + pool.body["starting"].as_u64().unwrap_or(0);
+        if n < 2 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        n >= 2
+    });
+    assert!(starting, "the loop did not launch for the request");
+    let budget = call(&agent, "GET", &format!("{base}/v1/budgets/research"), None);
+    assert_eq!(budget.status, 200, "{:?}", budget.body);
+    assert_ne!(
+        budget.body["held"], "0.000000",
+        "the launches hold money: {:?}",
+        budget.body
+    );
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        status.success(),
+        "serve did not exit cleanly on SIGTERM: {status:?} {stderr}"
+    );
+
+    // The ledger outlives the process: a new one answers for the same request.
+    let (mut again, base) = start_serve(&db);
+    let read = call(
+        &agent,
+        "GET",
+        &format!("{base}/v1/capacity-requests/{id}"),
+        None,
+    );
+    assert_eq!(read.status, 200, "{:?}", read.body);
+    assert_eq!(read.body["replicas"], 2);
+    again.kill().unwrap();
+    again.wait().unwrap();
+}
+
+/// Starts `headroom serve` on the example configuration and `db`; returns once it is ready.
+fn start_serve(db: &str) -> (std::process::Child, String) {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let child = Command::new(BIN)
+        .args([
+            "serve",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/headroom.example.toml"),
+        ])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            db,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent = agent();
+    let up = (0..300).any(|_| {
+        let ok = agent.get(format!("{base}/readyz")).call().is_ok();
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    });
+    assert!(up, "serve did not become ready");
+    (child, base)
+}
+
+#[test]
+fn a_bad_database_url_is_one_line_and_exit_code_2() {
+    let out = Command::new(BIN)
+        .args(["migrate", "--database-url", "mysql://nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--database-url") && stderr.contains("postgres://"),
+        "{stderr}"
+    );
+}

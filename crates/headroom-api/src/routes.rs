@@ -7,7 +7,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use headroom_core::{PoolName, Priority, RequestId};
+use headroom_core::{
+    AccountName, Budget, BudgetPeriod, HardAction, Money, PoolName, Priority, RequestId, Timestamp,
+};
 use headroom_engine::{PoolStatus, SignalInput};
 use headroom_ledger::NewCapacityRequest;
 use serde::Deserialize;
@@ -28,6 +30,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pools", get(list_pools))
         .route("/v1/pools/{name}", get(get_pool))
         .route("/v1/pools/{name}/signals", post(push_signal))
+        .route("/v1/budgets", get(list_budgets))
+        .route("/v1/budgets/{account}", get(get_budget).put(put_budget))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -317,4 +321,155 @@ async fn push_signal(
         },
     );
     Ok(StatusCode::ACCEPTED)
+}
+
+/// A budget as finance reads it: the ceiling in force and where the period stands.
+#[derive(Debug, serde::Serialize)]
+struct BudgetView {
+    account: AccountName,
+    currency: &'static str,
+    period: BudgetPeriod,
+    period_start: Timestamp,
+    period_end: Timestamp,
+    ceiling: Money,
+    spent: Money,
+    held: Money,
+    remaining: Money,
+    soft_threshold_percent: u8,
+    soft_threshold_reached: bool,
+    hard_action: HardAction,
+}
+
+async fn budget_view(state: &AppState, budget: Budget) -> Result<BudgetView, ApiError> {
+    let now = state.engine.clock().now();
+    let standing = state.engine.ledger().budget_standing(&budget, now).await?;
+    let (period_start, period_end) = budget.period.bounds(now);
+    let committed = standing.spent + standing.held;
+    // Integer arithmetic: committed / ceiling >= threshold / 100.
+    let soft_threshold_reached = (committed.micros() as i128) * 100
+        >= (budget.ceiling.micros() as i128) * budget.soft_threshold_percent as i128;
+    Ok(BudgetView {
+        account: budget.account,
+        currency: "USD",
+        period: budget.period,
+        period_start,
+        period_end,
+        ceiling: standing.ceiling,
+        spent: standing.spent,
+        held: standing.held,
+        remaining: standing.remaining(),
+        soft_threshold_percent: budget.soft_threshold_percent,
+        soft_threshold_reached,
+        hard_action: budget.hard_action,
+    })
+}
+
+#[derive(Debug, serde::Serialize)]
+struct BudgetList {
+    budgets: Vec<BudgetView>,
+}
+
+async fn list_budgets(State(state): State<AppState>) -> Result<Json<BudgetList>, ApiError> {
+    let mut budgets = Vec::new();
+    for budget in state.engine.ledger().budgets().await? {
+        budgets.push(budget_view(&state, budget).await?);
+    }
+    Ok(Json(BudgetList { budgets }))
+}
+
+fn account_from_path(path: Result<Path<String>, PathRejection>) -> Result<AccountName, ApiError> {
+    let Path(raw) =
+        path.map_err(|_| ApiError::bad("bad-path", "the account in the path is not valid UTF-8"))?;
+    raw.parse::<AccountName>()
+        .map_err(|e| ApiError::NotFound(format!("no budget for {:?}: {e}", truncate(&raw))))
+}
+
+async fn get_budget(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<BudgetView>, ApiError> {
+    let account = account_from_path(path)?;
+    let budget = state
+        .engine
+        .ledger()
+        .budget(&account)
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no budget for account {account}; PUT /v1/budgets/{account} sets one"
+            ))
+        })?;
+    Ok(Json(budget_view(&state, budget).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBudget {
+    period: String,
+    ceiling_usd: String,
+    #[serde(default)]
+    soft_threshold_percent: Option<i64>,
+    #[serde(default)]
+    hard_action: Option<String>,
+}
+
+async fn put_budget(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<BudgetView>, ApiError> {
+    let account = account_from_path(path).map_err(|_| {
+        ApiError::bad(
+            "invalid-account",
+            "account: use 1-63 characters of a-z, 0-9, '-', '_' and '.'",
+        )
+    })?;
+    let input: PutBudget = json_body(&headers, body)?;
+    let period = BudgetPeriod::parse(&input.period).ok_or_else(|| {
+        ApiError::bad(
+            "invalid-budget",
+            "period: use \"hour\", \"day\" or \"month\"",
+        )
+    })?;
+    let ceiling: Money = input
+        .ceiling_usd
+        .parse()
+        .map_err(|e| ApiError::bad("invalid-budget", format!("ceiling_usd: {e}")))?;
+    if ceiling <= Money::ZERO {
+        return Err(ApiError::bad(
+            "invalid-budget",
+            "ceiling_usd: must be more than zero",
+        ));
+    }
+    let soft = input.soft_threshold_percent.unwrap_or(80);
+    if !(1..=100).contains(&soft) {
+        return Err(ApiError::bad(
+            "invalid-budget",
+            "soft_threshold_percent: must be between 1 and 100",
+        ));
+    }
+    let hard_action = match input.hard_action.as_deref() {
+        None => HardAction::Refuse,
+        Some(a) => HardAction::parse(a).ok_or_else(|| {
+            ApiError::bad(
+                "invalid-budget",
+                "hard_action: use \"refuse\", \"clamp\" or \"shed-lowest-tier\"",
+            )
+        })?,
+    };
+    let budget = Budget {
+        account,
+        period,
+        ceiling,
+        soft_threshold_percent: soft as u8,
+        hard_action,
+    };
+    state
+        .engine
+        .ledger()
+        .put_budget(&budget, state.engine.clock().now())
+        .await?;
+    state.engine.wake();
+    Ok(Json(budget_view(&state, budget).await?))
 }

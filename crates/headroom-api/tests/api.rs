@@ -357,3 +357,98 @@ async fn a_request_can_be_cancelled() {
         .await;
     assert_problem(&gone, StatusCode::NOT_FOUND, "no capacity request");
 }
+
+async fn put(api: &Api, uri: &str, body: Value) -> Reply {
+    api.send(
+        Request::put(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn budgets_are_set_read_and_validated() {
+    let api = api().await;
+    let set = put(
+        &api,
+        "/v1/budgets/team-vision",
+        json!({"period": "month", "ceiling_usd": "12500.50", "soft_threshold_percent": 75, "hard_action": "clamp"}),
+    )
+    .await;
+    assert_eq!(set.status, StatusCode::OK, "{:?}", set.body);
+    assert_eq!(set.body["ceiling"], "12500.500000");
+    assert_eq!(set.body["remaining"], "12500.500000");
+    assert_eq!(set.body["spent"], "0.000000");
+    assert_eq!(set.body["currency"], "USD");
+    assert_eq!(set.body["period_start"], "2026-11-01T00:00:00Z");
+    assert_eq!(set.body["period_end"], "2026-12-01T00:00:00Z");
+    assert_eq!(set.body["hard_action"], "clamp");
+
+    let read = api.get("/v1/budgets/team-vision").await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(read.body["ceiling"], "12500.500000");
+    let list = api.get("/v1/budgets").await;
+    let accounts: Vec<&str> = list.body["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["account"].as_str().unwrap())
+        .collect();
+    assert_eq!(accounts, ["team-vision"]);
+
+    for (body, detail) in [
+        (json!({"period": "week", "ceiling_usd": "10"}), "period"),
+        (
+            json!({"period": "day", "ceiling_usd": "-10"}),
+            "ceiling_usd",
+        ),
+        (
+            json!({"period": "day", "ceiling_usd": "0"}),
+            "more than zero",
+        ),
+        (
+            json!({"period": "day", "ceiling_usd": 10.5}),
+            "invalid type",
+        ),
+        (
+            json!({"period": "day", "ceiling_usd": "10", "soft_threshold_percent": 101}),
+            "soft_threshold_percent",
+        ),
+        (
+            json!({"period": "day", "ceiling_usd": "10", "hard_action": "panic"}),
+            "hard_action",
+        ),
+        (
+            json!({"period": "day", "ceiling_usd": "10", "owner": "bob"}),
+            "unknown field",
+        ),
+    ] {
+        assert_problem(
+            &put(&api, "/v1/budgets/team-vision", body).await,
+            StatusCode::BAD_REQUEST,
+            detail,
+        );
+    }
+    assert_problem(
+        &put(
+            &api,
+            "/v1/budgets/Not%20An%20Account",
+            json!({"period": "day", "ceiling_usd": "1"}),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "account",
+    );
+    assert_eq!(
+        api.get("/v1/budgets/team-vision").await.body["ceiling"],
+        "12500.500000",
+        "rejected updates change nothing"
+    );
+    assert_problem(
+        &api.get("/v1/budgets/nobody").await,
+        StatusCode::NOT_FOUND,
+        "PUT /v1/budgets/nobody",
+    );
+}

@@ -16,6 +16,20 @@ pub enum BudgetPeriod {
 }
 
 impl BudgetPeriod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetPeriod::Hour => "hour",
+            BudgetPeriod::Day => "day",
+            BudgetPeriod::Month => "month",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BudgetPeriod> {
+        [BudgetPeriod::Hour, BudgetPeriod::Day, BudgetPeriod::Month]
+            .into_iter()
+            .find(|p| p.as_str() == s)
+    }
+
     /// The `[start, end)` of the period that contains `now`.
     pub fn bounds(self, now: Timestamp) -> (Timestamp, Timestamp) {
         match self {
@@ -64,6 +78,26 @@ pub enum HardAction {
     Clamp,
     /// Refuse the lowest priority tier's launches first.
     ShedLowestTier,
+}
+
+impl HardAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HardAction::Refuse => "refuse",
+            HardAction::Clamp => "clamp",
+            HardAction::ShedLowestTier => "shed-lowest-tier",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<HardAction> {
+        [
+            HardAction::Refuse,
+            HardAction::Clamp,
+            HardAction::ShedLowestTier,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+    }
 }
 
 /// A money ceiling for one account and period.

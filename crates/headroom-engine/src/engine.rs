@@ -13,10 +13,10 @@ use headroom_core::planner::{
     self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput,
 };
 use headroom_core::{
-    CapacityRequest, NodeId, NodeState, Offering, OfferingId, PoolName, PoolSpec, RefusalReason,
-    RequestId, Timestamp,
+    CapacityRequest, Money, NodeId, NodeState, Offering, OfferingId, PoolName, PoolSpec,
+    RefusalReason, RequestId, Timestamp,
 };
-use headroom_ledger::{Ledger, LedgerError, NodeEvent, RefusalRecord, derive};
+use headroom_ledger::{Admission, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
 use thiserror::Error;
 use tokio::sync::Notify;
@@ -71,6 +71,8 @@ struct LoopState {
     unavailable_until: HashMap<OfferingId, Timestamp>,
     /// The last pool-level refusal written, so a standing refusal is not re-recorded every tick.
     last_pool_refusal: HashMap<PoolName, (RefusalReason, u32)>,
+    /// Whether the configuration's budgets have been written to the ledger.
+    budgets_seeded: bool,
     /// The controller's last answer per pool, for status.
     decisions: HashMap<PoolName, controller::Decision>,
     status: BTreeMap<PoolName, PoolStatus>,
@@ -218,6 +220,10 @@ impl Engine {
     /// One activation: observe the cloud, settle node states, plan and apply, publish status.
     pub async fn tick(&self) -> Result<(), EngineError> {
         let _one_at_a_time = self.tick_lock.lock().await;
+        if !self.state().budgets_seeded {
+            self.seed_budgets().await?;
+            self.state().budgets_seeded = true;
+        }
         let inventory = self
             .cloud
             .list_owned(&self.config.cluster_id)
@@ -228,6 +234,19 @@ impl Engine {
             self.reconcile_pool(pool).await?;
         }
         self.publish_status().await
+    }
+
+    /// Writes the configuration's budgets for accounts the ledger has none for. Budgets changed
+    /// through the API later are versions in the ledger and win over the file.
+    async fn seed_budgets(&self) -> Result<(), EngineError> {
+        let existing = self.ledger.budgets().await?;
+        let now = self.clock.now();
+        for budget in &self.config.budgets {
+            if !existing.iter().any(|b| b.account == budget.account) {
+                self.ledger.put_budget(budget, now).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Moves ledger node states along with what the cloud reports, finishes interrupted work
@@ -439,16 +458,10 @@ impl Engine {
         pool: &PoolSpec,
         now: Timestamp,
     ) -> Result<Option<BudgetStanding>, EngineError> {
-        let Some(budget) = self.config.budget(&pool.account) else {
-            return Ok(None);
-        };
-        let events = self.ledger.node_events().await?;
-        let (start, _end) = budget.period.bounds(now);
-        Ok(Some(BudgetStanding {
-            ceiling: budget.ceiling,
-            spent: derive::spend(&events, Some(&pool.account), Some(start), now),
-            held: derive::held(&events, Some(&pool.account), now),
-        }))
+        match self.ledger.budget(&pool.account).await? {
+            Some(budget) => Ok(Some(self.ledger.budget_standing(&budget, now).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn reconcile_pool(&self, pool: &PoolSpec) -> Result<(), EngineError> {
@@ -604,8 +617,23 @@ impl Engine {
                         *hold,
                         now,
                     );
-                    // Intent first: if we die after the cloud call, the restart finds this row.
-                    self.ledger.append_node_event(&intent).await?;
+                    // Intent first, with its hold, in the transaction that checks the budget: if
+                    // we die after the cloud call, the restart finds this row.
+                    if let Admission::OverBudget(standing) =
+                        self.ledger.admit_node_event(&intent).await?
+                    {
+                        let detail = over_budget_detail(pool, request.as_ref(), *hold, &standing);
+                        self.refuse(
+                            pool,
+                            request.as_ref(),
+                            1,
+                            RefusalReason::Budget,
+                            detail,
+                            &mut pool_refusal,
+                        )
+                        .await?;
+                        break;
+                    }
                     if let Some(err) = self.launch_for_intent(pool, &offering, &intent).await?
                         && err.class().falls_back()
                     {
@@ -629,7 +657,21 @@ impl Engine {
                     e.request = request.clone();
                     e.destination = Destination::Serve;
                     e.hold = *hold;
-                    self.ledger.append_node_event(&e).await?;
+                    if let Admission::OverBudget(standing) =
+                        self.ledger.admit_node_event(&e).await?
+                    {
+                        let detail = over_budget_detail(pool, request.as_ref(), *hold, &standing);
+                        self.refuse(
+                            pool,
+                            request.as_ref(),
+                            1,
+                            RefusalReason::Budget,
+                            detail,
+                            &mut pool_refusal,
+                        )
+                        .await?;
+                        break;
+                    }
                     if let Err(err) = self.cloud.start(&instance).await {
                         let back = e.next(NodeState::Warm, err.code(), self.clock.now());
                         self.ledger
@@ -680,27 +722,15 @@ impl Engine {
                     reason,
                 } => {
                     let detail = refusal_detail(pool, *reason, *count, request.as_ref(), requests);
-                    if request.is_none() {
-                        pool_refusal = Some((*reason, *count));
-                        if self.state().last_pool_refusal.get(&pool.name)
-                            == Some(&(*reason, *count))
-                        {
-                            continue;
-                        }
-                        tracing::warn!(pool = %pool.name, %detail, "demand refused");
-                    }
-                    self.ledger
-                        .append_refusal(&RefusalRecord {
-                            pool: pool.name.clone(),
-                            request: request.clone(),
-                            node: None,
-                            offering: None,
-                            replicas: *count,
-                            reason: *reason,
-                            detail,
-                            at: now,
-                        })
-                        .await?;
+                    self.refuse(
+                        pool,
+                        request.as_ref(),
+                        *count,
+                        *reason,
+                        detail,
+                        &mut pool_refusal,
+                    )
+                    .await?;
                 }
             }
         }
@@ -710,6 +740,39 @@ impl Engine {
             None => st.last_pool_refusal.remove(&pool.name),
         };
         Ok(fell_back)
+    }
+
+    /// Records a refusal. A standing refusal of organic demand (no request) is written once, not
+    /// on every tick it persists.
+    async fn refuse(
+        &self,
+        pool: &PoolSpec,
+        request: Option<&RequestId>,
+        count: u32,
+        reason: RefusalReason,
+        detail: String,
+        pool_refusal: &mut Option<(RefusalReason, u32)>,
+    ) -> Result<(), EngineError> {
+        if request.is_none() {
+            *pool_refusal = Some((reason, count));
+            if self.state().last_pool_refusal.get(&pool.name) == Some(&(reason, count)) {
+                return Ok(());
+            }
+            tracing::warn!(pool = %pool.name, %detail, "demand refused");
+        }
+        self.ledger
+            .append_refusal(&RefusalRecord {
+                pool: pool.name.clone(),
+                request: request.cloned(),
+                node: None,
+                offering: None,
+                replicas: count,
+                reason,
+                detail,
+                at: self.clock.now(),
+            })
+            .await?;
+        Ok(())
     }
 
     async fn publish_status(&self) -> Result<(), EngineError> {
@@ -776,6 +839,22 @@ fn refusal_detail(
         ),
         RefusalReason::Cloud(class) => format!("{whose} refused by the cloud ({})", class.as_str()),
     }
+}
+
+fn over_budget_detail(
+    pool: &PoolSpec,
+    request: Option<&RequestId>,
+    hold: Money,
+    standing: &BudgetStanding,
+) -> String {
+    let whose = match request {
+        Some(id) => format!("a replica for request {id}"),
+        None => "a replica of organic demand".to_string(),
+    };
+    format!(
+        "{whose} refused: account {} would hold ${hold} more with ${} spent and ${} held of its ${} ceiling; raise the ceiling (PUT /v1/budgets/{}) or wait for the next period",
+        pool.account, standing.spent, standing.held, standing.ceiling, pool.account
+    )
 }
 
 /// An error with its sources, for one log line.

@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use headroom_core::budget::BudgetStanding;
 use headroom_core::cost::{StateSpan, accrued};
-use headroom_core::{AccountName, Money, NodeId, Timestamp};
+use headroom_core::{AccountName, Budget, Money, NodeId, Timestamp};
 
 use crate::NodeEvent;
 
@@ -77,4 +78,15 @@ pub fn held(events: &[NodeEvent], account: Option<&AccountName>, until: Timestam
         .filter(|h| account.is_none_or(|a| &h[0].account == a))
         .map(|h| node_held(h, until))
         .sum()
+}
+
+/// Where `budget`'s account stands at `now`: spend within the period containing `now`, and every
+/// hold still open. `events` may hold other accounts' events; they are ignored.
+pub fn standing(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> BudgetStanding {
+    let (period_start, _) = budget.period.bounds(now);
+    BudgetStanding {
+        ceiling: budget.ceiling,
+        spent: spend(events, Some(&budget.account), Some(period_start), now),
+        held: held(events, Some(&budget.account), now),
+    }
 }

@@ -6,20 +6,23 @@
 //! default, and the PostgreSQL backend implements the same trait.
 
 pub mod derive;
+mod postgres;
 mod sqlite;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use async_trait::async_trait;
+use headroom_core::budget::BudgetStanding;
 use headroom_core::planner::Destination;
 use headroom_core::{
-    AccountName, CapacityRequest, Market, Money, NodeId, NodeState, OfferingId, PoolName, Priority,
-    ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
+    AccountName, Budget, CapacityRequest, Market, Money, NodeId, NodeState, OfferingId, PoolName,
+    Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
 };
 use serde::Serialize;
 use thiserror::Error;
 
+pub use postgres::PostgresLedger;
 pub use sqlite::SqliteLedger;
 
 #[derive(Debug, Error)]
@@ -161,6 +164,15 @@ pub struct LedgerSummary {
     pub spend: Money,
 }
 
+/// The answer to "may this node event place its hold?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The event (and its hold) was recorded.
+    Admitted,
+    /// Recording the hold would take the account over its ceiling; nothing was written.
+    OverBudget(BudgetStanding),
+}
+
 /// The system of record. Every method is one transaction.
 #[async_trait]
 pub trait Ledger: Send + Sync + Debug {
@@ -186,7 +198,40 @@ pub trait Ledger: Send + Sync + Debug {
 
     async fn append_node_event(&self, event: &NodeEvent) -> Result<(), LedgerError>;
 
+    /// Records an event that places a hold (a launch intent, a wake) only if the account's
+    /// budget in force can carry it: the check and the write are one transaction, serialised per
+    /// account, so concurrent launches can never overspend a ceiling. Accounts without a budget
+    /// are admitted.
+    async fn admit_node_event(&self, event: &NodeEvent) -> Result<Admission, LedgerError>;
+
     async fn append_refusal(&self, refusal: &RefusalRecord) -> Result<(), LedgerError>;
+
+    /// Records a new version of an account's budget; the latest version is in force.
+    async fn put_budget(&self, budget: &Budget, at: Timestamp) -> Result<(), LedgerError>;
+
+    /// The budget in force for every account that has one, by account name.
+    async fn budgets(&self) -> Result<Vec<Budget>, LedgerError>;
+
+    async fn budget(&self, account: &AccountName) -> Result<Option<Budget>, LedgerError> {
+        Ok(self
+            .budgets()
+            .await?
+            .into_iter()
+            .find(|b| &b.account == account))
+    }
+
+    /// Every node event charged to `account`, in order.
+    async fn account_events(&self, account: &AccountName) -> Result<Vec<NodeEvent>, LedgerError>;
+
+    /// Spend and open holds of `budget`'s account in the period containing `now`.
+    async fn budget_standing(
+        &self,
+        budget: &Budget,
+        now: Timestamp,
+    ) -> Result<BudgetStanding, LedgerError> {
+        let events = self.account_events(&budget.account).await?;
+        Ok(derive::standing(&events, budget, now))
+    }
 
     /// The latest event of every node that is not final (terminated or refused).
     async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError>;

@@ -8,14 +8,14 @@ use async_trait::async_trait;
 use chrono::TimeZone;
 use headroom_core::planner::Destination;
 use headroom_core::{
-    CapacityRequest, Market, Money, NodeId, NodeState, Priority, ProviderKind, RefusalReason,
-    RequestId, RequestState, Timestamp,
+    AccountName, Budget, BudgetPeriod, CapacityRequest, HardAction, Market, Money, NodeId,
+    NodeState, Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
 use sqlx::{Row, SqlitePool};
 
 use crate::{
-    Ledger, LedgerError, LedgerSummary, NewCapacityRequest, NodeEvent, RefusalRecord,
+    Admission, Ledger, LedgerError, LedgerSummary, NewCapacityRequest, NodeEvent, RefusalRecord,
     RequestOutcome, derive, new_request_id,
 };
 
@@ -108,6 +108,51 @@ fn refusal_from_row(row: &SqliteRow) -> Result<RefusalRecord, LedgerError> {
         detail: row.try_get("detail")?,
         at: at(row.try_get("at_ms")?)?,
     })
+}
+
+fn budget_from_row(row: &SqliteRow) -> Result<Budget, LedgerError> {
+    let period: String = row.try_get("period")?;
+    let hard: String = row.try_get("hard_action")?;
+    Ok(Budget {
+        account: parse(row.try_get::<String, _>("account")?.parse())?,
+        period: BudgetPeriod::parse(&period).ok_or_else(|| corrupt("budget period", &period))?,
+        ceiling: Money::from_micros(row.try_get("ceiling_micros")?),
+        soft_threshold_percent: row.try_get::<i64, _>("soft_threshold_percent")? as u8,
+        hard_action: HardAction::parse(&hard).ok_or_else(|| corrupt("hard action", &hard))?,
+    })
+}
+
+async fn insert_event<'c, E>(executor: E, e: &NodeEvent) -> Result<(), LedgerError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    sqlx::query(
+        "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
+            instance_type, market, request_id, destination, state, instance_id, client_token,
+            price_micros, hold_micros, reason, at_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&e.node.0)
+    .bind(e.pool.as_str())
+    .bind(e.account.as_str())
+    .bind(e.offering.as_str())
+    .bind(e.provider.as_str())
+    .bind(&e.region)
+    .bind(&e.zone)
+    .bind(&e.instance_type)
+    .bind(e.market.as_str())
+    .bind(e.request.as_ref().map(|r| r.0.as_str()))
+    .bind(e.destination.as_str())
+    .bind(e.state.as_str())
+    .bind(&e.instance)
+    .bind(&e.client_token)
+    .bind(e.price_usd_per_hour.micros())
+    .bind(e.hold.micros())
+    .bind(&e.reason)
+    .bind(ms(e.at))
+    .execute(executor)
+    .await?;
+    Ok(())
 }
 
 impl SqliteLedger {
@@ -271,33 +316,77 @@ impl Ledger for SqliteLedger {
     }
 
     async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
-        sqlx::query(
-            "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
-                instance_type, market, request_id, destination, state, instance_id, client_token,
-                price_micros, hold_micros, reason, at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        insert_event(&self.pool, e).await
+    }
+
+    async fn admit_node_event(&self, event: &NodeEvent) -> Result<Admission, LedgerError> {
+        // IMMEDIATE takes the write lock up front: admissions are serialised, so two of them
+        // can never both read the same remaining budget.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let budget = sqlx::query(
+            "SELECT * FROM budget_versions WHERE account = ? ORDER BY seq DESC LIMIT 1",
         )
-        .bind(&e.node.0)
-        .bind(e.pool.as_str())
-        .bind(e.account.as_str())
-        .bind(e.offering.as_str())
-        .bind(e.provider.as_str())
-        .bind(&e.region)
-        .bind(&e.zone)
-        .bind(&e.instance_type)
-        .bind(e.market.as_str())
-        .bind(e.request.as_ref().map(|r| r.0.as_str()))
-        .bind(e.destination.as_str())
-        .bind(e.state.as_str())
-        .bind(&e.instance)
-        .bind(&e.client_token)
-        .bind(e.price_usd_per_hour.micros())
-        .bind(e.hold.micros())
-        .bind(&e.reason)
-        .bind(ms(e.at))
+        .bind(event.account.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|row| budget_from_row(&row))
+        .transpose()?;
+        if let Some(budget) = budget {
+            let events = sqlx::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
+                .bind(event.account.as_str())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(event_from_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            let standing = derive::standing(&events, &budget, event.at);
+            if !standing.admits(event.hold) {
+                return Ok(Admission::OverBudget(standing));
+            }
+        }
+        insert_event(&mut *tx, event).await?;
+        tx.commit().await?;
+        Ok(Admission::Admitted)
+    }
+
+    async fn put_budget(&self, b: &Budget, at: Timestamp) -> Result<(), LedgerError> {
+        sqlx::query(
+            "INSERT INTO budget_versions (account, period, ceiling_micros, soft_threshold_percent, hard_action, at_ms)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(b.account.as_str())
+        .bind(b.period.as_str())
+        .bind(b.ceiling.micros())
+        .bind(b.soft_threshold_percent as i64)
+        .bind(b.hard_action.as_str())
+        .bind(ms(at))
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn budgets(&self) -> Result<Vec<Budget>, LedgerError> {
+        sqlx::query(
+            "SELECT b.* FROM budget_versions b
+             JOIN (SELECT account, MAX(seq) AS seq FROM budget_versions GROUP BY account) last
+               ON b.seq = last.seq
+             ORDER BY b.account",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(budget_from_row)
+        .collect()
+    }
+
+    async fn account_events(&self, account: &AccountName) -> Result<Vec<NodeEvent>, LedgerError> {
+        sqlx::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
+            .bind(account.as_str())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
     }
 
     async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {

@@ -1,13 +1,16 @@
-//! Ledger behaviour on a real SQLite file. The behaviour checks take `&dyn Ledger` so the
-//! PostgreSQL backend can run the very same suite.
+//! Ledger behaviour, one suite run against both backends: a real SQLite file and a real
+//! PostgreSQL database (a fresh one per test on the server `DATABASE_URL` names).
+
+use std::sync::Arc;
 
 use headroom_core::planner::Destination;
 use headroom_core::{
-    Market, Money, NodeId, NodeState, Priority, ProviderKind, RefusalReason, RequestState,
-    Timestamp,
+    Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, Priority, ProviderKind,
+    RefusalReason, RequestState, Timestamp,
 };
 use headroom_ledger::{
-    Ledger, LedgerError, NewCapacityRequest, NodeEvent, RefusalRecord, SqliteLedger,
+    Admission, Ledger, LedgerError, NewCapacityRequest, NodeEvent, PostgresLedger, RefusalRecord,
+    SqliteLedger,
 };
 
 fn t(s: &str) -> Timestamp {
@@ -206,22 +209,186 @@ async fn cancellation_is_recorded_once(ledger: &dyn Ledger) {
     ));
 }
 
-#[tokio::test]
-async fn sqlite_idempotency() {
-    let (_dir, ledger) = sqlite().await;
-    idempotency_key_returns_the_first_request(&ledger).await;
+/// Two hundred concurrent admissions against a budget that fits exactly fifty holds.
+async fn concurrent_admissions_never_overspend(ledger: Arc<dyn Ledger>) {
+    let now = t("2026-11-30T09:00:00Z");
+    ledger
+        .put_budget(
+            &Budget {
+                account: "ml".parse().unwrap(),
+                period: BudgetPeriod::Day,
+                ceiling: "50".parse().unwrap(),
+                soft_threshold_percent: 80,
+                hard_action: HardAction::Refuse,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..200 {
+        let ledger = ledger.clone();
+        tasks.spawn(async move {
+            let mut e = event(
+                &format!("c{n}"),
+                NodeState::Requested,
+                "2026-11-30T09:00:00Z",
+                None,
+                "launch",
+            );
+            e.hold = "1".parse().unwrap();
+            ledger.admit_node_event(&e).await.unwrap()
+        });
+    }
+    let mut admitted = 0;
+    let mut over_budget = 0;
+    while let Some(result) = tasks.join_next().await {
+        match result.unwrap() {
+            Admission::Admitted => admitted += 1,
+            Admission::OverBudget(standing) => {
+                assert_eq!(
+                    standing.held,
+                    "50".parse().unwrap(),
+                    "refused only once the ceiling is held"
+                );
+                over_budget += 1;
+            }
+        }
+    }
+    assert_eq!((admitted, over_budget), (50, 150));
+    let budget = ledger
+        .budget(&"ml".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let standing = ledger.budget_standing(&budget, now).await.unwrap();
+    assert_eq!(standing.held, "50".parse().unwrap());
+    assert_eq!(
+        ledger.live_nodes().await.unwrap().len(),
+        50,
+        "refused admissions write nothing"
+    );
 }
 
-#[tokio::test]
-async fn sqlite_outcomes() {
-    let (_dir, ledger) = sqlite().await;
-    outcome_follows_node_events_and_refusals(&ledger).await;
+async fn budgets_are_versioned(ledger: Arc<dyn Ledger>) {
+    let now = t("2026-11-30T09:00:00Z");
+    let mut budget = Budget {
+        account: "team-a".parse().unwrap(),
+        period: BudgetPeriod::Month,
+        ceiling: "1000".parse().unwrap(),
+        soft_threshold_percent: 80,
+        hard_action: HardAction::Refuse,
+    };
+    ledger.put_budget(&budget, now).await.unwrap();
+    budget.ceiling = "2500.5".parse().unwrap();
+    budget.hard_action = HardAction::Clamp;
+    ledger.put_budget(&budget, now).await.unwrap();
+    assert_eq!(ledger.budgets().await.unwrap(), vec![budget.clone()]);
+    assert_eq!(
+        ledger.budget(&"team-b".parse().unwrap()).await.unwrap(),
+        None
+    );
 }
 
+/// Runs every behaviour check against one backend, each on a fresh ledger.
+macro_rules! behaviour_suite {
+    ($module:ident, $open:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test]
+            async fn idempotency() {
+                let (_guard, ledger) = $open.await;
+                idempotency_key_returns_the_first_request(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn outcomes() {
+                let (_guard, ledger) = $open.await;
+                outcome_follows_node_events_and_refusals(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn cancellation() {
+                let (_guard, ledger) = $open.await;
+                cancellation_is_recorded_once(ledger.as_ref()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_admissions() {
+                let (_guard, ledger) = $open.await;
+                concurrent_admissions_never_overspend(ledger).await;
+            }
+
+            #[tokio::test]
+            async fn budget_versions() {
+                let (_guard, ledger) = $open.await;
+                budgets_are_versioned(ledger).await;
+            }
+        }
+    };
+}
+
+async fn sqlite_ledger() -> (tempfile::TempDir, Arc<dyn Ledger>) {
+    let (dir, ledger) = sqlite().await;
+    (dir, Arc::new(ledger))
+}
+
+/// A fresh database on the PostgreSQL server `DATABASE_URL` names (`./scripts/test` starts a
+/// throwaway cluster and sets it).
+async fn postgres_ledger() -> (String, Arc<dyn Ledger>) {
+    let url = std::env::var("DATABASE_URL")
+        .expect("DATABASE_URL is not set: run ./scripts/test, which starts a throwaway PostgreSQL");
+    let admin = sqlx::PgPool::connect(&url)
+        .await
+        .expect("cannot reach DATABASE_URL");
+    let name = format!("headroom_test_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let (base, _) = url
+        .rsplit_once('/')
+        .expect("DATABASE_URL ends in /DATABASE");
+    let db_url = format!("{base}/{name}");
+    let ledger = PostgresLedger::connect(&db_url).await.unwrap();
+    (db_url, Arc::new(ledger))
+}
+
+behaviour_suite!(sqlite_backend, sqlite_ledger());
+behaviour_suite!(postgres_backend, postgres_ledger());
+
 #[tokio::test]
-async fn sqlite_cancellation() {
-    let (_dir, ledger) = sqlite().await;
-    cancellation_is_recorded_once(&ledger).await;
+async fn postgres_ledger_is_append_only() {
+    let (db_url, ledger) = postgres_ledger().await;
+    let (req, _) = ledger
+        .record_capacity_request(&new_request(None, 1))
+        .await
+        .unwrap();
+    ledger
+        .append_node_event(&event(
+            "n1",
+            NodeState::Requested,
+            "2026-11-30T09:00:00Z",
+            Some(&req.id),
+            "launch",
+        ))
+        .await
+        .unwrap();
+    // An operator with a SQL shell on the same database still cannot rewrite history.
+    let raw = sqlx::PgPool::connect(&db_url).await.unwrap();
+    for sql in [
+        "UPDATE node_events SET price_micros = 0",
+        "DELETE FROM node_events",
+        "TRUNCATE node_events CASCADE",
+        "UPDATE capacity_requests SET replicas = 9",
+        "DELETE FROM capacity_requests",
+    ] {
+        let err = sqlx::query(sql).execute(&raw).await.expect_err(sql);
+        assert!(err.to_string().contains("append-only"), "{sql}: {err}");
+    }
+    assert_eq!(ledger.node_events().await.unwrap().len(), 1);
 }
 
 #[tokio::test]
