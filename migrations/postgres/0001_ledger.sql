@@ -37,9 +37,13 @@ CREATE TABLE node_events (
     price_micros  BIGINT NOT NULL,
     hold_micros   BIGINT NOT NULL,
     reason        TEXT,
-    at            TIMESTAMPTZ NOT NULL
+    at            TIMESTAMPTZ NOT NULL,
+    -- Identifies the write, so a write repeated after a lost acknowledgement counts once.
+    event_key     TEXT NOT NULL UNIQUE
 );
 CREATE INDEX node_events_by_node ON node_events (node_id, seq);
+-- A node ends once: a second terminal event for it is refused.
+CREATE UNIQUE INDEX node_events_one_end ON node_events (node_id) WHERE state IN ('terminated', 'refused');
 CREATE INDEX node_events_by_account ON node_events (account, seq);
 CREATE INDEX node_events_by_request ON node_events (request_id) WHERE request_id IS NOT NULL;
 
@@ -52,7 +56,8 @@ CREATE TABLE refusals (
     replicas    INTEGER NOT NULL CHECK (replicas > 0),
     reason      TEXT NOT NULL,
     detail      TEXT NOT NULL,
-    at          TIMESTAMPTZ NOT NULL
+    at          TIMESTAMPTZ NOT NULL,
+    refusal_key TEXT NOT NULL UNIQUE
 );
 CREATE INDEX refusals_by_request ON refusals (request_id) WHERE request_id IS NOT NULL;
 

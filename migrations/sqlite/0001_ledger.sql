@@ -36,9 +36,13 @@ CREATE TABLE node_events (
     price_micros       INTEGER NOT NULL,
     hold_micros        INTEGER NOT NULL,
     reason             TEXT,
-    at_ms              INTEGER NOT NULL
+    at_ms              INTEGER NOT NULL,
+    -- Identifies the write, so a write repeated after a lost acknowledgement counts once.
+    event_key          TEXT NOT NULL UNIQUE
 );
 CREATE INDEX node_events_by_node ON node_events (node_id, seq);
+-- A node ends once: a second terminal event for it is refused.
+CREATE UNIQUE INDEX node_events_one_end ON node_events (node_id) WHERE state IN ('terminated', 'refused');
 CREATE INDEX node_events_by_request ON node_events (request_id) WHERE request_id IS NOT NULL;
 
 -- Every "no": from a cloud (one offering refused, the planner fell back), from the governor
@@ -52,7 +56,8 @@ CREATE TABLE refusals (
     replicas     INTEGER NOT NULL CHECK (replicas > 0),
     reason       TEXT NOT NULL,
     detail       TEXT NOT NULL,
-    at_ms        INTEGER NOT NULL
+    at_ms        INTEGER NOT NULL,
+    refusal_key  TEXT NOT NULL UNIQUE
 );
 CREATE INDEX refusals_by_request ON refusals (request_id) WHERE request_id IS NOT NULL;
 

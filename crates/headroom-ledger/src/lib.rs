@@ -126,6 +126,18 @@ impl NodeEvent {
         }
     }
 
+    /// Identifies this write. Writing the same event again (a retry after a lost
+    /// acknowledgement) finds the key taken and counts once.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            self.node,
+            self.state,
+            self.reason.as_deref().unwrap_or(""),
+            self.at.timestamp_millis()
+        )
+    }
+
     /// The next event of this node's history: same node, new state, no new hold.
     pub fn next(&self, state: NodeState, reason: &str, at: Timestamp) -> NodeEvent {
         NodeEvent {
@@ -149,6 +161,22 @@ pub struct RefusalRecord {
     pub reason: RefusalReason,
     pub detail: String,
     pub at: Timestamp,
+}
+
+impl RefusalRecord {
+    /// Identifies this write, as [`NodeEvent::key`] does.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}/{}/{}/{}/{}/{}",
+            self.pool,
+            self.request.as_ref().map_or("", |r| r.0.as_str()),
+            self.node.as_ref().map_or("", |n| n.0.as_str()),
+            self.offering.as_ref().map_or("", |o| o.as_str()),
+            self.reason,
+            self.replicas,
+            self.at.timestamp_millis()
+        )
+    }
 }
 
 /// Totals over the whole ledger, for the demo summary and dashboards.
@@ -196,14 +224,17 @@ pub trait Ledger: Send + Sync + Debug {
     /// Requests still being worked on: neither cancelled nor closed by a refusal.
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError>;
 
+    /// Appends a node event. Idempotent: the same event written twice is recorded once, and a
+    /// node's second terminal event (terminated or refused) is ignored.
     async fn append_node_event(&self, event: &NodeEvent) -> Result<(), LedgerError>;
 
     /// Records an event that places a hold (a launch intent, a wake) only if the account's
     /// budget in force can carry it: the check and the write are one transaction, serialised per
     /// account, so concurrent launches can never overspend a ceiling. Accounts without a budget
-    /// are admitted.
+    /// are admitted. An event already recorded is `Admitted` again without a second hold.
     async fn admit_node_event(&self, event: &NodeEvent) -> Result<Admission, LedgerError>;
 
+    /// Appends a refusal; idempotent like [`Ledger::append_node_event`].
     async fn append_refusal(&self, refusal: &RefusalRecord) -> Result<(), LedgerError>;
 
     /// Records a new version of an account's budget; the latest version is in force.

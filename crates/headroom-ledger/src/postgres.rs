@@ -116,8 +116,9 @@ where
     sqlx::query(
         "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
             instance_type, market, request_id, destination, state, instance_id, client_token,
-            price_micros, hold_micros, reason, at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+            price_micros, hold_micros, reason, at, event_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+         ON CONFLICT DO NOTHING",
     )
     .bind(&e.node.0)
     .bind(e.pool.as_str())
@@ -137,6 +138,7 @@ where
     .bind(e.hold.micros())
     .bind(&e.reason)
     .bind(e.at)
+    .bind(e.key())
     .execute(executor)
     .await?;
     Ok(())
@@ -315,6 +317,14 @@ impl Ledger for PostgresLedger {
             .bind(event.account.as_str())
             .execute(&mut *tx)
             .await?;
+        let recorded: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM node_events WHERE event_key = $1")
+                .bind(event.key())
+                .fetch_one(&mut *tx)
+                .await?;
+        if recorded > 0 {
+            return Ok(Admission::Admitted);
+        }
         let budget = sqlx::query(
             "SELECT * FROM budget_versions WHERE account = $1 ORDER BY seq DESC LIMIT 1",
         )
@@ -343,8 +353,9 @@ impl Ledger for PostgresLedger {
 
     async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {
         sqlx::query(
-            "INSERT INTO refusals (pool, request_id, node_id, offering_id, replicas, reason, detail, at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO refusals (pool, request_id, node_id, offering_id, replicas, reason, detail, at, refusal_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT DO NOTHING",
         )
         .bind(r.pool.as_str())
         .bind(r.request.as_ref().map(|x| x.0.as_str()))
@@ -354,6 +365,7 @@ impl Ledger for PostgresLedger {
         .bind(r.reason.code())
         .bind(&r.detail)
         .bind(r.at)
+        .bind(r.key())
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -129,8 +129,9 @@ where
     sqlx::query(
         "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
             instance_type, market, request_id, destination, state, instance_id, client_token,
-            price_micros, hold_micros, reason, at_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            price_micros, hold_micros, reason, at_ms, event_key)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT DO NOTHING",
     )
     .bind(&e.node.0)
     .bind(e.pool.as_str())
@@ -150,6 +151,7 @@ where
     .bind(e.hold.micros())
     .bind(&e.reason)
     .bind(ms(e.at))
+    .bind(e.key())
     .execute(executor)
     .await?;
     Ok(())
@@ -323,6 +325,14 @@ impl Ledger for SqliteLedger {
         // IMMEDIATE takes the write lock up front: admissions are serialised, so two of them
         // can never both read the same remaining budget.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let recorded: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM node_events WHERE event_key = ?")
+                .bind(event.key())
+                .fetch_one(&mut *tx)
+                .await?;
+        if recorded > 0 {
+            return Ok(Admission::Admitted);
+        }
         let budget = sqlx::query(
             "SELECT * FROM budget_versions WHERE account = ? ORDER BY seq DESC LIMIT 1",
         )
@@ -391,8 +401,9 @@ impl Ledger for SqliteLedger {
 
     async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {
         sqlx::query(
-            "INSERT INTO refusals (pool, request_id, node_id, offering_id, replicas, reason, detail, at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO refusals (pool, request_id, node_id, offering_id, replicas, reason, detail, at_ms, refusal_key)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT DO NOTHING",
         )
         .bind(r.pool.as_str())
         .bind(r.request.as_ref().map(|x| x.0.as_str()))
@@ -402,6 +413,7 @@ impl Ledger for SqliteLedger {
         .bind(r.reason.code())
         .bind(&r.detail)
         .bind(ms(r.at))
+        .bind(r.key())
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -436,3 +436,244 @@ async fn sqlite_ledger_is_append_only_and_survives_reopening() {
     assert_eq!(again.id, req.id);
     assert_eq!(reopened.node_events().await.unwrap().len(), 1);
 }
+
+/// What the fault test may do to the database behind a ledger.
+#[derive(Clone)]
+enum Backdoor {
+    Sqlite(String),
+    Postgres(String),
+}
+
+impl Backdoor {
+    /// Begins a transaction that writes a hold worth the whole budget, then rolls it back.
+    async fn aborted_transaction(&self) {
+        let sql = "INSERT INTO budget_versions (account, period, ceiling_micros, soft_threshold_percent, hard_action, at_ms) VALUES ('ml', 'day', 1, 80, 'refuse', 0)";
+        match self {
+            Backdoor::Sqlite(url) => {
+                let pool = sqlx::SqlitePool::connect(url).await.unwrap();
+                let mut tx = pool.begin().await.unwrap();
+                sqlx::query(sql).execute(&mut *tx).await.unwrap();
+                tx.rollback().await.unwrap();
+                pool.close().await;
+            }
+            Backdoor::Postgres(url) => {
+                let pool = sqlx::PgPool::connect(url).await.unwrap();
+                let mut tx = pool.begin().await.unwrap();
+                sqlx::query(
+                    "INSERT INTO budget_versions (account, period, ceiling_micros, soft_threshold_percent, hard_action, at) VALUES ('ml', 'day', 1, 80, 'refuse', now())",
+                )
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+                tx.rollback().await.unwrap();
+                pool.close().await;
+            }
+        }
+    }
+
+    /// Drops every connection the ledger holds (Postgres); SQLite has none to drop.
+    async fn drop_connections(&self) {
+        if let Backdoor::Postgres(url) = self {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+    }
+}
+
+/// Retries a ledger write a bounded number of times, as a client whose connection dropped would.
+macro_rules! retried {
+    ($e:expr) => {{
+        let mut attempt = 0;
+        loop {
+            match $e.await {
+                Ok(v) => break v,
+                Err(err) if attempt < 5 => {
+                    attempt += 1;
+                    let _ = err;
+                }
+                Err(err) => panic!("write failed after retries: {err}"),
+            }
+        }
+    }};
+}
+
+/// Replicas of a request that are neither refused nor launched yet.
+async fn unplanned(
+    ledger: &dyn Ledger,
+    id: &headroom_core::RequestId,
+    replicas: u32,
+    launched: &std::collections::HashMap<headroom_core::RequestId, u32>,
+) -> u32 {
+    let outcome = retried!(ledger.capacity_request(id)).unwrap();
+    let refused: u32 = outcome
+        .refusals
+        .iter()
+        .filter(|r| r.reason.closes_request())
+        .map(|r| r.replicas)
+        .sum();
+    replicas.saturating_sub(refused + launched.get(id).copied().unwrap_or(0))
+}
+
+/// A random stream of requests, admissions, node progress, refusals, repeated writes, dropped
+/// connections and aborted transactions, replayable from `seed`; the invariants are checked after
+/// every step.
+async fn faults_keep_the_invariants(ledger: Arc<dyn Ledger>, backdoor: Backdoor, seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let start = t("2026-11-30T09:00:00Z");
+    let budget = Budget {
+        account: "ml".parse().unwrap(),
+        period: BudgetPeriod::Day,
+        ceiling: "20".parse().unwrap(),
+        soft_threshold_percent: 80,
+        hard_action: HardAction::Refuse,
+    };
+    ledger.put_budget(&budget, start).await.unwrap();
+    let mut now = start;
+    let mut requests: Vec<(headroom_core::RequestId, u32)> = vec![];
+    let mut nodes: Vec<NodeEvent> = vec![];
+    let mut last_event: Option<NodeEvent> = None;
+    let mut launched: std::collections::HashMap<headroom_core::RequestId, u32> = Default::default();
+    for step in 0..120 {
+        now += chrono::Duration::seconds(rng.i64(1..20));
+        match rng.u8(0..10) {
+            0 => {
+                let replicas = rng.u32(1..4);
+                let (r, _) = retried!(ledger.record_capacity_request(&NewCapacityRequest {
+                    at: now,
+                    ..new_request(None, replicas)
+                }));
+                requests.push((r.id, replicas));
+            }
+            1..=3 if !requests.is_empty() => {
+                // Like the planner, launch only for replicas neither refused nor already launched.
+                let (id, replicas) = requests[rng.usize(..requests.len())].clone();
+                if unplanned(ledger.as_ref(), &id, replicas, &launched).await == 0 {
+                    continue;
+                }
+                let mut e = event(
+                    &format!("s{seed}-n{step}"),
+                    NodeState::Requested,
+                    "2026-11-30T09:00:00Z",
+                    Some(&id),
+                    "launch",
+                );
+                e.at = now;
+                e.hold = Money::from_micros(rng.i64(500_000..3_000_000));
+                if let Admission::Admitted = retried!(ledger.admit_node_event(&e)) {
+                    nodes.push(e.clone());
+                    *launched.entry(id).or_default() += 1;
+                }
+                last_event = Some(e);
+            }
+            4..=5 if !nodes.is_empty() => {
+                let i = rng.usize(..nodes.len());
+                let next_state = match nodes[i].state {
+                    NodeState::Requested => NodeState::Launching,
+                    NodeState::Launching => NodeState::Booting,
+                    NodeState::Booting => NodeState::Serving,
+                    _ => NodeState::Terminated,
+                };
+                let e = nodes[i].next(next_state, "progress", now);
+                retried!(ledger.append_node_event(&e));
+                if next_state == NodeState::Terminated {
+                    nodes.remove(i);
+                } else {
+                    nodes[i] = e.clone();
+                }
+                last_event = Some(e);
+            }
+            6 if !requests.is_empty() => {
+                let (id, replicas) = requests[rng.usize(..requests.len())].clone();
+                let pending = unplanned(ledger.as_ref(), &id, replicas, &launched).await;
+                if pending > 0 {
+                    retried!(ledger.append_refusal(&RefusalRecord {
+                        pool: "llama".parse().unwrap(),
+                        request: Some(id.clone()),
+                        node: None,
+                        offering: None,
+                        replicas: pending,
+                        reason: RefusalReason::Budget,
+                        detail: "fault test".into(),
+                        at: now,
+                    }));
+                }
+            }
+            7 => {
+                // The acknowledgement of the last write was lost: write it again.
+                if let Some(e) = &last_event {
+                    retried!(ledger.append_node_event(e));
+                    retried!(ledger.admit_node_event(e));
+                }
+            }
+            8 => backdoor.drop_connections().await,
+            _ => backdoor.aborted_transaction().await,
+        }
+
+        // Invariants, after every step.
+        let standing = retried!(ledger.budget_standing(&budget, now));
+        assert!(
+            standing.spent + standing.held <= budget.ceiling,
+            "seed {seed} step {step}: spent {} + held {} over {}",
+            standing.spent,
+            standing.held,
+            budget.ceiling
+        );
+        assert_eq!(
+            retried!(ledger.budget(&budget.account)),
+            Some(budget.clone()),
+            "an aborted write changed the budget"
+        );
+        let events = retried!(ledger.node_events());
+        for history in headroom_ledger::derive::histories(&events).values() {
+            let ends = history.iter().filter(|e| e.state.is_final()).count();
+            assert!(
+                ends <= 1,
+                "seed {seed} step {step}: node {} ended {ends} times",
+                history[0].node
+            );
+            let keys: std::collections::BTreeSet<String> =
+                history.iter().map(|e| e.key()).collect();
+            assert_eq!(
+                keys.len(),
+                history.len(),
+                "seed {seed} step {step}: a repeated write counted twice"
+            );
+        }
+        for (id, replicas) in &requests {
+            let outcome = retried!(ledger.capacity_request(id)).unwrap();
+            let refused: u32 = outcome
+                .refusals
+                .iter()
+                .filter(|r| r.reason.closes_request())
+                .map(|r| r.replicas)
+                .sum();
+            assert!(
+                outcome.delivered + refused <= *replicas,
+                "seed {seed} step {step}: request {id} delivered {} + refused {refused} > requested {replicas}",
+                outcome.delivered
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn sqlite_faults_keep_the_invariants() {
+    for seed in 1..=3 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("faults.db").display());
+        let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::connect(&url).await.unwrap());
+        faults_keep_the_invariants(ledger, Backdoor::Sqlite(url), seed).await;
+    }
+}
+
+#[tokio::test]
+async fn postgres_faults_keep_the_invariants() {
+    for seed in 1..=3 {
+        let (url, ledger) = postgres_ledger().await;
+        faults_keep_the_invariants(ledger, Backdoor::Postgres(url), seed).await;
+    }
+}
