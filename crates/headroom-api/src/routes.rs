@@ -30,6 +30,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pools", get(list_pools))
         .route("/v1/pools/{name}", get(get_pool))
         .route("/v1/pools/{name}/signals", post(push_signal))
+        .route("/v1/pools/{name}/ledger", get(pool_ledger))
         .route("/v1/budgets", get(list_budgets))
         .route("/v1/budgets/{account}", get(get_budget).put(put_budget))
         .fallback(not_found)
@@ -234,18 +235,27 @@ fn request_id_from_path(path: Result<Path<String>, PathRejection>) -> Result<Req
     Ok(RequestId(raw))
 }
 
+/// A capacity request with its requested-versus-delivered accounting.
+#[derive(Debug, serde::Serialize)]
+struct RequestView {
+    #[serde(flatten)]
+    outcome: headroom_ledger::RequestOutcome,
+    fill: headroom_ledger::derive::Fill,
+}
+
 async fn get_capacity_request(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = request_id_from_path(path)?;
-    let outcome = state
-        .engine
-        .ledger()
+    let ledger = state.engine.ledger();
+    let outcome = ledger
         .capacity_request(&id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
-    Ok(Json(outcome).into_response())
+    let events = ledger.pool_events(&outcome.request.pool).await?;
+    let fill = headroom_ledger::derive::fill(std::slice::from_ref(&outcome), &events);
+    Ok(Json(RequestView { outcome, fill }).into_response())
 }
 
 async fn cancel_capacity_request(
@@ -472,4 +482,83 @@ async fn put_budget(
         .await?;
     state.engine.wake();
     Ok(Json(budget_view(&state, budget).await?))
+}
+
+/// Requested versus delivered for one pool over a time range.
+#[derive(Debug, serde::Serialize)]
+struct PoolLedger {
+    pool: PoolName,
+    from: Timestamp,
+    to: Timestamp,
+    /// Capacity requests created in the range.
+    capacity_requests: headroom_ledger::derive::Fill,
+    /// Replicas the controller launched or woke on its own in the range.
+    organic: headroom_ledger::derive::OrganicFill,
+    /// Spend of the pool's nodes within the range.
+    spend: Money,
+}
+
+fn parse_instant(name: &str, value: &str) -> Result<Timestamp, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|_| {
+            ApiError::bad(
+                "invalid-range",
+                format!(
+                    "{name}: {:?} is not an RFC 3339 instant such as 2026-11-30T09:00:00Z",
+                    truncate(value)
+                ),
+            )
+        })
+}
+
+async fn pool_ledger(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<
+        axum::extract::Query<std::collections::BTreeMap<String, String>>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Result<Json<PoolLedger>, ApiError> {
+    let pool = pool_from_path(&state, path)?;
+    let axum::extract::Query(params) = query.map_err(|_| {
+        ApiError::bad(
+            "invalid-range",
+            "the query string is malformed; use ?from=…&to=… with RFC 3339 instants",
+        )
+    })?;
+    if let Some(unknown) = params.keys().find(|k| !matches!(k.as_str(), "from" | "to")) {
+        return Err(ApiError::bad(
+            "invalid-range",
+            format!(
+                "unknown query parameter {:?}; use from and to",
+                truncate(unknown)
+            ),
+        ));
+    }
+    let now = state.engine.clock().now();
+    let to = params
+        .get("to")
+        .map(|v| parse_instant("to", v))
+        .transpose()?
+        .unwrap_or(now);
+    let from = params
+        .get("from")
+        .map(|v| parse_instant("from", v))
+        .transpose()?
+        .unwrap_or(to - chrono::Duration::days(1));
+    if from >= to {
+        return Err(ApiError::bad("invalid-range", "from: must be before to"));
+    }
+    let ledger = state.engine.ledger();
+    let outcomes = ledger.capacity_requests_between(&pool, from, to).await?;
+    let events = ledger.pool_events(&pool).await?;
+    Ok(Json(PoolLedger {
+        capacity_requests: headroom_ledger::derive::fill(&outcomes, &events),
+        organic: headroom_ledger::derive::organic_fill(&events, from, to),
+        spend: headroom_ledger::derive::spend(&events, None, Some(from), to.min(now)),
+        pool,
+        from,
+        to,
+    }))
 }

@@ -18,6 +18,7 @@ struct Api {
     router: axum::Router,
     ledger: Arc<SqliteLedger>,
     clock: Arc<ManualClock>,
+    engine: Arc<Engine>,
 }
 
 async fn api() -> Api {
@@ -33,9 +34,12 @@ async fn api() -> Api {
     let engine = Engine::new(config, ledger.clone(), cloud, clock.clone());
     Api {
         _dir: dir,
-        router: app(AppState { engine }),
+        router: app(AppState {
+            engine: engine.clone(),
+        }),
         ledger,
         clock,
+        engine,
     }
 }
 
@@ -451,4 +455,64 @@ async fn budgets_are_set_read_and_validated() {
         StatusCode::NOT_FOUND,
         "PUT /v1/budgets/nobody",
     );
+}
+
+#[tokio::test]
+async fn requested_versus_delivered_is_accounted_per_request_and_pool() {
+    let api = api().await;
+    let created = api
+        .post(
+            "/v1/capacity-requests",
+            None,
+            json!({"pool": "mistral-7b-batch", "replicas": 2}),
+        )
+        .await;
+    let id = created.body["id"].as_str().unwrap().to_string();
+    // The simulated ladder of these offerings is 240 s; step the loop through it.
+    for _ in 0..=48 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let read = api.get(&format!("/v1/capacity-requests/{id}")).await;
+    assert_eq!(read.body["state"], "delivered", "{:?}", read.body);
+    assert_eq!(read.body["fill"]["delivered"], 2);
+    assert_eq!(read.body["fill"]["fill_ratio"], 1.0);
+    assert_eq!(read.body["fill"]["time_to_capacity_p50_s"], 240.0);
+
+    let ledger = api
+        .get("/v1/pools/mistral-7b-batch/ledger?from=2026-11-30T00:00:00Z&to=2026-12-01T00:00:00Z")
+        .await;
+    assert_eq!(ledger.status, StatusCode::OK, "{:?}", ledger.body);
+    assert_eq!(ledger.body["capacity_requests"]["requested"], 2);
+    assert_eq!(ledger.body["capacity_requests"]["delivered"], 2);
+    assert_eq!(ledger.body["capacity_requests"]["pending"], 0);
+    // min_replicas = 2: the controller's own launches are accounted apart from requests.
+    assert_eq!(ledger.body["organic"]["requested"], 2);
+    assert_eq!(ledger.body["organic"]["delivered"], 2);
+    assert_eq!(ledger.body["organic"]["time_to_capacity_p95_s"], 240.0);
+    // use2-g6-spot holds three nodes: the fourth launch was refused there and fell back.
+    assert_eq!(ledger.body["organic"]["cloud_refused"], 1);
+    assert_ne!(ledger.body["spend"], "0.000000");
+
+    let earlier = api
+        .get("/v1/pools/mistral-7b-batch/ledger?from=2026-11-29T00:00:00Z&to=2026-11-29T12:00:00Z")
+        .await;
+    assert_eq!(earlier.body["capacity_requests"]["requested"], 0);
+    assert_eq!(earlier.body["capacity_requests"]["fill_ratio"], 1.0);
+
+    for (query, detail) in [
+        ("from=yesterday", "RFC 3339"),
+        (
+            "from=2026-12-01T00:00:00Z&to=2026-11-30T00:00:00Z",
+            "before to",
+        ),
+        ("since=2026-11-30T00:00:00Z", "unknown query parameter"),
+    ] {
+        assert_problem(
+            &api.get(&format!("/v1/pools/mistral-7b-batch/ledger?{query}"))
+                .await,
+            StatusCode::BAD_REQUEST,
+            detail,
+        );
+    }
 }

@@ -90,3 +90,160 @@ pub fn standing(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> Budget
         held: held(events, Some(&budget.account), now),
     }
 }
+
+/// Requested versus delivered for a set of capacity requests.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Fill {
+    pub requested: u32,
+    pub delivered: u32,
+    /// Replicas refused by a closing refusal (budget, max replicas, no offering).
+    pub refused: u32,
+    pub refused_by_reason: BTreeMap<String, u32>,
+    /// Neither delivered nor refused yet (or cancelled before either).
+    pub pending: u32,
+    /// Delivered over requested; 1 when nothing was requested.
+    pub fill_ratio: f64,
+    /// From the request to each delivered replica's first moment serving.
+    pub time_to_capacity_p50_s: Option<f64>,
+    pub time_to_capacity_p95_s: Option<f64>,
+}
+
+/// Nearest-rank percentile of `sorted` milliseconds, in seconds.
+pub fn percentile_s(sorted: &[i64], percent: u32) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (sorted.len() * percent as usize).div_ceil(100).max(1);
+    Some(sorted[rank - 1] as f64 / 1000.0)
+}
+
+/// When each node first served.
+fn first_serving(events: &[NodeEvent]) -> BTreeMap<&NodeId, Timestamp> {
+    let mut first = BTreeMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e.state == headroom_core::NodeState::Serving)
+    {
+        first.entry(&e.node).or_insert(e.at);
+    }
+    first
+}
+
+/// Requested versus delivered over `outcomes`, with times to capacity from `events`.
+pub fn fill(outcomes: &[crate::RequestOutcome], events: &[NodeEvent]) -> Fill {
+    let serving = first_serving(events);
+    let mut waits_ms = Vec::new();
+    let mut refused_by_reason: BTreeMap<String, u32> = BTreeMap::new();
+    let (mut requested, mut delivered) = (0u32, 0u32);
+    for outcome in outcomes {
+        let request = &outcome.request;
+        requested += request.replicas;
+        delivered += outcome.delivered;
+        for r in outcome
+            .refusals
+            .iter()
+            .filter(|r| r.reason.closes_request())
+        {
+            *refused_by_reason.entry(r.reason.code()).or_default() += r.replicas;
+        }
+        let mut times: Vec<Timestamp> = events
+            .iter()
+            .filter(|e| e.request.as_ref() == Some(&request.id))
+            .filter_map(|e| serving.get(&e.node).copied())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        times.sort();
+        times.truncate(outcome.delivered as usize);
+        waits_ms.extend(
+            times
+                .iter()
+                .map(|t| (*t - request.created_at).num_milliseconds().max(0)),
+        );
+    }
+    waits_ms.sort_unstable();
+    let refused: u32 = refused_by_reason.values().sum();
+    Fill {
+        requested,
+        delivered,
+        refused,
+        refused_by_reason,
+        pending: requested.saturating_sub(delivered + refused),
+        fill_ratio: if requested == 0 {
+            1.0
+        } else {
+            delivered as f64 / requested as f64
+        },
+        time_to_capacity_p50_s: percentile_s(&waits_ms, 50),
+        time_to_capacity_p95_s: percentile_s(&waits_ms, 95),
+    }
+}
+
+/// Capacity the controller asked for on its own (no request), launched or woken in a range.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OrganicFill {
+    /// Launches and wakes toward serving (not counting those a cloud refused).
+    pub requested: u32,
+    /// Launches a cloud refused, after which the planner fell back to another offering.
+    pub cloud_refused: u32,
+    /// Of those, how many reached serving.
+    pub delivered: u32,
+    /// From the launch intent or wake to serving.
+    pub time_to_capacity_p50_s: Option<f64>,
+    pub time_to_capacity_p95_s: Option<f64>,
+}
+
+/// Organic activations of one pool that began in `[from, to)`.
+pub fn organic_fill(events: &[NodeEvent], from: Timestamp, to: Timestamp) -> OrganicFill {
+    let mut waits_ms = Vec::new();
+    let (mut requested, mut cloud_refused) = (0, 0);
+    for history in histories(events).values() {
+        for (i, start) in history.iter().enumerate() {
+            let activation = start.request.is_none()
+                && start.destination == crate::Destination::Serve
+                && matches!(start.reason.as_deref(), Some("launch" | "wake"))
+                && start.at >= from
+                && start.at < to;
+            if !activation {
+                continue;
+            }
+            if history
+                .get(i + 1)
+                .is_some_and(|next| next.state == headroom_core::NodeState::Refused)
+            {
+                cloud_refused += 1;
+                continue;
+            }
+            requested += 1;
+            let served = history[i + 1..]
+                .iter()
+                .take_while(|e| !matches!(e.reason.as_deref(), Some("launch" | "wake")))
+                .find(|e| e.state == headroom_core::NodeState::Serving);
+            if let Some(served) = served {
+                waits_ms.push((served.at - start.at).num_milliseconds().max(0));
+            }
+        }
+    }
+    waits_ms.sort_unstable();
+    OrganicFill {
+        requested,
+        cloud_refused,
+        delivered: waits_ms.len() as u32,
+        time_to_capacity_p50_s: percentile_s(&waits_ms, 50),
+        time_to_capacity_p95_s: percentile_s(&waits_ms, 95),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile_s;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let ms: Vec<i64> = (1..=20).map(|s| s * 1000).collect();
+        assert_eq!(percentile_s(&ms, 50), Some(10.0));
+        assert_eq!(percentile_s(&ms, 95), Some(19.0));
+        assert_eq!(percentile_s(&[4000], 95), Some(4.0));
+        assert_eq!(percentile_s(&[], 50), None);
+    }
+}

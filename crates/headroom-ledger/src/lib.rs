@@ -14,7 +14,7 @@ use std::fmt::Debug;
 
 use async_trait::async_trait;
 use headroom_core::budget::BudgetStanding;
-use headroom_core::planner::Destination;
+pub use headroom_core::planner::Destination;
 use headroom_core::{
     AccountName, Budget, CapacityRequest, Market, Money, NodeId, NodeState, OfferingId, PoolName,
     Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
@@ -220,6 +220,17 @@ pub trait Ledger: Send + Sync + Debug {
 
     async fn capacity_request(&self, id: &RequestId)
     -> Result<Option<RequestOutcome>, LedgerError>;
+
+    /// The requests of `pool` created in `[from, to)`, with their outcomes.
+    async fn capacity_requests_between(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RequestOutcome>, LedgerError>;
+
+    /// Every node event of `pool`, in order.
+    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError>;
 
     /// Requests still being worked on: neither cancelled nor closed by a refusal.
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError>;

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use headroom_core::planner::Destination;
 use headroom_core::{
     AccountName, Budget, BudgetPeriod, CapacityRequest, HardAction, Market, Money, NodeId,
-    NodeState, Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
+    NodeState, PoolName, Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
@@ -286,6 +286,37 @@ impl Ledger for PostgresLedger {
             Some(row) => Ok(Some(self.outcome(request_from_row(&row)?).await?)),
             None => Ok(None),
         }
+    }
+
+    async fn capacity_requests_between(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RequestOutcome>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT * FROM capacity_requests WHERE pool = $1 AND created_at >= $2 AND created_at < $3 ORDER BY created_at, id",
+        )
+        .bind(pool.as_str())
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut outcomes = Vec::with_capacity(rows.len());
+        for row in &rows {
+            outcomes.push(self.outcome(request_from_row(row)?).await?);
+        }
+        Ok(outcomes)
+    }
+
+    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {
+        sqlx::query("SELECT * FROM node_events WHERE pool = $1 ORDER BY seq")
+            .bind(pool.as_str())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
     }
 
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {

@@ -9,7 +9,7 @@ use chrono::TimeZone;
 use headroom_core::planner::Destination;
 use headroom_core::{
     AccountName, Budget, BudgetPeriod, CapacityRequest, HardAction, Market, Money, NodeId,
-    NodeState, Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
+    NodeState, PoolName, Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
 use sqlx::{Row, SqlitePool};
@@ -299,6 +299,37 @@ impl Ledger for SqliteLedger {
             Some(row) => Ok(Some(self.outcome(request_from_row(&row)?).await?)),
             None => Ok(None),
         }
+    }
+
+    async fn capacity_requests_between(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RequestOutcome>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT * FROM capacity_requests WHERE pool = ? AND created_at_ms >= ? AND created_at_ms < ? ORDER BY created_at_ms, id",
+        )
+        .bind(pool.as_str())
+        .bind(ms(from))
+        .bind(ms(to))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut outcomes = Vec::with_capacity(rows.len());
+        for row in &rows {
+            outcomes.push(self.outcome(request_from_row(row)?).await?);
+        }
+        Ok(outcomes)
+    }
+
+    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {
+        sqlx::query("SELECT * FROM node_events WHERE pool = ? ORDER BY seq")
+            .bind(pool.as_str())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
     }
 
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {
