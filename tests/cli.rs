@@ -348,14 +348,18 @@ fn serve_runs_on_postgres_and_stops_gracefully_on_sigterm() {
 
 /// Starts `headroom serve` on the example configuration and `db`; returns once it is ready.
 fn start_serve(db: &str) -> (std::process::Child, String) {
+    start_serve_with(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/headroom.example.toml"),
+        db,
+    )
+}
+
+/// Starts `headroom serve` on `config` and `db`; returns once it is ready.
+fn start_serve_with(config: &str, db: &str) -> (std::process::Child, String) {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let child = Command::new(BIN)
-        .args([
-            "serve",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/headroom.example.toml"),
-        ])
+        .args(["serve", "--config", config])
         .args([
             "--listen",
             &format!("127.0.0.1:{port}"),
@@ -390,5 +394,149 @@ fn a_bad_database_url_is_one_line_and_exit_code_2() {
     assert!(
         stderr.contains("--database-url") && stderr.contains("postgres://"),
         "{stderr}"
+    );
+}
+
+/// Two replicas share a database and a simulated cloud; the one that owns the pool is killed
+/// with SIGKILL; the other takes the pool over and nothing is launched twice.
+#[test]
+fn a_killed_replica_s_pools_are_taken_over_without_duplicate_launches() {
+    let db = fresh_postgres_database();
+    let dir = tempfile::tempdir().unwrap();
+    let state_file = dir.path().join("cloud.json");
+    let config = dir.path().join("ha.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+cluster_id = "ha-test"
+[engine]
+tick = "200ms"
+[sim]
+state_file = "{}"
+[[offerings]]
+id = "use1-g6-od"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az1"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "0.8048"
+gpus = 1
+[offerings.sim_ladder]
+node_acquisition = "300ms"
+image_pull = "300ms"
+weight_load = "300ms"
+compile = "300ms"
+warmup = "300ms"
+[[pools]]
+name = "ha-pool"
+account = "ml"
+offerings = ["use1-g6-od"]
+max_replicas = 8
+[pools.ladder]
+node_acquisition = "1s"
+image_pull = "1s"
+weight_load = "1s"
+compile = "1s"
+warmup = "1s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+"#,
+            state_file.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let (mut a, a_url) = start_serve_with(config, &db);
+    let (mut b, b_url) = start_serve_with(config, &db);
+    let agent = agent();
+    let owner_of = |url: &str| {
+        call(&agent, "GET", &format!("{url}/v1/pools/ha-pool"), None).body["reconciled_here"]
+            == true
+    };
+    let wait_delivered = |url: &str, id: &str| {
+        (0..150).any(|_| {
+            let r = call(
+                &agent,
+                "GET",
+                &format!("{url}/v1/capacity-requests/{id}"),
+                None,
+            );
+            let done = r.body["state"] == "delivered";
+            if !done {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            done
+        })
+    };
+
+    let body = json!({"pool": "ha-pool", "replicas": 2}).to_string();
+    let first = call(
+        &agent,
+        "POST",
+        &format!("{b_url}/v1/capacity-requests"),
+        Some(&body),
+    );
+    let first_id = first.body["id"].as_str().unwrap().to_string();
+    assert!(
+        wait_delivered(&a_url, &first_id),
+        "the first request was not delivered"
+    );
+    let (owner, survivor, survivor_url) = match (owner_of(&a_url), owner_of(&b_url)) {
+        (true, false) => (&mut a, &mut b, b_url.clone()),
+        (false, true) => (&mut b, &mut a, a_url.clone()),
+        other => panic!("exactly one replica must own the pool, got {other:?}"),
+    };
+
+    owner.kill().unwrap(); // SIGKILL
+    owner.wait().unwrap();
+    let taken_over = (0..100).any(|_| {
+        let owns = owner_of(&survivor_url);
+        if !owns {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        owns
+    });
+    assert!(
+        taken_over,
+        "the surviving replica did not take the pool over within 10 s"
+    );
+
+    let second = call(
+        &agent,
+        "POST",
+        &format!("{survivor_url}/v1/capacity-requests"),
+        Some(&body),
+    );
+    let second_id = second.body["id"].as_str().unwrap().to_string();
+    assert!(
+        wait_delivered(&survivor_url, &second_id),
+        "the survivor did not deliver the second request"
+    );
+    // Give the survivor a few ticks to do anything extra it would wrongly do.
+    std::thread::sleep(Duration::from_secs(1));
+    survivor.kill().unwrap();
+    survivor.wait().unwrap();
+
+    let state: Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
+    let instances = state["instances"].as_object().unwrap();
+    let running: Vec<&Value> = instances
+        .values()
+        .filter(|i| i["life"]["Running"].is_object())
+        .collect();
+    assert_eq!(
+        running.len(),
+        4,
+        "two requests of two replicas: four instances, none twice: {state}"
+    );
+    let tokens: std::collections::BTreeSet<&str> = instances
+        .values()
+        .map(|i| i["instance"]["client_token"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tokens.len(),
+        instances.len(),
+        "one instance per client token"
     );
 }

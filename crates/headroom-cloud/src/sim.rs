@@ -7,6 +7,8 @@
 //! simulator. It also records every call and accepts injected faults, for tests.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -14,6 +16,8 @@ use headroom_core::pool::ColdStartLadder;
 use headroom_core::{
     ErrorClass, LadderRung, Market, Offering, OfferingId, ProviderKind, Timestamp,
 };
+
+use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::provider::{CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec};
@@ -37,7 +41,7 @@ pub struct SimConfig {
     pub gpu_quota_per_region: BTreeMap<String, u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 enum Life {
     /// Running since `since`; `from_stopped` nodes skip acquisition and image pull.
     Running {
@@ -49,12 +53,21 @@ enum Life {
     Interrupted,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct SimInstance {
     instance: Instance,
     life: Life,
     /// When the cloud will reclaim this spot instance, drawn from the seeded RNG at launch.
     interrupt_at: Option<Timestamp>,
+}
+
+/// What a state file keeps: the cloud's side of the world, which outlives any one process.
+#[derive(Debug, Serialize, Deserialize)]
+struct Persisted {
+    rng_state: u64,
+    next_id: u64,
+    instances: BTreeMap<InstanceId, SimInstance>,
+    by_token: HashMap<String, InstanceId>,
 }
 
 #[derive(Debug)]
@@ -75,6 +88,55 @@ pub struct SimCloud {
     offerings: Mutex<HashMap<OfferingId, SimOffering>>,
     gpu_quota_per_region: BTreeMap<String, u32>,
     state: Mutex<SimState>,
+    /// When set, the cloud's state lives in this file, shared by every process that names it
+    /// and surviving their crashes (a lock file serialises them).
+    state_file: Option<PathBuf>,
+}
+
+/// The state for one call: the in-process lock, and with a state file, the file lock; the state
+/// is loaded when the guard is made and saved when it is dropped.
+struct StateGuard<'a> {
+    state: MutexGuard<'a, SimState>,
+    file: Option<(&'a Path, File)>,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = SimState;
+    fn deref(&self) -> &SimState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut SimState {
+        &mut self.state
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        let Some((path, _lock)) = &self.file else {
+            return;
+        };
+        let persisted = Persisted {
+            rng_state: self.state.rng.get_seed(),
+            next_id: self.state.next_id,
+            instances: self.state.instances.clone(),
+            by_token: self.state.by_token.clone(),
+        };
+        // Write then rename: a crash mid-write leaves the previous state, never half of one.
+        let tmp = path.with_extension("tmp");
+        let written = serde_json::to_vec(&persisted)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            eprintln!(
+                "simulated cloud: cannot save state to {}: {e}",
+                path.display()
+            );
+        }
+    }
 }
 
 fn refused(class: ErrorClass, code: &str, message: String) -> CloudError {
@@ -98,6 +160,7 @@ impl SimCloud {
                     .collect(),
             ),
             gpu_quota_per_region: config.gpu_quota_per_region,
+            state_file: None,
             state: Mutex::new(SimState {
                 rng: fastrand::Rng::with_seed(config.seed),
                 next_id: 1,
@@ -109,8 +172,54 @@ impl SimCloud {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, SimState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// Keeps the cloud's state in `path` (created if missing), so that several processes share
+    /// one simulated cloud and a killed process loses nothing.
+    pub fn with_state_file(mut self, path: PathBuf) -> Self {
+        self.state_file = Some(path);
+        self
+    }
+
+    fn state(&self) -> StateGuard<'_> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(path) = self.state_file.as_deref() else {
+            return StateGuard { state, file: None };
+        };
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.with_extension("lock"))
+            .and_then(|f| f.lock().map(|()| f));
+        let lock = match lock {
+            Ok(lock) => lock,
+            Err(e) => {
+                eprintln!(
+                    "simulated cloud: cannot lock {}: {e}; using memory only",
+                    path.display()
+                );
+                return StateGuard { state, file: None };
+            }
+        };
+        match std::fs::read(path) {
+            Ok(bytes) => match serde_json::from_slice::<Persisted>(&bytes) {
+                Ok(p) => {
+                    state.rng = fastrand::Rng::with_seed(p.rng_state);
+                    state.next_id = p.next_id;
+                    state.instances = p.instances;
+                    state.by_token = p.by_token;
+                }
+                Err(e) => eprintln!(
+                    "simulated cloud: {} is not a state file ({e}); starting empty",
+                    path.display()
+                ),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!("simulated cloud: cannot read {}: {e}", path.display()),
+        }
+        StateGuard {
+            state,
+            file: Some((path, lock)),
+        }
     }
 
     fn catalog(&self) -> MutexGuard<'_, HashMap<OfferingId, SimOffering>> {

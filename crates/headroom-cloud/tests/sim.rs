@@ -199,3 +199,33 @@ async fn spot_interruptions_are_deterministic_under_a_seed() {
     // At two interruptions an hour, nearly all of twenty nodes are gone within four hours.
     assert!(a.iter().filter(|m| **m > 0).count() >= 15, "{a:?}");
 }
+
+#[tokio::test]
+async fn a_state_file_is_one_cloud_for_every_process_and_survives_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cloud.json");
+    let clock = clock();
+    let o = offering("o", Market::OnDemand, 1);
+    let first = sim(clock.clone(), vec![(o.clone(), 2, 0.0)]).with_state_file(path.clone());
+    let second = sim(clock.clone(), vec![(o.clone(), 2, 0.0)]).with_state_file(path.clone());
+
+    let launched = first.launch(&spec(&o, "a")).await.unwrap();
+    // The other "process" sees it, and the same client token returns it instead of a second one.
+    assert_eq!(second.list_owned("t").await.unwrap().len(), 1);
+    assert_eq!(second.launch(&spec(&o, "a")).await.unwrap().id, launched.id);
+    // Capacity is shared too: one more fits, then the offering is full for both.
+    second.launch(&spec(&o, "b")).await.unwrap();
+    assert_eq!(
+        first.launch(&spec(&o, "c")).await.unwrap_err().class(),
+        ErrorClass::Capacity
+    );
+
+    drop(first);
+    drop(second);
+    let reopened = sim(clock, vec![(o.clone(), 2, 0.0)]).with_state_file(path);
+    assert_eq!(
+        reopened.list_owned("t").await.unwrap().len(),
+        2,
+        "state outlives the processes"
+    );
+}

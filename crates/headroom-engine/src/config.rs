@@ -52,6 +52,8 @@ pub struct EngineSettings {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SimSettings {
     pub seed: u64,
+    /// Keep the simulated cloud's state in this file, shared by every process that names it.
+    pub state_file: Option<std::path::PathBuf>,
     pub gpu_quota_per_region: BTreeMap<String, u32>,
 }
 
@@ -184,6 +186,7 @@ impl Default for RawEngine {
 struct RawSim {
     #[serde(default)]
     seed: u64,
+    state_file: Option<std::path::PathBuf>,
     #[serde(default)]
     gpu_quota_per_region: BTreeMap<String, u32>,
 }
@@ -564,6 +567,7 @@ impl RawConfig {
                 engine,
                 sim: SimSettings {
                     seed: self.sim.seed,
+                    state_file: self.sim.state_file,
                     gpu_quota_per_region: self.sim.gpu_quota_per_region,
                 },
                 offerings,

@@ -1,6 +1,6 @@
 //! The executor and its reconcile loop.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use headroom_cloud::{
@@ -58,6 +58,9 @@ pub struct PoolStatus {
     pub min_replicas: u32,
     pub max_replicas: u32,
     pub warm_pool_size: u32,
+    /// Whether this process holds the pool's lease and reconciles it. With several replicas
+    /// sharing a database, each pool has exactly one owner at a time.
+    pub reconciled_here: bool,
     /// Set when the controller is holding the pool instead of scaling it.
     pub hold: Option<HoldReason>,
     pub last_signal: Option<QueueSignal>,
@@ -93,7 +96,7 @@ pub struct Engine {
 
 /// The simulated cloud described by a configuration's offerings.
 pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
-    SimCloud::new(
+    let cloud = SimCloud::new(
         SimConfig {
             seed: config.sim.seed,
             offerings: config
@@ -109,7 +112,11 @@ pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
             gpu_quota_per_region: config.sim.gpu_quota_per_region.clone(),
         },
         clock,
-    )
+    );
+    match &config.sim.state_file {
+        Some(path) => cloud.with_state_file(path.clone()),
+        None => cloud,
+    }
 }
 
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
@@ -173,6 +180,7 @@ impl Engine {
             min_replicas: pool.min_replicas,
             max_replicas: pool.max_replicas,
             warm_pool_size: pool.warm_pool_size,
+            reconciled_here: false,
             hold: Some(HoldReason::SignalMissing),
             last_signal: None,
         }
@@ -224,16 +232,19 @@ impl Engine {
             self.seed_budgets().await?;
             self.state().budgets_seeded = true;
         }
+        // Leases first: only the pools this process owns are observed, planned and changed.
+        let names: Vec<PoolName> = self.config.pools.iter().map(|p| p.name.clone()).collect();
+        let owned = self.ledger.pool_leases(&names).await?;
         let inventory = self
             .cloud
             .list_owned(&self.config.cluster_id)
             .await
             .map_err(EngineError::Inventory)?;
-        self.observe(&inventory).await?;
-        for pool in &self.config.pools {
+        self.observe(&inventory, &owned).await?;
+        for pool in self.config.pools.iter().filter(|p| owned.contains(&p.name)) {
             self.reconcile_pool(pool).await?;
         }
-        self.publish_status().await
+        self.publish_status(&owned).await
     }
 
     /// Writes the configuration's budgets for accounts the ledger has none for. Budgets changed
@@ -252,8 +263,14 @@ impl Engine {
     /// Moves ledger node states along with what the cloud reports, finishes interrupted work
     /// (intents without outcomes, drains), and terminates owned instances the ledger does not
     /// know.
-    async fn observe(&self, inventory: &[Instance]) -> Result<(), EngineError> {
+    async fn observe(
+        &self,
+        inventory: &[Instance],
+        owned: &BTreeSet<PoolName>,
+    ) -> Result<(), EngineError> {
         let now = self.clock.now();
+        // Read the ledger after the inventory: an instance in the inventory had its intent
+        // written before it was launched, so it cannot be mistaken for an orphan.
         let live = self.ledger.live_nodes().await?;
         let by_token: HashMap<&str, &Instance> = inventory
             .iter()
@@ -262,7 +279,7 @@ impl Engine {
         let known: std::collections::HashSet<&str> =
             live.iter().map(|e| e.client_token.as_str()).collect();
 
-        for last in &live {
+        for last in live.iter().filter(|e| owned.contains(&e.pool)) {
             let instance = by_token.get(last.client_token.as_str()).copied();
             self.settle(last, instance, now).await?;
         }
@@ -270,6 +287,18 @@ impl Engine {
         for orphan in inventory
             .iter()
             .filter(|i| !known.contains(i.client_token.as_str()))
+            .filter(|i| {
+                // Another replica's pools are its to clean; instances of pools no longer
+                // configured are cleaned by whoever owns the first pool.
+                match i.tags.pool.parse::<PoolName>() {
+                    Ok(pool) if self.config.pool(&pool).is_some() => owned.contains(&pool),
+                    _ => self
+                        .config
+                        .pools
+                        .first()
+                        .is_some_and(|p| owned.contains(&p.name)),
+                }
+            })
         {
             // Tagged as ours but unknown to the ledger's live nodes: a leak. Terminate it.
             tracing::warn!(instance = %orphan.id, node = %orphan.tags.node, "terminating orphaned instance");
@@ -775,7 +804,7 @@ impl Engine {
         Ok(())
     }
 
-    async fn publish_status(&self) -> Result<(), EngineError> {
+    async fn publish_status(&self, owned: &BTreeSet<PoolName>) -> Result<(), EngineError> {
         let live = self.ledger.live_nodes().await?;
         let open = self.ledger.open_capacity_requests().await?;
         let now = self.clock.now();
@@ -784,6 +813,7 @@ impl Engine {
         let st = &mut *st;
         for pool in &self.config.pools {
             let mut s = self.empty_status(pool, now);
+            s.reconciled_here = owned.contains(&pool.name);
             let requested_by_clients: u32 = open
                 .iter()
                 .filter(|r| r.pool == pool.name)

@@ -283,6 +283,16 @@ pub trait Ledger: Send + Sync + Debug {
 
     async fn summary(&self, now: Timestamp) -> Result<LedgerSummary, LedgerError>;
 
+    /// Takes what it can of the leases on `pools` for this process and returns the pools it
+    /// owns now. Several processes sharing one database split the pools this way; a lease ends
+    /// when its process ends. A single-process backend owns every pool.
+    async fn pool_leases(
+        &self,
+        pools: &[PoolName],
+    ) -> Result<std::collections::BTreeSet<PoolName>, LedgerError> {
+        Ok(pools.iter().cloned().collect())
+    }
+
     /// Cheap round trip for readiness checks.
     async fn ping(&self) -> Result<(), LedgerError>;
 }

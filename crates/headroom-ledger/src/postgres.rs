@@ -1,6 +1,6 @@
 //! The production ledger: PostgreSQL through sqlx.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,9 +20,20 @@ use crate::{
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 /// The PostgreSQL ledger. Several Headroom processes may share one database.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PostgresLedger {
     pool: PgPool,
+    url: String,
+    leases: tokio::sync::Mutex<Leases>,
+}
+
+/// Pool leases are session advisory locks held on one dedicated connection: if the process
+/// dies, the server drops the connection and the locks with it, and another replica takes the
+/// pools on its next tick.
+#[derive(Debug, Default)]
+struct Leases {
+    connection: Option<sqlx::PgConnection>,
+    owned: BTreeSet<PoolName>,
 }
 
 fn parse<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, LedgerError> {
@@ -157,7 +168,11 @@ impl PostgresLedger {
                 source,
             })?;
         MIGRATOR.run(&pool).await?;
-        Ok(PostgresLedger { pool })
+        Ok(PostgresLedger {
+            pool,
+            url: url.to_string(),
+            leases: tokio::sync::Mutex::new(Leases::default()),
+        })
     }
 
     async fn outcome(&self, request: CapacityRequest) -> Result<RequestOutcome, LedgerError> {
@@ -496,6 +511,47 @@ impl Ledger for PostgresLedger {
     async fn ping(&self) -> Result<(), LedgerError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
+        use sqlx::Connection;
+        let mut leases = self.leases.lock().await;
+        let leases = &mut *leases;
+        // A lease connection that died took its locks with it: start again from nothing.
+        if let Some(connection) = &mut leases.connection
+            && connection.ping().await.is_err()
+        {
+            leases.connection = None;
+            leases.owned.clear();
+        }
+        if leases.connection.is_none() {
+            leases.owned.clear();
+            leases.connection = Some(sqlx::PgConnection::connect(&self.url).await.map_err(
+                |source| LedgerError::Open {
+                    url: redact(&self.url),
+                    source,
+                },
+            )?);
+        }
+        let Some(connection) = leases.connection.as_mut() else {
+            return Ok(BTreeSet::new());
+        };
+        let wanted: Vec<&PoolName> = pools
+            .iter()
+            .filter(|p| !leases.owned.contains(*p))
+            .collect();
+        for pool in wanted {
+            let got: bool = sqlx::query_scalar(
+                "SELECT pg_try_advisory_lock(hashtextextended('headroom-pool:' || $1, 0))",
+            )
+            .bind(pool.as_str())
+            .fetch_one(&mut *connection)
+            .await?;
+            if got {
+                leases.owned.insert(pool.clone());
+            }
+        }
+        Ok(leases.owned.clone())
     }
 }
 

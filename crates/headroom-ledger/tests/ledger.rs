@@ -677,3 +677,31 @@ async fn postgres_faults_keep_the_invariants() {
         faults_keep_the_invariants(ledger, Backdoor::Postgres(url), seed).await;
     }
 }
+
+#[tokio::test]
+async fn postgres_pool_leases_have_one_owner_and_pass_on_when_it_goes() {
+    let (url, first) = postgres_ledger().await;
+    let second = PostgresLedger::connect(&url).await.unwrap();
+    let pools: Vec<headroom_core::PoolName> = vec!["a".parse().unwrap(), "b".parse().unwrap()];
+    assert_eq!(first.pool_leases(&pools).await.unwrap().len(), 2);
+    assert!(
+        second.pool_leases(&pools).await.unwrap().is_empty(),
+        "a pool has one owner at a time"
+    );
+    assert_eq!(
+        first.pool_leases(&pools).await.unwrap().len(),
+        2,
+        "the owner keeps its leases"
+    );
+    drop(first);
+    // The server notices the closed connection at once; allow it a bounded moment.
+    let mut taken = 0;
+    for _ in 0..50 {
+        taken = second.pool_leases(&pools).await.unwrap().len();
+        if taken == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(taken, 2, "the leases pass on when their owner is gone");
+}
