@@ -1,5 +1,6 @@
 //! The `headroom` command.
 
+mod bench;
 mod demo;
 
 use std::net::SocketAddr;
@@ -44,6 +45,11 @@ enum Command {
         #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
         database_url: Option<String>,
     },
+    /// Measure Headroom on this machine.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Create or upgrade the ledger's schema.
     Migrate {
         /// sqlite://PATH or postgres://USER@HOST:PORT/DB
@@ -55,6 +61,12 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Capacity-request admissions per second through the HTTP API, beside pgbench.
+    Admissions(bench::AdmissionsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,6 +104,9 @@ fn main() -> ExitCode {
                 database_url,
             } => serve(&config, listen, database_url).await,
             Command::Migrate { database_url } => migrate(&database_url).await,
+            Command::Bench {
+                command: BenchCommand::Admissions(args),
+            } => bench::admissions(args).await,
             Command::Config {
                 command: ConfigCommand::Check { file },
             } => config_check(&file),

@@ -1,0 +1,218 @@
+//! `headroom bench admissions`: capacity-request admissions per second through the HTTP API, on
+//! a given ledger, beside pgbench running a comparable single-row insert transaction on the same
+//! server. Figures, not assertions: these machines are shared and noisy.
+
+// Benchmarks measure wall time; nothing here feeds a decision.
+#![allow(clippy::disallowed_methods)]
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use headroom_cloud::{Clock, SystemClock};
+use headroom_engine::{Config, Engine, sim_cloud_for};
+use serde::Serialize;
+
+use crate::EXAMPLE_CONFIG;
+
+#[derive(Debug, Args)]
+pub struct AdmissionsArgs {
+    /// The ledger to write to (a scratch database: the benchmark adds requests to it).
+    #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
+    database_url: String,
+    /// Requests to send in all.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    requests: u32,
+    /// Clients sending at once, each over one keep-alive connection.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    concurrency: u32,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Figures {
+    requests: u32,
+    concurrency: u32,
+    admissions_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// pgbench on the same server, a single-row insert transaction (None without pgbench or
+    /// for a SQLite ledger).
+    pgbench_tps: Option<f64>,
+    pgbench_latency_ms: Option<f64>,
+    /// admissions_per_s / pgbench_tps.
+    ratio: Option<f64>,
+}
+
+pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
+    let config = Arc::new(Config::parse(EXAMPLE_CONFIG, "built-in configuration")?);
+    let ledger = crate::open_ledger(&args.database_url).await?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
+    // The reconcile loop is not started: this measures the admission path alone.
+    let engine = Engine::new(config, ledger, cloud, clock);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            headroom_api::app(headroom_api::AppState { engine }),
+        )
+        .await
+    });
+
+    let per_client = args.requests.div_ceil(args.concurrency);
+    let url = format!("http://{addr}/v1/capacity-requests");
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for c in 0..args.concurrency {
+        let url = url.clone();
+        clients.push(tokio::task::spawn_blocking(move || {
+            send(&url, c, per_client)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for client in clients {
+        latencies.extend(client.await.context("bench client")??);
+    }
+    let elapsed = started.elapsed();
+    server.abort();
+    latencies.sort();
+    let pick =
+        |p: usize| latencies[(latencies.len() * p).div_ceil(100).max(1) - 1].as_secs_f64() * 1000.0;
+    let admissions_per_s = latencies.len() as f64 / elapsed.as_secs_f64();
+
+    let pgbench = if args.database_url.starts_with("postgres") {
+        run_pgbench(&args.database_url, args.concurrency, per_client)?
+    } else {
+        None
+    };
+    let figures = Figures {
+        requests: latencies.len() as u32,
+        concurrency: args.concurrency,
+        admissions_per_s,
+        p50_ms: pick(50),
+        p99_ms: pick(99),
+        pgbench_tps: pgbench.map(|p| p.0),
+        pgbench_latency_ms: pgbench.map(|p| p.1),
+        ratio: pgbench.map(|p| admissions_per_s / p.0),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&figures)?);
+    } else {
+        println!(
+            "admissions through the API: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms ({} requests, {} clients)",
+            figures.admissions_per_s,
+            figures.p50_ms,
+            figures.p99_ms,
+            figures.requests,
+            figures.concurrency
+        );
+        match (
+            figures.pgbench_tps,
+            figures.pgbench_latency_ms,
+            figures.ratio,
+        ) {
+            (Some(tps), Some(lat), Some(ratio)) => println!(
+                "pgbench single-row insert transaction, same server and clients: {tps:.0} tps, {lat:.2} ms average; API / pgbench = {ratio:.2}"
+            ),
+            _ => {
+                println!("pgbench baseline: not run (needs a postgres:// URL and pgbench on PATH)")
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One client: `count` requests over one keep-alive connection, each with its own key.
+fn send(url: &str, client: u32, count: u32) -> anyhow::Result<Vec<Duration>> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut latencies = Vec::with_capacity(count as usize);
+    for n in 0..count {
+        let body = r#"{"pool":"mistral-7b-batch","replicas":1,"priority":"low"}"#;
+        let started = Instant::now();
+        let response = agent
+            .post(url)
+            .header("content-type", "application/json")
+            .header(
+                "idempotency-key",
+                &format!("bench-{client}-{n}-{}", std::process::id()),
+            )
+            .send(body)
+            .context("bench request")?;
+        latencies.push(started.elapsed());
+        anyhow::ensure!(
+            response.status().as_u16() == 201,
+            "bench request answered {}",
+            response.status()
+        );
+    }
+    Ok(latencies)
+}
+
+/// Runs pgbench with a transaction shaped like a capacity request's: look up the idempotency
+/// key, insert one row. Returns (tps, average latency in ms).
+fn run_pgbench(url: &str, clients: u32, per_client: u32) -> anyhow::Result<Option<(f64, f64)>> {
+    let Ok(pgbench) = which("pgbench") else {
+        return Ok(None);
+    };
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("admission.sql");
+    std::fs::write(
+        &script,
+        "\\set n random(1, 1000000000)\n\
+         BEGIN;\n\
+         SELECT id FROM headroom_bench WHERE key = 'k' || :client_id || '-' || :n;\n\
+         INSERT INTO headroom_bench (id, pool, replicas, priority, key, created_at) VALUES (gen_random_uuid()::text, 'mistral-7b-batch', 1, 'low', 'k' || :client_id || '-' || :n || '-' || random(), now());\n\
+         END;\n",
+    )?;
+    let psql = |sql: &str| {
+        std::process::Command::new(which("psql")?)
+            .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .context("running psql")
+    };
+    psql(
+        "CREATE TABLE IF NOT EXISTS headroom_bench (id TEXT PRIMARY KEY, pool TEXT NOT NULL, replicas INTEGER NOT NULL, priority TEXT NOT NULL, key TEXT UNIQUE, created_at TIMESTAMPTZ NOT NULL)",
+    )?;
+    let out = std::process::Command::new(pgbench)
+        .args(["-n", "-f"])
+        .arg(&script)
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+            "-t",
+            &per_client.to_string(),
+            url,
+        ])
+        .output()
+        .context("running pgbench")?;
+    psql("DROP TABLE IF EXISTS headroom_bench")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let number_after = |label: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .and_then(|l| l.split('=').nth(1))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    Ok(number_after("tps").zip(number_after("latency average")))
+}
+
+fn which(program: &str) -> anyhow::Result<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{program} is not on PATH"))
+}
