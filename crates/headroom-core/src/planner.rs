@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::BudgetStanding;
+use crate::budget::{BudgetStanding, HardAction};
 use crate::{
     Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, RefusalReason, RequestId,
     Timestamp,
@@ -96,6 +96,10 @@ pub struct PlanInput<'a> {
     pub requests: &'a [OpenRequest],
     /// The pool's account, if it has a budget.
     pub budget: Option<BudgetStanding>,
+    /// What to do with a capacity request the budget cannot carry in full: `Refuse` refuses it
+    /// whole; `Clamp` and `ShedLowestTier` launch what fits (requests are served highest tier
+    /// first, so the lowest tiers are the ones refused).
+    pub budget_action: HardAction,
     /// Each wake or launch holds this much running time against the budget.
     pub hold_horizon: Duration,
 }
@@ -135,6 +139,7 @@ pub struct Plan {
     pub deferred: u32,
 }
 
+#[derive(Clone)]
 struct Builder<'a> {
     input: &'a PlanInput<'a>,
     plan: Plan,
@@ -205,6 +210,34 @@ impl<'a> Builder<'a> {
         self.step_left -= 1;
         self.replica_room -= 1;
         Supply::Supplied
+    }
+
+    /// Supplies a capacity request, all or nothing when the budget's hard action is `Refuse`.
+    fn supply_request(&mut self, request: &RequestId, count: u32) {
+        if self.input.budget_action != HardAction::Refuse {
+            return self.supply(Some(request), count);
+        }
+        let before = self.clone();
+        self.supply(Some(request), count);
+        let over_budget = self.plan.actions[before.plan.actions.len()..]
+            .iter()
+            .any(|a| {
+                matches!(
+                    a,
+                    Action::Refuse {
+                        reason: RefusalReason::Budget,
+                        ..
+                    }
+                )
+            });
+        if over_budget {
+            *self = before;
+            self.plan.actions.push(Action::Refuse {
+                request: Some(request.clone()),
+                count,
+                reason: RefusalReason::Budget,
+            });
+        }
     }
 
     /// Supplies `count` replicas; the first refusal covers the rest of the count.
@@ -279,7 +312,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             .iter()
             .filter(|n| n.is_active_replica() && n.request.as_ref() == Some(&request.id))
             .count() as u32;
-        b.supply(Some(&request.id), request.replicas.saturating_sub(have));
+        b.supply_request(&request.id, request.replicas.saturating_sub(have));
     }
 
     // Then organic demand from the controller.
@@ -433,6 +466,7 @@ mod tests {
             controller_target: target,
             requests: &[],
             budget: None,
+            budget_action: HardAction::Clamp,
             hold_horizon: Duration::from_secs(3600),
         }
     }
@@ -581,5 +615,96 @@ mod tests {
                 ..
             }
         )));
+    }
+}
+
+#[cfg(test)]
+mod budget_action_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pool::{ColdStartLadder, ScalingPolicy};
+    use crate::{Market, ProviderKind};
+
+    fn plan_with(action: HardAction) -> Plan {
+        let pool = PoolSpec {
+            name: "p".parse().unwrap(),
+            account: "a".parse().unwrap(),
+            offerings: vec!["o".parse().unwrap()],
+            min_replicas: 0,
+            max_replicas: 10,
+            max_scale_up_per_step: 10,
+            warm_pool_size: 0,
+            ladder: ColdStartLadder {
+                node_acquisition: Duration::ZERO,
+                image_pull: Duration::ZERO,
+                weight_load: Duration::ZERO,
+                compile: Duration::ZERO,
+                warmup: Duration::ZERO,
+            },
+            scaling: ScalingPolicy {
+                replica_throughput_rps: 1.0,
+                backlog_drain: Duration::from_secs(60),
+                scale_down_stabilization: Duration::from_secs(600),
+                signal_max_age: Duration::from_secs(30),
+            },
+        };
+        let offerings = [OfferingChoice {
+            offering: Offering {
+                id: "o".parse().unwrap(),
+                provider: ProviderKind::Sim,
+                region: "r".into(),
+                zone: "z".into(),
+                instance_type: "t".into(),
+                market: Market::OnDemand,
+                price_usd_per_hour: "1".parse().unwrap(),
+                gpus_per_node: 1,
+            },
+            available: true,
+        }];
+        let requests = [OpenRequest {
+            id: RequestId("r".into()),
+            replicas: 3,
+            priority: Priority::Normal,
+            created_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+        }];
+        plan(&PlanInput {
+            pool: &pool,
+            offerings: &offerings,
+            nodes: &[],
+            controller_target: 0,
+            requests: &requests,
+            // Two of the three one-dollar holds fit.
+            budget: Some(BudgetStanding {
+                ceiling: "2".parse().unwrap(),
+                spent: Money::ZERO,
+                held: Money::ZERO,
+            }),
+            budget_action: action,
+            hold_horizon: Duration::from_secs(3600),
+        })
+    }
+
+    #[test]
+    fn refuse_is_all_or_nothing_and_clamp_launches_what_fits() {
+        let refused = plan_with(HardAction::Refuse);
+        assert_eq!(
+            refused.actions,
+            [Action::Refuse {
+                request: Some(RequestId("r".into())),
+                count: 3,
+                reason: RefusalReason::Budget
+            }]
+        );
+        let clamped = plan_with(HardAction::Clamp);
+        assert_eq!(clamped.actions.len(), 3, "two launches and one refusal");
+        assert_eq!(
+            clamped.actions[2],
+            Action::Refuse {
+                request: Some(RequestId("r".into())),
+                count: 1,
+                reason: RefusalReason::Budget
+            }
+        );
     }
 }

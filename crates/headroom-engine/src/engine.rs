@@ -13,8 +13,8 @@ use headroom_core::planner::{
     self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput,
 };
 use headroom_core::{
-    CapacityRequest, Money, NodeId, NodeState, Offering, OfferingId, PoolName, PoolSpec,
-    RefusalReason, RequestId, Timestamp,
+    CapacityRequest, HardAction, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
+    PoolSpec, RefusalReason, RequestId, Timestamp,
 };
 use headroom_ledger::{Admission, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
@@ -482,17 +482,6 @@ impl Engine {
             .insert(offering.clone(), until);
     }
 
-    async fn budget_standing(
-        &self,
-        pool: &PoolSpec,
-        now: Timestamp,
-    ) -> Result<Option<BudgetStanding>, EngineError> {
-        match self.ledger.budget(&pool.account).await? {
-            Some(budget) => Ok(Some(self.ledger.budget_standing(&budget, now).await?)),
-            None => Ok(None),
-        }
-    }
-
     async fn reconcile_pool(&self, pool: &PoolSpec) -> Result<(), EngineError> {
         let now = self.clock.now();
         // After a restart the controller has no memory: it starts from the organic replicas that
@@ -597,7 +586,11 @@ impl Engine {
                     })
                     .collect()
             };
-            let budget = self.budget_standing(pool, now).await?;
+            let budget_in_force = self.ledger.budget(&pool.account).await?;
+            let budget = match &budget_in_force {
+                Some(b) => Some(self.ledger.budget_standing(b, now).await?),
+                None => None,
+            };
             let plan = planner::plan(&PlanInput {
                 pool,
                 offerings: &offerings,
@@ -605,6 +598,7 @@ impl Engine {
                 controller_target: decision.target,
                 requests: &open,
                 budget,
+                budget_action: budget_in_force.map_or(HardAction::Clamp, |b| b.hard_action),
                 hold_horizon: self.config.engine.hold_horizon,
             });
             if !self.apply(pool, &plan.actions, &live, &requests).await? {

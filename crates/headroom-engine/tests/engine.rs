@@ -392,9 +392,24 @@ async fn cancelling_a_request_releases_its_nodes() {
 }
 
 #[tokio::test]
-async fn the_budget_refuses_launches_it_cannot_hold() {
-    // $1 a day; each launch holds an hour: the first cheap launch ($0.26) fits, and so do two
-    // more, but not a fourth.
+async fn a_clamping_budget_launches_what_fits_and_refuses_the_rest() {
+    // $1 a day; each launch holds an hour: three cheap launches ($0.2599) fit, a fourth does not.
+    let text = format!(
+        "{CONFIG}\n[[budgets]]\naccount = \"ml\"\nperiod = \"day\"\nceiling_usd = \"1\"\nhard_action = \"clamp\"\n"
+    );
+    let h = harness(&text).await;
+    h.cloud.set_capacity(&"cheap".parse().unwrap(), 10);
+    let id = h.request(4).await;
+    h.engine.tick().await.unwrap();
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(h.live_instances().await, 3);
+    let last = outcome.refusals.last().unwrap();
+    assert_eq!((last.reason, last.replicas), (RefusalReason::Budget, 1));
+    assert!(last.detail.contains("account ml"), "{}", last.detail);
+}
+
+#[tokio::test]
+async fn a_refusing_budget_refuses_a_request_it_cannot_carry_whole() {
     let text =
         format!("{CONFIG}\n[[budgets]]\naccount = \"ml\"\nperiod = \"day\"\nceiling_usd = \"1\"\n");
     let h = harness(&text).await;
@@ -402,17 +417,27 @@ async fn the_budget_refuses_launches_it_cannot_hold() {
     let id = h.request(4).await;
     h.engine.tick().await.unwrap();
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
-    assert_eq!(h.live_instances().await, 3);
     assert_eq!(
-        outcome.refusals.last().map(|r| r.reason),
-        Some(RefusalReason::Budget)
+        h.live_instances().await,
+        0,
+        "nothing launched for a request refused whole"
     );
+    assert_eq!(outcome.state, RequestState::Refused);
+    assert_eq!(
+        (outcome.refusals[0].reason, outcome.refusals[0].replicas),
+        (RefusalReason::Budget, 4)
+    );
+    // A request that fits whole still goes through.
+    let small = h.request(2).await;
+    h.engine.tick().await.unwrap();
     assert!(
-        outcome
-            .refusals
-            .last()
+        h.ledger
+            .capacity_request(&small)
+            .await
             .unwrap()
-            .detail
-            .contains("account ml")
+            .unwrap()
+            .refusals
+            .is_empty()
     );
+    assert_eq!(h.live_instances().await, 2);
 }
