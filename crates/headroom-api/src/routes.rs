@@ -203,20 +203,29 @@ async fn create_capacity_request(
     };
     let ledger = state.engine.ledger();
     let (request, created) = ledger.record_capacity_request(&new).await?;
-    if created {
+    let outcome = if created {
         state.engine.wake();
-    }
-    let outcome = ledger
-        .capacity_request(&request.id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no capacity request {}", request.id)))?;
+        // Nothing can have happened to a request this new: skip three reads on the hot path.
+        headroom_ledger::RequestOutcome {
+            request,
+            delivered: 0,
+            state: headroom_core::RequestState::Pending,
+            refusals: Vec::new(),
+        }
+    } else {
+        ledger
+            .capacity_request(&request.id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("no capacity request {}", request.id)))?
+    };
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
+    let location = format!("/v1/capacity-requests/{}", outcome.request.id);
     let mut response = (status, Json(outcome)).into_response();
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/capacity-requests/{}", request.id)) {
+    if let Ok(location) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
