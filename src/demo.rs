@@ -64,10 +64,10 @@ struct Summary {
 const BURST_START_S: f64 = 30.0;
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let config = Arc::new(Config::parse(
-        EXAMPLE_CONFIG,
-        "built-in demo configuration",
-    )?);
+    let mut config = Config::parse(EXAMPLE_CONFIG, "built-in demo configuration")?;
+    // One reconcile tick per virtual second, so sped-up time does not coarsen the controller.
+    config.engine.tick = Duration::from_millis((1000 / args.speedup as u64).max(50));
+    let config = Arc::new(config);
     let temp_dir = tempfile::tempdir().context("creating a temporary directory for the ledger")?;
     let ledger_path = args
         .database
@@ -244,7 +244,8 @@ fn push_signals_at(engine: &Engine, traffic: &[Traffic], t: f64) {
             &tr.pool,
             SignalInput {
                 queue_depth: tr.queue.depth(),
-                arrival_rate_rps: tr.profile.rps_at(t),
+                arrival_rate_rps: Some(tr.profile.rps_at(t)),
+                ..SignalInput::default()
             },
         );
     }

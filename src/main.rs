@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod whatif;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,8 @@ enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+    /// How many replicas a backlog or an HPA metric calls for, and why (the controller's rules).
+    WhatIf(whatif::WhatIfArgs),
     /// Create or upgrade the ledger's schema.
     Migrate {
         /// sqlite://PATH or postgres://USER@HOST:PORT/DB
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
                 database_url,
             } => serve(&config, listen, database_url).await,
             Command::Migrate { database_url } => migrate(&database_url).await,
+            Command::WhatIf(args) => whatif::run(args),
             Command::Bench {
                 command: BenchCommand::Admissions(args),
             } => bench::admissions(args).await,
@@ -133,7 +137,7 @@ fn main() -> ExitCode {
 
 /// A mistake in what the user typed: reported as one line, exit code 2.
 #[derive(Debug)]
-struct BadInput(String);
+pub struct BadInput(pub String);
 
 impl std::fmt::Display for BadInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

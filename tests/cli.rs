@@ -540,3 +540,78 @@ replica_throughput_rps = 5.0
         "one instance per client token"
     );
 }
+
+fn what_if(args: &[&str]) -> Value {
+    let out = Command::new(BIN)
+        .arg("what-if")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn what_if_reproduces_the_seed_numbers() {
+    let burst = what_if(&[
+        "--ready",
+        "8",
+        "--per-replica-rps",
+        "2.5",
+        "--arrival-rps",
+        "20",
+        "--burst-rps",
+        "32",
+        "--burst-s",
+        "30",
+        "--drain-s",
+        "60",
+    ]);
+    assert_eq!(
+        (
+            burst["desired_replicas"].as_u64(),
+            burst["additional_replicas"].as_i64()
+        ),
+        (Some(11), Some(3))
+    );
+    assert_eq!(burst["rule"], "backlog_drain");
+    assert!(burst["reasoning"].to_string().contains("360"), "{burst}");
+    assert_eq!(
+        what_if(&["--current", "4", "--metric", "8", "--target", "4"])["desired_replicas"],
+        8
+    );
+    assert_eq!(
+        what_if(&["--current", "4", "--metric", "8", "--target", "1"])["desired_replicas"],
+        32
+    );
+    let steady = what_if(&["--current", "4", "--metric", "1.1", "--target", "1"]);
+    assert_eq!(
+        (
+            steady["desired_replicas"].as_u64(),
+            steady["additional_replicas"].as_i64()
+        ),
+        (Some(4), Some(0))
+    );
+
+    let bad = Command::new(BIN)
+        .args([
+            "what-if",
+            "--current",
+            "4",
+            "--metric",
+            "8",
+            "--target",
+            "-1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8(bad.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--target"), "{stderr}");
+}

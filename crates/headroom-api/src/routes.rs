@@ -31,6 +31,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pools/{name}", get(get_pool))
         .route("/v1/pools/{name}/signals", post(push_signal))
         .route("/v1/pools/{name}/ledger", get(pool_ledger))
+        .route("/v1/pools/{name}/decisions", get(pool_decisions))
         .route("/v1/budgets", get(list_budgets))
         .route("/v1/budgets/{account}", get(get_budget).put(put_budget))
         .fallback(not_found)
@@ -308,8 +309,23 @@ async fn get_pool(
 #[serde(deny_unknown_fields)]
 struct SignalBody {
     queue_depth: i64,
-    #[serde(default)]
-    arrival_rate_rps: f64,
+    oldest_age_s: Option<f64>,
+    arrival_rate_rps: Option<f64>,
+    departure_rate_rps: Option<f64>,
+    error_rate_rps: Option<f64>,
+    batch_occupancy: Option<f64>,
+    gpu_utilization: Option<f64>,
+}
+
+/// A non-negative finite number, or a one-line problem naming the field.
+fn non_negative(field: &str, value: Option<f64>, max: f64) -> Result<Option<f64>, ApiError> {
+    match value {
+        Some(v) if !(v.is_finite() && (0.0..=max).contains(&v)) => Err(ApiError::bad(
+            "invalid-signal",
+            format!("{field}: must be a number from 0 to {max}"),
+        )),
+        other => Ok(other),
+    }
 }
 
 async fn push_signal(
@@ -326,20 +342,43 @@ async fn push_signal(
             "queue_depth: must be zero or more",
         ));
     }
-    if !(input.arrival_rate_rps.is_finite() && input.arrival_rate_rps >= 0.0) {
-        return Err(ApiError::bad(
-            "invalid-signal",
-            "arrival_rate_rps: must be a finite number, zero or more",
-        ));
-    }
-    state.engine.push_signal(
-        &name,
-        SignalInput {
-            queue_depth: input.queue_depth as u64,
-            arrival_rate_rps: input.arrival_rate_rps,
-        },
-    );
+    const LARGE: f64 = 1e12;
+    let signal = SignalInput {
+        queue_depth: input.queue_depth as u64,
+        oldest_age_s: non_negative("oldest_age_s", input.oldest_age_s, LARGE)?,
+        arrival_rate_rps: non_negative("arrival_rate_rps", input.arrival_rate_rps, LARGE)?,
+        departure_rate_rps: non_negative("departure_rate_rps", input.departure_rate_rps, LARGE)?,
+        error_rate_rps: non_negative("error_rate_rps", input.error_rate_rps, LARGE)?,
+        batch_occupancy: non_negative("batch_occupancy", input.batch_occupancy, 1.0)?,
+        gpu_utilization: non_negative("gpu_utilization", input.gpu_utilization, 1.0)?,
+    };
+    state.engine.push_signal(&name, signal);
     Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Debug, serde::Serialize)]
+struct DecisionLog {
+    pool: PoolName,
+    shadow: bool,
+    /// Newest first; consecutive identical decisions are folded (`repeated`).
+    decisions: Vec<headroom_engine::DecisionRecord>,
+}
+
+async fn pool_decisions(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<DecisionLog>, ApiError> {
+    let pool = pool_from_path(&state, path)?;
+    let shadow = state
+        .engine
+        .config()
+        .pool(&pool)
+        .is_some_and(|p| p.scaling.shadow);
+    Ok(Json(DecisionLog {
+        decisions: state.engine.decisions(&pool),
+        shadow,
+        pool,
+    }))
 }
 
 /// A budget as finance reads it: the ceiling in force and where the period stands.

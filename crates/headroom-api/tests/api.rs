@@ -294,32 +294,87 @@ async fn pools_show_their_counts() {
 async fn signals_are_validated_and_accepted() {
     let api = api().await;
     let uri = "/v1/pools/llama-70b-interactive/signals";
-    let ok = api
-        .post(
-            uri,
-            None,
-            json!({"queue_depth": 40, "arrival_rate_rps": 200.0}),
-        )
-        .await;
-    assert_eq!(ok.status, StatusCode::ACCEPTED);
-    assert_problem(
-        &api.post(uri, None, json!({"queue_depth": -1})).await,
-        StatusCode::BAD_REQUEST,
-        "queue_depth",
-    );
-    assert_problem(
-        &api.post(
-            uri,
-            None,
+    let full = json!({
+        "queue_depth": 40, "oldest_age_s": 2.5, "arrival_rate_rps": 200.0,
+        "departure_rate_rps": 80.0, "error_rate_rps": 0.1, "batch_occupancy": 0.9,
+        "gpu_utilization": 0.95
+    });
+    assert_eq!(api.post(uri, None, full).await.status, StatusCode::ACCEPTED);
+    for (body, detail) in [
+        (json!({"queue_depth": -1}), "queue_depth"),
+        (
             json!({"queue_depth": 1, "arrival_rate_rps": -5.0}),
-        )
-        .await,
-        StatusCode::BAD_REQUEST,
-        "arrival_rate_rps",
-    );
+            "arrival_rate_rps",
+        ),
+        (
+            json!({"queue_depth": 1, "gpu_utilization": 1.5}),
+            "gpu_utilization",
+        ),
+        (
+            json!({"queue_depth": 1, "batch_occupancy": -0.1}),
+            "batch_occupancy",
+        ),
+        (
+            json!({"queue_depth": 1, "oldest_age_s": "old"}),
+            "invalid type",
+        ),
+        (
+            json!({"queue_depth": 1, "temperature": 80}),
+            "unknown field",
+        ),
+    ] {
+        assert_problem(
+            &api.post(uri, None, body).await,
+            StatusCode::BAD_REQUEST,
+            detail,
+        );
+    }
     assert_problem(
         &api.post("/v1/pools/ghost/signals", None, json!({"queue_depth": 1}))
             .await,
+        StatusCode::NOT_FOUND,
+        "no pool",
+    );
+}
+
+#[tokio::test]
+async fn decisions_explain_themselves() {
+    let api = api().await;
+    api.engine.tick().await.unwrap();
+    let signal = json!({"queue_depth": 40, "arrival_rate_rps": 200.0, "gpu_utilization": 0.97, "oldest_age_s": 3.0});
+    api.post("/v1/pools/llama-70b-interactive/signals", None, signal)
+        .await;
+    api.engine.tick().await.unwrap();
+    let log = api.get("/v1/pools/llama-70b-interactive/decisions").await;
+    assert_eq!(log.status, StatusCode::OK);
+    let newest = &log.body["decisions"][0];
+    assert_eq!(newest["rule"], "backlog_drain", "{newest}");
+    assert!(
+        newest["reason"].as_str().unwrap().contains("200.0 req/s"),
+        "{newest}"
+    );
+    assert_eq!(newest["signal"]["queue_depth"], 40);
+    assert!(
+        newest["proposals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["rule"] == "floor")
+    );
+    let oldest = log.body["decisions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        oldest["hold"], "signal_missing",
+        "the first tick had no signal: {oldest}"
+    );
+    let pool = api.get("/v1/pools/llama-70b-interactive").await;
+    assert_eq!(pool.body["rule"], "backlog_drain");
+    assert_problem(
+        &api.get("/v1/pools/ghost/decisions").await,
         StatusCode::NOT_FOUND,
         "no pool",
     );

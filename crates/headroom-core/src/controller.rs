@@ -1,38 +1,128 @@
-//! The scaling controller: signals in, desired ready replicas out.
+//! The scaling controller: signals in, desired replicas out, with the reason.
 //!
-//! This first version sizes the pool from arrival rate and backlog (the queue-drain rule of the
-//! background notes: `ceil(arrivals / per-replica throughput) + ceil(backlog / drain window /
-//! per-replica throughput)`), scales up at once, scales down one replica per stabilisation
-//! window, and holds — never scales — when the signal is missing or stale. The richer controller
-//! (oldest-age thresholds, breach windows, readiness-aware counting) replaces
-//! [`desired_replicas`] behind the same inputs.
+//! Three rules each propose a replica count, and the largest wins:
+//! - **HPA**: `ceil(ready × metric / target)` where the metric is waiting requests per ready
+//!   replica; a usage ratio within the tolerance of 1 changes nothing. Starting replicas count
+//!   toward the target (capacity on the way) but not toward the average (not ready).
+//! - **Backlog drain** (the background notes' rule): `ceil(arrivals / throughput) +
+//!   ceil(backlog / drain window / throughput)`, with the throughput measured from departures
+//!   while the replicas are saturated.
+//! - **Oldest age**: when the oldest eligible request has waited past its threshold while
+//!   arrivals exceed departures for two consecutive windows, add what the excess needs.
+//!
+//! Around them: scale up only after consecutive breaching windows and within a per-period
+//! limit; scale down one replica per period, only after a long stabilisation below a fraction of
+//! the thresholds; no more than one change of direction per cooldown; and hold — neither up nor
+//! down — when the signal is missing or stale, or when work waits but nothing departs (a
+//! dispatch failure more replicas would not fix). Every decision carries the rule that won, a
+//! sentence saying why, and the three-way classification of queue age against utilisation.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
 use crate::pool::{PoolSpec, ScalingPolicy};
 
-/// What the pool's queue looked like at one instant.
+/// What a pool's serving layer reports at one instant. Only the queue depth is required.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct QueueSignal {
+pub struct Signals {
     /// Requests waiting for a batch slot.
     pub queue_depth: u64,
+    /// Age of the oldest eligible request, in seconds.
+    pub oldest_age_s: Option<f64>,
     /// Arrivals per second over the last window.
-    pub arrival_rate_rps: f64,
+    pub arrival_rate_rps: Option<f64>,
+    /// Successful completions per second over the last window.
+    pub departure_rate_rps: Option<f64>,
+    pub error_rate_rps: Option<f64>,
+    /// Share of batch slots in use, 0 to 1.
+    pub batch_occupancy: Option<f64>,
+    /// Share of time a kernel ran, 0 to 1, as the usual exporter reports it.
+    pub gpu_utilization: Option<f64>,
     /// When the sample was received (stamped by the receiver, not the sender).
     pub received_at: Timestamp,
 }
 
+impl Signals {
+    /// A sample with only a queue depth and an arrival rate.
+    pub fn queue(queue_depth: u64, arrival_rate_rps: f64, received_at: Timestamp) -> Signals {
+        Signals {
+            queue_depth,
+            oldest_age_s: None,
+            arrival_rate_rps: Some(arrival_rate_rps),
+            departure_rate_rps: None,
+            error_rate_rps: None,
+            batch_occupancy: None,
+            gpu_utilization: None,
+            received_at,
+        }
+    }
+}
+
+/// The replicas the controller sees, counted separately: only ready ones are capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ReplicaCounts {
+    /// Launches the cloud has not answered with a running node yet.
+    pub requested: u32,
+    /// Climbing the cold-start ladder.
+    pub starting: u32,
+    pub ready: u32,
+    pub draining: u32,
+}
+
+impl ReplicaCounts {
+    /// Ready plus on the way: what a new target is compared with.
+    pub fn provisioned(&self) -> u32 {
+        self.requested + self.starting + self.ready
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Up,
+    Down,
+}
+
 /// What the controller remembers between activations. Plain data, owned by the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ControllerMemory {
     /// The target the controller last settled on.
     pub target: u32,
-    /// Since when the computed desired count has been below `target`.
-    pub below_since: Option<Timestamp>,
+    /// Consecutive windows in which the rules asked for more, and when the last one began.
+    pub breach_windows: u32,
+    pub breach_window_at: Option<Timestamp>,
+    /// Consecutive windows with the oldest age past its threshold and arrivals above departures.
+    pub age_windows: u32,
+    pub age_window_at: Option<Timestamp>,
+    /// Since when load has been low enough to scale down, and when the last replica went.
+    pub low_since: Option<Timestamp>,
+    pub last_scale_down_at: Option<Timestamp>,
+    /// The last change of target and its direction.
+    pub last_change: Option<(Timestamp, Direction)>,
+    /// Scale-ups within the current period: bounded by `scale_up_limit` entries.
+    pub scale_ups: Vec<(Timestamp, u32)>,
 }
 
-/// Why the controller did not follow the signal.
+/// Which rule set the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// `min_replicas` or `min_capacity`.
+    Floor,
+    Hpa,
+    BacklogDrain,
+    OldestAge,
+    /// Nothing asked for a change: the target stays.
+    Steady,
+    /// One replica removed after the stabilisation window.
+    ScaleDown,
+    /// The controller did not follow the signal; see the hold reason.
+    Hold,
+}
+
+/// Why the controller is not scaling at all (the HPA's ScalingActive=False, made visible).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HoldReason {
@@ -40,86 +130,444 @@ pub enum HoldReason {
     SignalMissing,
     /// The last signal is older than the policy's `signal_max_age`.
     SignalStale,
+    /// Work waits but nothing departs: more replicas would not help; look at dispatch.
+    DispatchFailure,
+    /// The direction changed less than `direction_cooldown` ago.
+    DirectionCooldown,
+}
+
+/// Why the target is below what the rules asked for (the HPA's ScalingLimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// Waiting for the next consecutive breaching window.
+    BreachWindow,
+    /// `scale_up_limit` replicas were already added this period.
+    ScaleUpPeriod,
+    MaxReplicas,
+}
+
+/// The three-way reading of queue age against utilisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Classification {
+    /// Age high, utilisation high: genuine capacity pressure.
+    CapacityPressure,
+    /// Age high, utilisation low: dispatch, CPU, dependency, batching or metric problem.
+    DispatchOrDependency,
+    /// Age low, utilisation high: efficient operation.
+    Healthy,
+    /// Age low, utilisation low.
+    Idle,
 }
 
 /// The controller's answer for one pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Decision {
-    /// Desired ready replicas, within the pool's min and max.
+    /// Desired replicas (ready plus on the way), within the pool's bounds.
     pub target: u32,
-    /// What the signal alone asks for, before clamping to max (above max = unmet demand).
+    /// What the rules asked for before limits and the max-replicas clamp.
     pub unclamped: u32,
-    /// Set when the pool is holding instead of scaling.
+    pub rule: Rule,
+    /// One sentence: the numbers behind the rule that won.
+    pub reason: String,
     pub hold: Option<HoldReason>,
+    pub limited: Option<Limit>,
+    pub classification: Option<Classification>,
+    /// Every rule's answer, so a reader sees what lost as well as what won.
+    pub proposals: Vec<Proposal>,
+    #[serde(skip)]
     pub memory: ControllerMemory,
 }
 
-/// Replicas the signal calls for, before any hysteresis or clamping.
-pub fn replicas_for_signal(policy: &ScalingPolicy, signal: &QueueSignal) -> u32 {
-    let per_replica = policy.replica_throughput_rps.max(f64::MIN_POSITIVE);
-    let steady = (signal.arrival_rate_rps.max(0.0) / per_replica).ceil();
-    let drain_s = policy.backlog_drain.as_secs_f64().max(1.0);
-    let backlog = (signal.queue_depth as f64 / drain_s / per_replica).ceil();
-    (steady + backlog).min(u32::MAX as f64) as u32
+/// One rule's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Proposal {
+    pub rule: Rule,
+    pub replicas: u32,
+}
+
+/// The HPA rule: `ceil(current × metric / target)`, unchanged within the tolerance.
+pub fn hpa_rule(current: u32, metric: f64, target: f64, tolerance: f64) -> u32 {
+    if !(target > 0.0 && metric.is_finite()) {
+        return current;
+    }
+    let ratio = metric / target;
+    // The epsilon keeps 1.1 against 1.0 inside a 0.1 tolerance despite binary fractions.
+    if (ratio - 1.0).abs() <= tolerance + 1e-9 {
+        return current;
+    }
+    clamp_u32((current as f64 * ratio).ceil())
+}
+
+/// The backlog-drain rule: replicas for the arrivals plus replicas to drain the backlog in time.
+pub fn drain_rule(arrival_rps: f64, backlog: f64, drain: Duration, per_replica_rps: f64) -> u32 {
+    let per_replica = per_replica_rps.max(f64::MIN_POSITIVE);
+    let steady = (arrival_rps.max(0.0) / per_replica).ceil();
+    let extra = (backlog.max(0.0) / drain.as_secs_f64().max(1.0) / per_replica).ceil();
+    clamp_u32(steady + extra)
+}
+
+fn clamp_u32(x: f64) -> u32 {
+    if x.is_nan() || x <= 0.0 {
+        0
+    } else {
+        x.min(u32::MAX as f64) as u32
+    }
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    (now - since).to_std().unwrap_or_default()
+}
+
+/// Counts a window that meets a condition: a new window opens once the last is `window` old.
+fn count_window(count: &mut u32, at: &mut Option<Timestamp>, window: Duration, now: Timestamp) {
+    if at.is_none_or(|t| elapsed(t, now) >= window) {
+        *count = count.saturating_add(1);
+        *at = Some(now);
+    }
+}
+
+/// Successful throughput per ready replica: measured from departures while the replicas are
+/// saturated (work waits), otherwise the configured figure.
+fn throughput(policy: &ScalingPolicy, signals: &Signals, ready: u32) -> f64 {
+    match signals.departure_rate_rps {
+        Some(departures) if signals.queue_depth > 0 && ready > 0 && departures > 0.0 => {
+            departures / ready as f64
+        }
+        _ => policy.replica_throughput_rps,
+    }
+}
+
+fn classify(policy: &ScalingPolicy, s: &Signals, ready: u32) -> Option<Classification> {
+    let utilization = s.gpu_utilization?;
+    let age_high = match (policy.oldest_age_threshold, s.oldest_age_s) {
+        (Some(threshold), Some(age)) => age >= threshold.as_secs_f64(),
+        _ => match policy.target_queue_per_replica {
+            Some(target) => s.queue_depth as f64 / ready.max(1) as f64 > target,
+            None => s.queue_depth > 0,
+        },
+    };
+    Some(match (age_high, utilization >= policy.utilization_high) {
+        (true, true) => Classification::CapacityPressure,
+        (true, false) => Classification::DispatchOrDependency,
+        (false, true) => Classification::Healthy,
+        (false, false) => Classification::Idle,
+    })
 }
 
 /// One activation of the controller for one pool.
-pub fn desired_replicas(
+pub fn decide(
     pool: &PoolSpec,
-    signal: Option<&QueueSignal>,
-    memory: ControllerMemory,
+    signals: Option<&Signals>,
+    counts: ReplicaCounts,
+    mut memory: ControllerMemory,
     now: Timestamp,
 ) -> Decision {
-    let floor = pool.min_replicas;
+    let policy = &pool.scaling;
+    let floor = pool
+        .min_replicas
+        .max(policy.min_capacity)
+        .min(pool.max_replicas);
     let current = memory.target.clamp(floor, pool.max_replicas);
-    let hold = |reason| Decision {
+    let held = |memory: ControllerMemory, reason: HoldReason, why: String, class| Decision {
         target: current,
         unclamped: current,
+        rule: Rule::Hold,
+        reason: why,
         hold: Some(reason),
+        limited: None,
+        classification: class,
+        proposals: Vec::new(),
         memory: ControllerMemory {
             target: current,
-            below_since: None,
+            breach_windows: 0,
+            breach_window_at: None,
+            low_since: None,
+            ..memory
         },
     };
-    let Some(signal) = signal else {
-        return hold(HoldReason::SignalMissing);
+
+    let Some(s) = signals else {
+        let why = format!("no signal has been received; holding at {current}");
+        return held(memory, HoldReason::SignalMissing, why, None);
     };
-    let age = (now - signal.received_at).to_std().unwrap_or_default();
-    if age > pool.scaling.signal_max_age {
-        return hold(HoldReason::SignalStale);
+    let age = elapsed(s.received_at, now);
+    if age > policy.signal_max_age {
+        let why = format!(
+            "the last signal is {}s old (max {}s); holding at {current}",
+            age.as_secs(),
+            policy.signal_max_age.as_secs()
+        );
+        return held(memory, HoldReason::SignalStale, why, None);
+    }
+    let classification = classify(policy, s, counts.ready);
+    if let Some(departures) = s.departure_rate_rps {
+        let expected = counts.ready as f64 * policy.replica_throughput_rps;
+        if s.queue_depth > 0 && counts.ready > 0 && departures < 0.05 * expected {
+            let why = format!(
+                "{} requests wait but only {departures:.2}/s depart from {} ready replicas; more replicas would not help, look at dispatch",
+                s.queue_depth, counts.ready
+            );
+            return held(memory, HoldReason::DispatchFailure, why, classification);
+        }
     }
 
-    let unclamped = replicas_for_signal(&pool.scaling, signal);
-    let wanted = unclamped.clamp(floor, pool.max_replicas);
-    let (target, below_since) = if wanted >= current {
-        // Being late is a user-visible outage: scale up at once.
-        (wanted, None)
-    } else {
-        // Being early means climbing the ladder again: remove one replica per window.
-        let since = memory.below_since.unwrap_or(now);
-        let waited = (now - since).to_std().unwrap_or_default();
-        if waited >= pool.scaling.scale_down_stabilization {
-            (current - 1, Some(now))
+    // Each rule's proposal, with its reason.
+    let mut proposals: Vec<(Rule, u32, String)> = vec![(
+        Rule::Floor,
+        floor,
+        format!(
+            "min_replicas {} / min_capacity {}",
+            pool.min_replicas, policy.min_capacity
+        ),
+    )];
+    if let Some(target) = policy.target_queue_per_replica {
+        let desired = if counts.ready == 0 {
+            clamp_u32((s.queue_depth as f64 / target).ceil())
         } else {
-            (current, Some(since))
+            let metric = s.queue_depth as f64 / counts.ready as f64;
+            hpa_rule(counts.ready, metric, target, policy.tolerance)
+        };
+        let why = format!(
+            "{} waiting over {} ready replicas against a target of {target} per replica gives {desired}",
+            s.queue_depth, counts.ready
+        );
+        proposals.push((Rule::Hpa, desired, why));
+    }
+    let per_replica = throughput(policy, s, counts.ready);
+    if let Some(arrivals) = s.arrival_rate_rps {
+        // Less than one waiting request per ready replica while departures keep up with arrivals
+        // is noise (a poisoned or just-arrived request), not a backlog to buy replicas for.
+        let keeping_up = s.departure_rate_rps.is_some_and(|d| d >= arrivals);
+        let backlog = if keeping_up && s.queue_depth < counts.ready as u64 {
+            0.0
+        } else {
+            s.queue_depth as f64
+        };
+        let desired = drain_rule(arrivals, backlog, policy.backlog_drain, per_replica);
+        let why = format!(
+            "{arrivals:.1} req/s at {per_replica:.2} req/s per replica plus {} queued drained within {}s gives {desired}",
+            s.queue_depth,
+            policy.backlog_drain.as_secs()
+        );
+        proposals.push((Rule::BacklogDrain, desired, why));
+    }
+    let age_breach = match (
+        policy.oldest_age_threshold,
+        s.oldest_age_s,
+        s.arrival_rate_rps,
+        s.departure_rate_rps,
+    ) {
+        (Some(threshold), Some(age), Some(arrivals), Some(departures)) => {
+            (age > threshold.as_secs_f64() && arrivals > departures)
+                .then_some((age, arrivals, departures))
         }
+        _ => None,
     };
-    let below_since = if target > wanted { below_since } else { None };
+    match age_breach {
+        Some((age, arrivals, departures)) => {
+            count_window(
+                &mut memory.age_windows,
+                &mut memory.age_window_at,
+                policy.breach_window,
+                now,
+            );
+            if memory.age_windows >= 2 {
+                let extra = clamp_u32(((arrivals - departures) / per_replica).ceil()).max(1);
+                let why = format!(
+                    "the oldest request waited {age:.1}s (threshold {}s) while {arrivals:.1} req/s arrived and {departures:.1} departed, two windows running: {extra} more",
+                    policy.oldest_age_threshold.map_or(0, |t| t.as_secs())
+                );
+                proposals.push((Rule::OldestAge, current.saturating_add(extra), why));
+            }
+        }
+        None => {
+            memory.age_windows = 0;
+            memory.age_window_at = None;
+        }
+    }
+    let answers: Vec<Proposal> = proposals
+        .iter()
+        .map(|(rule, replicas, _)| Proposal {
+            rule: *rule,
+            replicas: *replicas,
+        })
+        .collect();
+    // The largest answer wins; on a tie the earlier (more basic) rule names it.
+    let (rule, raw, why) = proposals
+        .into_iter()
+        .fold(None::<(Rule, u32, String)>, |best, p| match best {
+            Some(b) if b.1 >= p.1 => Some(b),
+            _ => Some(p),
+        })
+        .unwrap_or((Rule::Floor, floor, String::new()));
+    let unclamped = raw;
+    let wanted = raw.clamp(floor, pool.max_replicas);
+    let max_limited = (raw > pool.max_replicas).then_some(Limit::MaxReplicas);
+
+    let recent_change = |direction| {
+        memory
+            .last_change
+            .is_some_and(|(at, d)| d != direction && elapsed(at, now) < policy.direction_cooldown)
+    };
+
+    if wanted > current {
+        memory.low_since = None;
+        // Floors apply at once; rules need consecutive breaching windows.
+        let rule_driven = wanted > floor.max(current);
+        if rule_driven {
+            count_window(
+                &mut memory.breach_windows,
+                &mut memory.breach_window_at,
+                policy.breach_window,
+                now,
+            );
+            if memory.breach_windows < policy.scale_up_breaches {
+                return Decision {
+                    target: current,
+                    unclamped,
+                    rule,
+                    reason: format!(
+                        "{why}; breach {} of {} windows of {}s before scaling up",
+                        memory.breach_windows,
+                        policy.scale_up_breaches,
+                        policy.breach_window.as_secs()
+                    ),
+                    hold: None,
+                    limited: Some(Limit::BreachWindow),
+                    classification,
+                    proposals: answers.clone(),
+                    memory: ControllerMemory {
+                        target: current,
+                        ..memory
+                    },
+                };
+            }
+        }
+        if recent_change(Direction::Up) {
+            let why = format!(
+                "{why}; but the pool scaled down less than {}s ago",
+                policy.direction_cooldown.as_secs()
+            );
+            return held(memory, HoldReason::DirectionCooldown, why, classification);
+        }
+        memory
+            .scale_ups
+            .retain(|(at, _)| elapsed(*at, now) < policy.scale_up_period);
+        let used: u32 = memory.scale_ups.iter().map(|(_, n)| n).sum();
+        let allowed = policy.scale_up_limit.saturating_sub(used);
+        let step = (wanted - current).min(allowed);
+        let limited = if step < wanted - current {
+            Some(Limit::ScaleUpPeriod)
+        } else {
+            max_limited
+        };
+        let target = current + step;
+        if step > 0 {
+            memory.scale_ups.push((now, step));
+            memory.last_change = Some((now, Direction::Up));
+        }
+        return Decision {
+            target,
+            unclamped,
+            rule,
+            reason: format!("{why}; target {current} → {target}"),
+            hold: None,
+            limited,
+            classification,
+            proposals: answers.clone(),
+            memory: ControllerMemory {
+                target,
+                breach_windows: 0,
+                breach_window_at: None,
+                ..memory
+            },
+        };
+    }
+
+    memory.breach_windows = 0;
+    memory.breach_window_at = None;
+    // Low enough to think of scaling down: below a fraction of every threshold in use.
+    let fraction = policy.scale_down_fraction;
+    let hpa_low = policy.target_queue_per_replica.is_none_or(|target| {
+        (s.queue_depth as f64 / counts.ready.max(1) as f64) < fraction * target
+    });
+    let age_low = match (policy.oldest_age_threshold, s.oldest_age_s) {
+        (Some(threshold), Some(age)) => age < fraction * threshold.as_secs_f64(),
+        _ => true,
+    };
+    let low = wanted < current && hpa_low && age_low;
+    if !low {
+        memory.low_since = None;
+        return Decision {
+            target: current,
+            unclamped,
+            rule: Rule::Steady,
+            reason: format!("{why}; target stays {current}"),
+            hold: None,
+            limited: max_limited,
+            classification,
+            proposals: answers.clone(),
+            memory: ControllerMemory {
+                target: current,
+                ..memory
+            },
+        };
+    }
+    let since = *memory.low_since.get_or_insert(now);
+    let stabilized = elapsed(since, now) >= policy.scale_down_stabilization;
+    let period_passed = memory
+        .last_scale_down_at
+        .is_none_or(|at| elapsed(at, now) >= policy.scale_down_period);
+    if !(stabilized && period_passed) {
+        return Decision {
+            target: current,
+            unclamped,
+            rule: Rule::Steady,
+            reason: format!(
+                "{why}; low for {}s of the {}s stabilisation window, target stays {current}",
+                elapsed(since, now).as_secs(),
+                policy.scale_down_stabilization.as_secs()
+            ),
+            hold: None,
+            limited: None,
+            classification,
+            proposals: answers.clone(),
+            memory: ControllerMemory {
+                target: current,
+                ..memory
+            },
+        };
+    }
+    if recent_change(Direction::Down) {
+        let why = format!(
+            "{why}; but the pool scaled up less than {}s ago",
+            policy.direction_cooldown.as_secs()
+        );
+        return held(memory, HoldReason::DirectionCooldown, why, classification);
+    }
+    let target = current - 1;
+    memory.last_scale_down_at = Some(now);
+    memory.last_change = Some((now, Direction::Down));
     Decision {
         target,
         unclamped,
+        rule: Rule::ScaleDown,
+        reason: format!(
+            "{why}; low for {}s, one replica goes: target {current} → {target}",
+            elapsed(since, now).as_secs()
+        ),
         hold: None,
-        memory: ControllerMemory {
-            target,
-            below_since,
-        },
+        limited: None,
+        classification,
+        proposals: answers,
+        memory: ControllerMemory { target, ..memory },
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::pool::ColdStartLadder;
 
@@ -127,14 +575,22 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn pool(min: u32, max: u32) -> PoolSpec {
+    fn t0() -> Timestamp {
+        at("2026-11-30T09:00:00Z")
+    }
+
+    fn secs(n: i64) -> Timestamp {
+        t0() + chrono::Duration::seconds(n)
+    }
+
+    fn pool(min: u32, max: u32, scaling: ScalingPolicy) -> PoolSpec {
         PoolSpec {
             name: "p".parse().unwrap(),
             account: "a".parse().unwrap(),
             offerings: vec![],
             min_replicas: min,
             max_replicas: max,
-            max_scale_up_per_step: 4,
+            max_scale_up_per_step: 100,
             warm_pool_size: 0,
             ladder: ColdStartLadder {
                 node_acquisition: Duration::from_secs(60),
@@ -143,99 +599,403 @@ mod tests {
                 compile: Duration::from_secs(30),
                 warmup: Duration::from_secs(10),
             },
-            scaling: ScalingPolicy {
-                replica_throughput_rps: 2.5,
-                backlog_drain: Duration::from_secs(60),
-                scale_down_stabilization: Duration::from_secs(600),
-                signal_max_age: Duration::from_secs(30),
-            },
+            scaling,
         }
     }
 
-    fn signal(depth: u64, rps: f64, received_at: Timestamp) -> QueueSignal {
-        QueueSignal {
-            queue_depth: depth,
-            arrival_rate_rps: rps,
-            received_at,
+    /// Immediate policy: one breach scales up, no direction cooldown.
+    fn quick(policy: ScalingPolicy) -> ScalingPolicy {
+        ScalingPolicy {
+            scale_up_breaches: 1,
+            direction_cooldown: Duration::ZERO,
+            ..policy
         }
     }
 
-    /// Seed 000's worked example: 8 workers at 2.5 req/s serve 20 req/s; a 30 s burst at 32 req/s
-    /// leaves 360 queued; draining it within 60 s needs three more workers, so eleven.
+    fn ready(n: u32) -> ReplicaCounts {
+        ReplicaCounts {
+            ready: n,
+            ..ReplicaCounts::default()
+        }
+    }
+
+    fn memory(target: u32) -> ControllerMemory {
+        ControllerMemory {
+            target,
+            ..ControllerMemory::default()
+        }
+    }
+
+    /// Seed 000: 8 workers at 2.5 req/s serve 20 req/s; a 30 s burst at 32 req/s leaves 360
+    /// queued; draining it within 60 s needs three more workers, so eleven.
     #[test]
     fn seed_000_backlog_needs_three_more_workers() {
-        let now = at("2026-01-01T09:00:30Z");
-        let decision = desired_replicas(
-            &pool(1, 50),
-            Some(&signal(360, 20.0, now)),
-            ControllerMemory {
-                target: 8,
-                below_since: None,
-            },
-            now,
+        let p = pool(
+            1,
+            50,
+            quick(ScalingPolicy {
+                replica_throughput_rps: 2.5,
+                ..ScalingPolicy::default()
+            }),
         );
-        assert_eq!(decision.target, 11);
-        assert_eq!(decision.hold, None);
+        let d = decide(
+            &p,
+            Some(&Signals::queue(360, 20.0, t0())),
+            ready(8),
+            memory(8),
+            t0(),
+        );
+        assert_eq!((d.target, d.rule), (11, Rule::BacklogDrain));
+        assert_eq!(drain_rule(20.0, 360.0, Duration::from_secs(60), 2.5) - 8, 3);
+    }
+
+    /// Seed 004 (the HPA notes): 4 replicas averaging 8 waiting against a target of 4 → 8;
+    /// against 1 → 32; a metric of 1.1 against 1 → no change (tolerance 0.1).
+    #[test]
+    fn hpa_rule_reproduces_the_worked_numbers() {
+        assert_eq!(hpa_rule(4, 8.0, 4.0, 0.1), 8);
+        assert_eq!(hpa_rule(4, 8.0, 1.0, 0.1), 32);
+        assert_eq!(hpa_rule(4, 1.1, 1.0, 0.1), 4);
+        let hpa = |target| {
+            let p = pool(
+                1,
+                100,
+                quick(ScalingPolicy {
+                    target_queue_per_replica: Some(target),
+                    ..ScalingPolicy::default()
+                }),
+            );
+            let s = Signals {
+                arrival_rate_rps: None,
+                ..Signals::queue(32, 0.0, t0())
+            };
+            decide(&p, Some(&s), ready(4), memory(4), t0())
+        };
+        assert_eq!((hpa(4.0).target, hpa(4.0).rule), (8, Rule::Hpa));
+        assert_eq!(hpa(1.0).target, 32);
     }
 
     #[test]
-    fn missing_or_stale_signal_holds_the_pool() {
-        let now = at("2026-01-01T09:00:00Z");
-        let memory = ControllerMemory {
-            target: 8,
-            below_since: None,
+    fn starting_replicas_count_as_capacity_on_the_way() {
+        // 4 ready with 8 waiting each against 4: the rule wants 8. Four more are already
+        // starting (target 8): nothing new is asked for.
+        let p = pool(
+            1,
+            100,
+            quick(ScalingPolicy {
+                target_queue_per_replica: Some(4.0),
+                ..ScalingPolicy::default()
+            }),
+        );
+        let s = Signals {
+            arrival_rate_rps: None,
+            ..Signals::queue(32, 0.0, t0())
         };
-        let missing = desired_replicas(&pool(1, 50), None, memory, now);
+        let counts = ReplicaCounts {
+            starting: 4,
+            ready: 4,
+            ..ReplicaCounts::default()
+        };
+        let d = decide(&p, Some(&s), counts, memory(8), t0());
+        assert_eq!((d.target, d.rule), (8, Rule::Steady));
+    }
+
+    #[test]
+    fn missing_or_stale_signals_hold_the_pool() {
+        let p = pool(1, 50, ScalingPolicy::default());
+        let missing = decide(&p, None, ready(8), memory(8), t0());
         assert_eq!(
             (missing.target, missing.hold),
             (8, Some(HoldReason::SignalMissing))
         );
-        let old = signal(10_000, 500.0, at("2026-01-01T08:59:00Z"));
-        let stale = desired_replicas(&pool(1, 50), Some(&old), memory, now);
+        let old = Signals::queue(10_000, 500.0, secs(-60));
+        let stale = decide(&p, Some(&old), ready(8), memory(8), t0());
         assert_eq!(
             (stale.target, stale.hold),
             (8, Some(HoldReason::SignalStale))
         );
+        // Also never down: an idle but stale signal keeps 8.
+        let idle = Signals::queue(0, 0.0, secs(-60));
+        assert_eq!(decide(&p, Some(&idle), ready(8), memory(8), t0()).target, 8);
     }
 
     #[test]
-    fn scales_up_at_once_and_down_one_per_window() {
-        let p = pool(2, 50);
-        let t0 = at("2026-01-01T09:00:00Z");
-        let up = desired_replicas(
-            &p,
-            Some(&signal(0, 50.0, t0)),
-            ControllerMemory::default(),
-            t0,
+    fn scale_up_waits_for_two_breaching_windows() {
+        let p = pool(
+            1,
+            50,
+            ScalingPolicy {
+                replica_throughput_rps: 10.0,
+                ..ScalingPolicy::default()
+            },
         );
-        assert_eq!(up.target, 20);
+        let burst = |t| Signals::queue(40, 200.0, t);
+        let first = decide(&p, Some(&burst(t0())), ready(8), memory(8), t0());
+        assert_eq!(
+            (first.target, first.limited),
+            (8, Some(Limit::BreachWindow))
+        );
+        let early = decide(&p, Some(&burst(secs(5))), ready(8), first.memory, secs(5));
+        assert_eq!(early.target, 8, "still inside the first window");
+        let second = decide(&p, Some(&burst(secs(15))), ready(8), early.memory, secs(15));
+        assert_eq!((second.target, second.rule), (21, Rule::BacklogDrain));
+    }
 
-        // Demand drops to zero: nothing happens for ten minutes...
-        let mut memory = up.memory;
-        for minute in 1..10 {
-            let now = t0 + chrono::Duration::minutes(minute);
-            let d = desired_replicas(&p, Some(&signal(0, 0.0, now)), memory, now);
-            assert_eq!(d.target, 20, "scaled down after {minute} min");
-            memory = d.memory;
+    #[test]
+    fn a_two_per_minute_limit_is_respected() {
+        let p = pool(
+            1,
+            50,
+            quick(ScalingPolicy {
+                replica_throughput_rps: 10.0,
+                scale_up_limit: 2,
+                scale_up_period: Duration::from_secs(60),
+                ..ScalingPolicy::default()
+            }),
+        );
+        let mut m = memory(8);
+        let mut targets = vec![];
+        for t in [0, 10, 20, 59, 60, 61, 121] {
+            let d = decide(
+                &p,
+                Some(&Signals::queue(40, 200.0, secs(t))),
+                ready(8),
+                m,
+                secs(t),
+            );
+            targets.push(d.target);
+            m = d.memory;
         }
-        // ...then one replica goes, and the next only after another window.
-        let now = t0 + chrono::Duration::minutes(11);
-        let d = desired_replicas(&p, Some(&signal(0, 0.0, now)), memory, now);
-        assert_eq!(d.target, 19);
-        let now2 = now + chrono::Duration::minutes(1);
-        let d2 = desired_replicas(&p, Some(&signal(0, 0.0, now2)), d.memory, now2);
-        assert_eq!(d2.target, 19);
+        assert_eq!(targets, [10, 10, 10, 10, 12, 12, 14]);
+    }
+
+    #[test]
+    fn scale_down_waits_out_the_stabilisation_then_goes_one_per_period() {
+        let p = pool(
+            2,
+            50,
+            quick(ScalingPolicy {
+                replica_throughput_rps: 10.0,
+                scale_down_stabilization: Duration::from_secs(600),
+                scale_down_period: Duration::from_secs(60),
+                ..ScalingPolicy::default()
+            }),
+        );
+        let mut m = memory(20);
+        let mut target_at = std::collections::BTreeMap::new();
+        for t in (0..=780).step_by(30) {
+            let d = decide(
+                &p,
+                Some(&Signals::queue(0, 20.0, secs(t))),
+                ready(20),
+                m,
+                secs(t),
+            );
+            target_at.insert(t, d.target);
+            m = d.memory;
+        }
+        assert_eq!(target_at[&570], 20, "nothing within ten minutes");
+        assert_eq!(target_at[&600], 19);
+        assert_eq!(target_at[&630], 19, "one per minute");
+        assert_eq!(target_at[&660], 18);
+        assert_eq!(target_at[&780], 16);
+    }
+
+    #[test]
+    fn oldest_age_scales_out_after_two_windows_but_a_poisoned_request_does_not() {
+        let p = pool(
+            1,
+            50,
+            quick(ScalingPolicy {
+                oldest_age_threshold: Some(Duration::from_secs(5)),
+                replica_throughput_rps: 2.5,
+                ..ScalingPolicy::default()
+            }),
+        );
+        let signals = |age, arrivals, departures, t| Signals {
+            queue_depth: 2,
+            oldest_age_s: Some(age),
+            arrival_rate_rps: Some(arrivals),
+            departure_rate_rps: Some(departures),
+            ..Signals::queue(2, arrivals, t)
+        };
+        // A poisoned request: very old, tiny queue, departures keep up with arrivals.
+        let mut m = memory(8);
+        for t in [0, 15, 30, 45] {
+            let d = decide(
+                &p,
+                Some(&signals(120.0, 20.0, 20.0, secs(t))),
+                ready(8),
+                m,
+                secs(t),
+            );
+            assert_eq!(
+                d.target, 8,
+                "a poisoned request must not scale the pool out"
+            );
+            m = d.memory;
+        }
+        // Real pressure: arrivals exceed departures; the age rule answers from the second window.
+        let age_answer = |d: &Decision| {
+            d.proposals
+                .iter()
+                .find(|p| p.rule == Rule::OldestAge)
+                .map(|p| p.replicas)
+        };
+        let first = decide(
+            &p,
+            Some(&signals(8.0, 30.0, 20.0, t0())),
+            ready(8),
+            memory(8),
+            t0(),
+        );
+        assert_eq!(age_answer(&first), None);
+        let m = ControllerMemory {
+            target: 8,
+            ..first.memory
+        };
+        let second = decide(
+            &p,
+            Some(&signals(9.0, 30.0, 20.0, secs(15))),
+            ready(8),
+            m,
+            secs(15),
+        );
+        // 10 req/s more than departs, at 2.5 per replica: four more than the target of 8.
+        assert_eq!(age_answer(&second), Some(12));
+    }
+
+    #[test]
+    fn work_waiting_with_nothing_departing_is_a_failure_not_a_scale_up() {
+        let p = pool(
+            1,
+            50,
+            quick(ScalingPolicy {
+                replica_throughput_rps: 2.5,
+                ..ScalingPolicy::default()
+            }),
+        );
+        let s = Signals {
+            departure_rate_rps: Some(0.0),
+            gpu_utilization: Some(0.05),
+            ..Signals::queue(500, 20.0, t0())
+        };
+        let d = decide(&p, Some(&s), ready(8), memory(8), t0());
+        assert_eq!((d.target, d.hold), (8, Some(HoldReason::DispatchFailure)));
+        assert_eq!(d.classification, Some(Classification::DispatchOrDependency));
+    }
+
+    #[test]
+    fn classification_reads_age_against_utilisation() {
+        let p = pool(
+            1,
+            50,
+            quick(ScalingPolicy {
+                oldest_age_threshold: Some(Duration::from_secs(5)),
+                replica_throughput_rps: 2.5,
+                ..ScalingPolicy::default()
+            }),
+        );
+        let class = |age, util| {
+            let s = Signals {
+                oldest_age_s: Some(age),
+                gpu_utilization: Some(util),
+                ..Signals::queue(0, 20.0, t0())
+            };
+            decide(&p, Some(&s), ready(8), memory(8), t0()).classification
+        };
+        assert_eq!(class(9.0, 0.95), Some(Classification::CapacityPressure));
+        assert_eq!(class(9.0, 0.20), Some(Classification::DispatchOrDependency));
+        assert_eq!(class(0.5, 0.95), Some(Classification::Healthy));
+        assert_eq!(class(0.5, 0.10), Some(Classification::Idle));
+    }
+
+    #[test]
+    fn one_change_of_direction_per_cooldown() {
+        let p = pool(
+            2,
+            50,
+            ScalingPolicy {
+                replica_throughput_rps: 10.0,
+                scale_up_breaches: 1,
+                scale_down_stabilization: Duration::ZERO,
+                scale_down_period: Duration::ZERO,
+                direction_cooldown: Duration::from_secs(120),
+                ..ScalingPolicy::default()
+            },
+        );
+        let down = decide(
+            &p,
+            Some(&Signals::queue(0, 20.0, t0())),
+            ready(10),
+            memory(10),
+            t0(),
+        );
+        assert_eq!(down.target, 9);
+        let up = decide(
+            &p,
+            Some(&Signals::queue(0, 150.0, secs(30))),
+            ready(9),
+            down.memory,
+            secs(30),
+        );
+        assert_eq!(
+            (up.target, up.hold),
+            (9, Some(HoldReason::DirectionCooldown))
+        );
+        let later = decide(
+            &p,
+            Some(&Signals::queue(0, 150.0, secs(130))),
+            ready(9),
+            up.memory,
+            secs(130),
+        );
+        assert_eq!(later.target, 15);
     }
 
     #[test]
     fn clamps_to_max_and_reports_unmet_demand() {
-        let now = at("2026-01-01T09:00:00Z");
-        let d = desired_replicas(
-            &pool(1, 10),
-            Some(&signal(0, 200.0, now)),
-            ControllerMemory::default(),
-            now,
+        let p = pool(
+            1,
+            10,
+            quick(ScalingPolicy {
+                replica_throughput_rps: 2.5,
+                ..ScalingPolicy::default()
+            }),
         );
-        assert_eq!((d.target, d.unclamped), (10, 80));
+        let d = decide(
+            &p,
+            Some(&Signals::queue(0, 200.0, t0())),
+            ready(1),
+            memory(1),
+            t0(),
+        );
+        assert_eq!(
+            (d.target, d.unclamped, d.limited),
+            (10, 80, Some(Limit::MaxReplicas))
+        );
+    }
+
+    #[test]
+    fn measured_throughput_replaces_the_configured_one_under_saturation() {
+        // Configured 2.5/s, but 8 saturated replicas complete only 8/s: 1/s each.
+        let p = pool(
+            1,
+            100,
+            quick(ScalingPolicy {
+                replica_throughput_rps: 2.5,
+                ..ScalingPolicy::default()
+            }),
+        );
+        let s = Signals {
+            departure_rate_rps: Some(8.0),
+            ..Signals::queue(60, 10.0, t0())
+        };
+        let d = decide(&p, Some(&s), ready(8), memory(8), t0());
+        assert_eq!(
+            d.target, 11,
+            "10/s at 1/s each plus 60 queued over 60 s: {}",
+            d.reason
+        );
     }
 }

@@ -419,9 +419,7 @@ mod tests {
             },
             scaling: ScalingPolicy {
                 replica_throughput_rps: 10.0,
-                backlog_drain: Duration::from_secs(60),
-                scale_down_stabilization: Duration::from_secs(600),
-                signal_max_age: Duration::from_secs(30),
+                ..ScalingPolicy::default()
             },
         }
     }
@@ -644,9 +642,7 @@ mod budget_action_tests {
             },
             scaling: ScalingPolicy {
                 replica_throughput_rps: 1.0,
-                backlog_drain: Duration::from_secs(60),
-                scale_down_stabilization: Duration::from_secs(600),
-                signal_max_age: Duration::from_secs(30),
+                ..ScalingPolicy::default()
             },
         };
         let offerings = [OfferingChoice {

@@ -53,14 +53,65 @@ impl ColdStartLadder {
 /// When and how fast the controller moves a pool. See [`crate::controller`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ScalingPolicy {
-    /// Successful requests per second one ready replica sustains for the measured request mix.
+    /// HPA rule: waiting requests per ready replica to aim for. `None` turns the rule off.
+    pub target_queue_per_replica: Option<f64>,
+    /// HPA rule: a usage ratio within this of 1 changes nothing (the HPA's 0.1).
+    pub tolerance: f64,
+    /// Oldest-age rule: scale out when the oldest eligible request has waited longer than this
+    /// while arrivals exceed departures for two consecutive windows. `None` turns it off.
+    pub oldest_age_threshold: Option<Duration>,
+    /// Successful requests per second one ready replica sustains for the measured request mix;
+    /// used until departures are measured.
     pub replica_throughput_rps: f64,
-    /// The backlog should be drained within this long.
+    /// Backlog-drain rule: the queue should be drained within this long.
     pub backlog_drain: Duration,
-    /// Desired must stay below the current target this long before one replica is removed.
+    /// A scale-up needs this many breaching windows in a row...
+    pub scale_up_breaches: u32,
+    /// ...of this length (two 15 s breaches by default).
+    pub breach_window: Duration,
+    /// At most this many replicas added per `scale_up_period`.
+    pub scale_up_limit: u32,
+    pub scale_up_period: Duration,
+    /// Load must stay below `scale_down_fraction` of the thresholds this long before the first
+    /// replica goes...
     pub scale_down_stabilization: Duration,
+    pub scale_down_fraction: f64,
+    /// ...and then one replica goes per period while it stays low.
+    pub scale_down_period: Duration,
+    /// At most one change of direction (up after down, down after up) per cooldown.
+    pub direction_cooldown: Duration,
+    /// Replicas kept whatever the signal says, for bursts shorter than the cold start.
+    pub min_capacity: u32,
+    /// GPU utilisation at or above this is "high" in the three-way classification.
+    pub utilization_high: f64,
     /// A signal older than this is missing: the pool holds instead of scaling.
     pub signal_max_age: Duration,
+    /// Decisions are computed and recorded but not executed.
+    pub shadow: bool,
+}
+
+impl Default for ScalingPolicy {
+    fn default() -> Self {
+        ScalingPolicy {
+            target_queue_per_replica: None,
+            tolerance: 0.1,
+            oldest_age_threshold: None,
+            replica_throughput_rps: 1.0,
+            backlog_drain: Duration::from_secs(60),
+            scale_up_breaches: 2,
+            breach_window: Duration::from_secs(15),
+            scale_up_limit: 100,
+            scale_up_period: Duration::from_secs(60),
+            scale_down_stabilization: Duration::from_secs(600),
+            scale_down_fraction: 0.2,
+            scale_down_period: Duration::from_secs(60),
+            direction_cooldown: Duration::from_secs(60),
+            min_capacity: 0,
+            utilization_high: 0.7,
+            signal_max_age: Duration::from_secs(30),
+            shadow: false,
+        }
+    }
 }
 
 /// A pool's specification, validated at the configuration edge.

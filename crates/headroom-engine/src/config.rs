@@ -223,26 +223,29 @@ fn default_sim_capacity() -> u32 {
     16
 }
 
+/// `[pools.scaling]`: every key but `replica_throughput_rps` has a default (see
+/// `ScalingPolicy::default`); durations are strings like "15s".
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawScaling {
     replica_throughput_rps: f64,
-    #[serde(default = "default_drain")]
-    backlog_drain: String,
-    #[serde(default = "default_stabilization")]
-    scale_down_stabilization: String,
-    #[serde(default = "default_signal_age")]
-    signal_max_age: String,
-}
-
-fn default_drain() -> String {
-    "60s".into()
-}
-fn default_stabilization() -> String {
-    "10m".into()
-}
-fn default_signal_age() -> String {
-    "30s".into()
+    target_queue_per_replica: Option<f64>,
+    tolerance: Option<f64>,
+    oldest_age_threshold: Option<String>,
+    backlog_drain: Option<String>,
+    scale_up_breaches: Option<u32>,
+    breach_window: Option<String>,
+    scale_up_limit: Option<u32>,
+    scale_up_period: Option<String>,
+    scale_down_stabilization: Option<String>,
+    scale_down_fraction: Option<f64>,
+    scale_down_period: Option<String>,
+    direction_cooldown: Option<String>,
+    min_capacity: Option<u32>,
+    utilization_high: Option<f64>,
+    signal_max_age: Option<String>,
+    #[serde(default)]
+    shadow: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -309,6 +312,113 @@ impl Problems<'_> {
                 Duration::ZERO
             }
         }
+    }
+
+    fn scaling(&mut self, key: &str, s: &RawScaling) -> ScalingPolicy {
+        let d = ScalingPolicy::default();
+        let mut duration = |name: &str, value: &Option<String>, default: Duration| match value {
+            Some(text) => self.duration(&format!("{key}.{name}"), text),
+            None => default,
+        };
+        let policy = ScalingPolicy {
+            target_queue_per_replica: s.target_queue_per_replica,
+            tolerance: s.tolerance.unwrap_or(d.tolerance),
+            oldest_age_threshold: s.oldest_age_threshold.as_ref().map(|_| {
+                duration(
+                    "oldest_age_threshold",
+                    &s.oldest_age_threshold,
+                    Duration::ZERO,
+                )
+            }),
+            replica_throughput_rps: s.replica_throughput_rps,
+            backlog_drain: duration("backlog_drain", &s.backlog_drain, d.backlog_drain),
+            scale_up_breaches: s.scale_up_breaches.unwrap_or(d.scale_up_breaches),
+            breach_window: duration("breach_window", &s.breach_window, d.breach_window),
+            scale_up_limit: s.scale_up_limit.unwrap_or(d.scale_up_limit),
+            scale_up_period: duration("scale_up_period", &s.scale_up_period, d.scale_up_period),
+            scale_down_stabilization: duration(
+                "scale_down_stabilization",
+                &s.scale_down_stabilization,
+                d.scale_down_stabilization,
+            ),
+            scale_down_fraction: s.scale_down_fraction.unwrap_or(d.scale_down_fraction),
+            scale_down_period: duration(
+                "scale_down_period",
+                &s.scale_down_period,
+                d.scale_down_period,
+            ),
+            direction_cooldown: duration(
+                "direction_cooldown",
+                &s.direction_cooldown,
+                d.direction_cooldown,
+            ),
+            min_capacity: s.min_capacity.unwrap_or(d.min_capacity),
+            utilization_high: s.utilization_high.unwrap_or(d.utilization_high),
+            signal_max_age: duration("signal_max_age", &s.signal_max_age, d.signal_max_age),
+            shadow: s.shadow,
+        };
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        let fraction = |x: f64| x.is_finite() && (0.0..=1.0).contains(&x);
+        if !positive(policy.replica_throughput_rps) {
+            self.add(
+                &format!("{key}.replica_throughput_rps"),
+                "must be a positive number",
+                "measure successful requests per second per ready replica, e.g. 2.5",
+            );
+        }
+        if policy
+            .target_queue_per_replica
+            .is_some_and(|t| !positive(t))
+        {
+            self.add(
+                &format!("{key}.target_queue_per_replica"),
+                "must be a positive number",
+                "use e.g. 2 waiting requests per ready replica",
+            );
+        }
+        if !fraction(policy.tolerance) {
+            self.add(
+                &format!("{key}.tolerance"),
+                "must be between 0 and 1",
+                "use e.g. 0.1",
+            );
+        }
+        if !fraction(policy.scale_down_fraction) {
+            self.add(
+                &format!("{key}.scale_down_fraction"),
+                "must be between 0 and 1",
+                "use e.g. 0.2",
+            );
+        }
+        if !fraction(policy.utilization_high) {
+            self.add(
+                &format!("{key}.utilization_high"),
+                "must be between 0 and 1",
+                "use e.g. 0.7",
+            );
+        }
+        if policy.scale_up_breaches == 0 {
+            self.add(
+                &format!("{key}.scale_up_breaches"),
+                "must be at least 1",
+                "use 1 to scale up on the first breach, or e.g. 2",
+            );
+        }
+        if policy.scale_up_limit == 0 {
+            self.add(
+                &format!("{key}.scale_up_limit"),
+                "must be at least 1",
+                "allow at least one replica per scale_up_period",
+            );
+        }
+        if policy.signal_max_age.is_zero() {
+            self.add(
+                &format!("{key}.signal_max_age"),
+                "must be more than zero",
+                "use e.g. \"30s\"",
+            );
+        }
+        policy
     }
 
     fn ladder(&mut self, key: &str, raw: &RawLadder) -> ColdStartLadder {
@@ -492,25 +602,7 @@ impl RawConfig {
                     "add a [[budgets]] entry for it or charge an account that has one",
                 );
             }
-            let s = &raw.scaling;
-            if !(s.replica_throughput_rps.is_finite() && s.replica_throughput_rps > 0.0) {
-                p.add(
-                    &format!("{key}.scaling.replica_throughput_rps"),
-                    "must be a positive number",
-                    "measure successful requests per second per ready replica, e.g. 2.5",
-                );
-            }
-            let scaling = ScalingPolicy {
-                replica_throughput_rps: s.replica_throughput_rps,
-                backlog_drain: p
-                    .duration(&format!("{key}.scaling.backlog_drain"), &s.backlog_drain),
-                scale_down_stabilization: p.duration(
-                    &format!("{key}.scaling.scale_down_stabilization"),
-                    &s.scale_down_stabilization,
-                ),
-                signal_max_age: p
-                    .duration(&format!("{key}.scaling.signal_max_age"), &s.signal_max_age),
-            };
+            let scaling = p.scaling(&format!("{key}.scaling"), &raw.scaling);
             let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
             pools.push(PoolSpec {
                 name: raw.name,

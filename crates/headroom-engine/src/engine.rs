@@ -8,7 +8,10 @@ use headroom_cloud::{
     OwnershipTags, SimCloud, SimConfig, SimOffering,
 };
 use headroom_core::budget::BudgetStanding;
-use headroom_core::controller::{self, ControllerMemory, HoldReason, QueueSignal};
+use headroom_core::controller::{
+    self, Classification, ControllerMemory, Decision, HoldReason, Limit, ReplicaCounts, Rule,
+    Signals,
+};
 use headroom_core::planner::{
     self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput,
 };
@@ -31,11 +34,35 @@ pub enum EngineError {
     Inventory(#[source] CloudError),
 }
 
-/// A queue sample pushed for a pool.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A sample pushed for a pool; the engine stamps it on receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct SignalInput {
     pub queue_depth: u64,
-    pub arrival_rate_rps: f64,
+    pub oldest_age_s: Option<f64>,
+    pub arrival_rate_rps: Option<f64>,
+    pub departure_rate_rps: Option<f64>,
+    pub error_rate_rps: Option<f64>,
+    pub batch_occupancy: Option<f64>,
+    pub gpu_utilization: Option<f64>,
+}
+
+/// Decisions kept per pool for `GET /v1/pools/{name}/decisions`.
+pub const DECISION_LOG_LEN: usize = 256;
+
+/// One entry of a pool's decision log: what the controller saw, what it answered and why.
+/// Consecutive identical answers are folded into one entry with a count.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecisionRecord {
+    pub at: Timestamp,
+    /// The last activation folded into this entry.
+    pub last_at: Timestamp,
+    pub repeated: u32,
+    #[serde(flatten)]
+    pub decision: Decision,
+    pub signal: Option<Signals>,
+    pub replicas: ReplicaCounts,
+    /// Shadow mode: recorded, not executed.
+    pub shadow: bool,
 }
 
 /// What `GET /v1/pools` shows for one pool.
@@ -61,15 +88,27 @@ pub struct PoolStatus {
     /// Whether this process holds the pool's lease and reconciles it. With several replicas
     /// sharing a database, each pool has exactly one owner at a time.
     pub reconciled_here: bool,
-    /// Set when the controller is holding the pool instead of scaling it.
+    /// Set when the controller is holding the pool instead of scaling it (the HPA's
+    /// ScalingActive=False, with the reason).
     pub hold: Option<HoldReason>,
-    pub last_signal: Option<QueueSignal>,
+    /// Set when the target is below what the rules asked for (the HPA's ScalingLimited).
+    pub limited: Option<Limit>,
+    /// The rule behind the controller's last answer, and why.
+    pub rule: Option<Rule>,
+    pub reason: Option<String>,
+    /// Queue age read against GPU utilisation, when both are reported.
+    pub classification: Option<Classification>,
+    /// Decisions are recorded but not executed.
+    pub shadow: bool,
+    pub last_signal: Option<Signals>,
 }
 
 #[derive(Debug, Default)]
 struct LoopState {
     memory: HashMap<PoolName, ControllerMemory>,
-    signals: HashMap<PoolName, QueueSignal>,
+    signals: HashMap<PoolName, Signals>,
+    /// Bounded log of decisions per pool, newest last.
+    decision_log: HashMap<PoolName, std::collections::VecDeque<DecisionRecord>>,
     /// Offerings a cloud refused recently, skipped until the instant given.
     unavailable_until: HashMap<OfferingId, Timestamp>,
     /// The last pool-level refusal written, so a standing refusal is not re-recorded every tick.
@@ -182,15 +221,25 @@ impl Engine {
             warm_pool_size: pool.warm_pool_size,
             reconciled_here: false,
             hold: Some(HoldReason::SignalMissing),
+            limited: None,
+            rule: None,
+            reason: None,
+            classification: None,
+            shadow: pool.scaling.shadow,
             last_signal: None,
         }
     }
 
     /// Records a queue sample for `pool`, stamped with the engine's clock on receipt.
     pub fn push_signal(&self, pool: &PoolName, input: SignalInput) {
-        let signal = QueueSignal {
+        let signal = Signals {
             queue_depth: input.queue_depth,
+            oldest_age_s: input.oldest_age_s,
             arrival_rate_rps: input.arrival_rate_rps,
+            departure_rate_rps: input.departure_rate_rps,
+            error_rate_rps: input.error_rate_rps,
+            batch_occupancy: input.batch_occupancy,
+            gpu_utilization: input.gpu_utilization,
             received_at: self.clock.now(),
         };
         self.state().signals.insert(pool.clone(), signal);
@@ -207,6 +256,15 @@ impl Engine {
 
     pub fn pool_status(&self, pool: &PoolName) -> Option<PoolStatus> {
         self.state().status.get(pool).cloned()
+    }
+
+    /// The pool's recent decisions, newest first.
+    pub fn decisions(&self, pool: &PoolName) -> Vec<DecisionRecord> {
+        self.state()
+            .decision_log
+            .get(pool)
+            .map(|log| log.iter().rev().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Runs ticks until `shutdown` resolves: every `engine.tick`, or sooner when woken. A tick
@@ -484,38 +542,47 @@ impl Engine {
 
     async fn reconcile_pool(&self, pool: &PoolSpec) -> Result<(), EngineError> {
         let now = self.clock.now();
-        // After a restart the controller has no memory: it starts from the organic replicas that
-        // exist, so a pool with no signal yet holds where it is instead of draining to zero.
-        let organic_now = self
-            .ledger
-            .live_nodes()
-            .await?
-            .iter()
-            .filter(|e| {
-                e.pool == pool.name && e.request.is_none() && e.destination == Destination::Serve
-            })
-            .filter(|e| e.state.is_starting() || e.state == NodeState::Serving)
-            .count() as u32;
-        let decision = {
+        // The controller sizes the pool's organic replicas (capacity requests come on top).
+        let mut counts = ReplicaCounts::default();
+        for e in self.ledger.live_nodes().await?.iter().filter(|e| {
+            e.pool == pool.name && e.request.is_none() && e.destination == Destination::Serve
+        }) {
+            match e.state {
+                NodeState::Requested | NodeState::Launching => counts.requested += 1,
+                NodeState::Booting => counts.starting += 1,
+                NodeState::Serving => counts.ready += 1,
+                NodeState::Draining => counts.draining += 1,
+                _ => {}
+            }
+        }
+        let controller_target = {
             let mut st = self.state();
+            // After a restart the controller has no memory: it starts from the replicas that
+            // exist, so a pool with no signal yet holds where it is instead of draining to zero.
             let memory = st
                 .memory
                 .get(&pool.name)
-                .copied()
+                .cloned()
                 .unwrap_or(ControllerMemory {
-                    target: organic_now,
-                    below_since: None,
+                    target: counts.provisioned(),
+                    ..ControllerMemory::default()
                 });
             let signal = st.signals.get(&pool.name).copied();
-            let decision = controller::desired_replicas(pool, signal.as_ref(), memory, now);
-            if let Some(reason) = decision.hold
-                && memory.target != 0
-            {
-                tracing::debug!(pool = %pool.name, ?reason, "pool holding");
+            let decision = controller::decide(pool, signal.as_ref(), counts, memory, now);
+            let previous_hold = st.decisions.get(&pool.name).and_then(|d| d.hold);
+            if decision.hold.is_some() && decision.hold != previous_hold {
+                tracing::warn!(pool = %pool.name, hold = ?decision.hold, reason = %decision.reason, "pool is holding");
             }
-            st.memory.insert(pool.name.clone(), decision.memory);
+            st.memory.insert(pool.name.clone(), decision.memory.clone());
+            record_decision(&mut st, pool, &decision, signal, counts, now);
+            let target = if pool.scaling.shadow {
+                // Shadow mode: the decision is on record; the pool keeps what it has.
+                counts.provisioned()
+            } else {
+                decision.target
+            };
             st.decisions.insert(pool.name.clone(), decision);
-            decision
+            target
         };
         let requests: Vec<CapacityRequest> = self
             .ledger
@@ -595,7 +662,7 @@ impl Engine {
                 pool,
                 offerings: &offerings,
                 nodes: &nodes,
-                controller_target: decision.target,
+                controller_target,
                 requests: &open,
                 budget,
                 budget_action: budget_in_force.map_or(HardAction::Clamp, |b| b.hard_action),
@@ -818,6 +885,10 @@ impl Engine {
                 s.unclamped_desired =
                     decision.unclamped.max(pool.min_replicas) + requested_by_clients;
                 s.hold = decision.hold;
+                s.limited = decision.limited;
+                s.rule = Some(decision.rule);
+                s.reason = Some(decision.reason.clone());
+                s.classification = decision.classification;
             }
             s.last_signal = st.signals.get(&pool.name).copied();
             for e in live.iter().filter(|e| e.pool == pool.name) {
@@ -835,6 +906,46 @@ impl Engine {
         st.status = status;
         Ok(())
     }
+}
+
+/// Appends a decision to the pool's bounded log, folding it into the last entry when nothing
+/// but the time changed.
+fn record_decision(
+    st: &mut LoopState,
+    pool: &PoolSpec,
+    decision: &Decision,
+    signal: Option<Signals>,
+    replicas: ReplicaCounts,
+    now: Timestamp,
+) {
+    let log = st.decision_log.entry(pool.name.clone()).or_default();
+    if let Some(last) = log.back_mut() {
+        let d = &last.decision;
+        if (d.target, d.rule, d.hold, d.limited)
+            == (
+                decision.target,
+                decision.rule,
+                decision.hold,
+                decision.limited,
+            )
+        {
+            last.last_at = now;
+            last.repeated = last.repeated.saturating_add(1);
+            return;
+        }
+    }
+    if log.len() >= DECISION_LOG_LEN {
+        log.pop_front();
+    }
+    log.push_back(DecisionRecord {
+        at: now,
+        last_at: now,
+        repeated: 1,
+        decision: decision.clone(),
+        signal,
+        replicas,
+        shadow: pool.scaling.shadow,
+    });
 }
 
 fn refusal_detail(

@@ -9,4 +9,7 @@ pub mod config;
 mod engine;
 
 pub use config::{Config, ConfigErrors};
-pub use engine::{Engine, EngineError, PoolStatus, SignalInput, error_chain, sim_cloud_for};
+pub use engine::{
+    DECISION_LOG_LEN, DecisionRecord, Engine, EngineError, PoolStatus, SignalInput, error_chain,
+    sim_cloud_for,
+};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use headroom_cloud::{
     Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud,
 };
-use headroom_core::controller::HoldReason;
+use headroom_core::controller::{HoldReason, Limit, Rule};
 use headroom_core::planner::Destination;
 use headroom_core::{ErrorClass, NodeId, NodeState, Priority, RefusalReason, RequestState};
 use headroom_engine::{Config, Engine, SignalInput, sim_cloud_for};
@@ -219,16 +219,31 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     assert_eq!(status.hold, Some(HoldReason::SignalMissing));
     assert_eq!(status.desired, 1, "the floor still holds");
 
-    h.engine.push_signal(
-        &"llm".parse().unwrap(),
-        SignalInput {
-            queue_depth: 0,
-            arrival_rate_rps: 20.0,
-        },
+    let demand = SignalInput {
+        queue_depth: 0,
+        arrival_rate_rps: Some(20.0),
+        ..SignalInput::default()
+    };
+    h.engine.push_signal(&"llm".parse().unwrap(), demand);
+    h.engine.tick().await.unwrap();
+    let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    // The first breaching window: the rule wants 4, the policy waits for a second window.
+    assert_eq!(
+        (status.hold, status.limited, status.desired),
+        (None, Some(Limit::BreachWindow), 1)
     );
+    h.clock.advance(std::time::Duration::from_secs(15));
+    h.engine.push_signal(&"llm".parse().unwrap(), demand);
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
     assert_eq!((status.hold, status.desired), (None, 4));
+    assert_eq!(status.rule, Some(Rule::BacklogDrain));
+    let log = h.engine.decisions(&"llm".parse().unwrap());
+    assert_eq!(log[0].decision.target, 4, "newest first");
+    assert!(
+        log.iter()
+            .any(|d| d.decision.hold == Some(HoldReason::SignalMissing))
+    );
 
     // The signal goes quiet: after signal_max_age the pool holds at 4, neither up nor down.
     h.run_for(60).await;
@@ -381,7 +396,8 @@ async fn cancelling_a_request_releases_its_nodes() {
         &"llm".parse().unwrap(),
         SignalInput {
             queue_depth: 0,
-            arrival_rate_rps: 0.0,
+            arrival_rate_rps: Some(0.0),
+            ..SignalInput::default()
         },
     );
     h.engine.tick().await.unwrap();
@@ -440,4 +456,39 @@ async fn a_refusing_budget_refuses_a_request_it_cannot_carry_whole() {
             .is_empty()
     );
     assert_eq!(h.live_instances().await, 2);
+}
+
+#[tokio::test]
+async fn shadow_mode_records_decisions_without_executing_them() {
+    let text = CONFIG.replace(
+        "replica_throughput_rps = 5.0",
+        "replica_throughput_rps = 5.0\nscale_up_breaches = 1\nshadow = true",
+    );
+    let h = harness(&text).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    h.engine.push_signal(
+        &pool,
+        SignalInput {
+            queue_depth: 30,
+            arrival_rate_rps: Some(20.0),
+            ..SignalInput::default()
+        },
+    );
+    h.engine.tick().await.unwrap();
+    let log = h.engine.decisions(&pool);
+    assert_eq!(
+        log[0].decision.target, 5,
+        "20/s at 5/s plus 30 queued: {}",
+        log[0].decision.reason
+    );
+    assert!(log[0].shadow);
+    assert_eq!(
+        h.live_instances().await,
+        0,
+        "shadow decisions launch nothing"
+    );
+    // A capacity request is still served: shadow mode is about the controller only.
+    h.request(1).await;
+    h.engine.tick().await.unwrap();
+    assert_eq!(h.live_instances().await, 1);
 }
