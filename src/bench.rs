@@ -51,7 +51,7 @@ struct Figures {
 pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
     let config = Arc::new(Config::parse(EXAMPLE_CONFIG, "built-in configuration")?);
     let ledger = crate::open_ledger(&args.database_url).await?;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
     // The reconcile loop is not started: this measures the admission path alone.
     let engine = Engine::new(config, ledger, cloud, clock);

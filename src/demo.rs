@@ -78,7 +78,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("--database: cannot open {}", ledger_path.display()))?,
     );
-    let clock = Arc::new(ScaledClock::new(SystemClock, args.speedup));
+    let clock = Arc::new(ScaledClock::new(SystemClock::new(), args.speedup));
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let cloud = Arc::new(sim_cloud_for(&config, dyn_clock.clone()));
     let engine = Engine::new(config.clone(), ledger.clone(), cloud, dyn_clock);

@@ -203,7 +203,7 @@ async fn serve(
         .or_else(|| config.database_url.clone())
         .unwrap_or_else(|| "sqlite://headroom.db".to_string());
     let ledger = open_ledger(&url).await?;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
     let engine = Engine::new(config.clone(), ledger, cloud, clock);
     let addr = listen.unwrap_or(config.listen);
@@ -222,6 +222,7 @@ pub async fn run_until_shutdown(
 ) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
+    let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
     let app = headroom_api::app(headroom_api::AppState { engine });
     let mut server = tokio::spawn(
         axum::serve(listener, app)
@@ -240,6 +241,7 @@ pub async fn run_until_shutdown(
         }
     }
     let _ = loop_task.await;
+    let _ = scrapers.await;
     Ok(())
 }
 

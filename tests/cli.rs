@@ -615,3 +615,77 @@ fn what_if_reproduces_the_seed_numbers() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--target"), "{stderr}");
 }
+
+/// Serves `body` as a Prometheus text page to at most `max_requests` connections, then stops.
+fn metrics_server(body: &'static str, max_requests: usize) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(max_requests) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn serve_scrapes_vllm_metrics_into_signals() {
+    let url = metrics_server(
+        "# TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{model_name=\"llama\"} 42\n\
+         vllm:num_requests_waiting{model_name=\"other\"} 1000\n\
+         DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 96\n",
+        500,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let scrape = format!(
+        "\n[pools.scrape]\nurl = \"{url}\"\ninterval = \"1s\"\ntimeout = \"1s\"\n[pools.scrape.series]\n\
+         queue_depth = 'vllm:num_requests_waiting{{model_name=\"llama\"}}'\n\
+         gpu_utilization_percent = 'DCGM_FI_DEV_GPU_UTIL'\n"
+    );
+    // Attach the scrape target to the first pool (it follows its [pools.scaling] table).
+    let config_text = example.replacen(
+        "\n[[pools]]\nname = \"mistral-7b-batch\"",
+        &format!("{scrape}\n[[pools]]\nname = \"mistral-7b-batch\""),
+        1,
+    );
+    let config = dir.path().join("scrape.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let db = format!("sqlite://{}", dir.path().join("l.db").display());
+    let (mut child, base) = start_serve_with(config.to_str().unwrap(), &db);
+    let agent = agent();
+    let seen = (0..100).any(|_| {
+        let pool = call(
+            &agent,
+            "GET",
+            &format!("{base}/v1/pools/llama-70b-interactive"),
+            None,
+        );
+        let ok = pool.body["last_signal"]["queue_depth"] == 42;
+        if ok {
+            assert_eq!(pool.body["last_signal"]["gpu_utilization"], 0.96);
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen, "the scraped queue depth never reached the pool");
+}

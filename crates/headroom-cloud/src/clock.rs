@@ -11,14 +11,35 @@ pub trait Clock: Send + Sync + Debug {
     fn now(&self) -> Timestamp;
 }
 
-/// The one place that reads the wall clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
+/// The one place that reads the system clocks. It reads the wall clock once, at creation, and
+/// moves on with the monotonic clock from there: timestamps never go backwards when NTP or an
+/// operator steps the wall clock, so a signal's age and a ledger's order stay true.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemClock {
+    wall_origin: Timestamp,
+    monotonic_origin: std::time::Instant,
+}
+
+impl SystemClock {
+    #[allow(clippy::disallowed_methods)]
+    pub fn new() -> Self {
+        SystemClock {
+            wall_origin: chrono::Utc::now(),
+            monotonic_origin: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl Clock for SystemClock {
-    #[allow(clippy::disallowed_methods)]
     fn now(&self) -> Timestamp {
-        chrono::Utc::now()
+        let elapsed = self.monotonic_origin.elapsed();
+        self.wall_origin + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::MAX)
     }
 }
 

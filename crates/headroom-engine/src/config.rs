@@ -37,6 +37,8 @@ pub struct Config {
     pub offerings: Vec<OfferingConfig>,
     pub pools: Vec<PoolSpec>,
     pub budgets: Vec<Budget>,
+    /// Pools whose signals are scraped from a Prometheus text endpoint.
+    pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -263,6 +265,17 @@ struct RawPool {
     warm_pool_size: u32,
     ladder: RawLadder,
     scaling: RawScaling,
+    scrape: Option<RawScrape>,
+}
+
+/// `[pools.scrape]`: where to read the pool's signals, and `[pools.scrape.series]`: which series.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScrape {
+    url: String,
+    interval: Option<String>,
+    timeout: Option<String>,
+    series: crate::scrape::ScrapeSelectors,
 }
 
 fn default_step() -> u32 {
@@ -545,6 +558,7 @@ impl RawConfig {
         let budgets_accounts: BTreeSet<AccountName> =
             self.budgets.iter().map(|b| b.account.clone()).collect();
         let mut pools = Vec::new();
+        let mut scrape = BTreeMap::new();
         let mut pool_names = BTreeSet::new();
         for (i, raw) in self.pools.into_iter().enumerate() {
             let key = format!("pools[{i}]");
@@ -603,6 +617,42 @@ impl RawConfig {
                 );
             }
             let scaling = p.scaling(&format!("{key}.scaling"), &raw.scaling);
+            if let Some(target) = &raw.scrape {
+                let interval = match &target.interval {
+                    Some(text) => p.duration(&format!("{key}.scrape.interval"), text),
+                    None => Duration::from_secs(5),
+                };
+                let timeout = match &target.timeout {
+                    Some(text) => p.duration(&format!("{key}.scrape.timeout"), text),
+                    None => Duration::from_secs(2),
+                };
+                if !target.url.starts_with("http://") {
+                    p.add(&format!("{key}.scrape.url"), format!("{:?} is not an http:// URL", target.url), "scrape a plain-HTTP endpoint such as \"http://10.0.0.5:8000/metrics\" (HTTPS is not supported yet)");
+                }
+                if interval < Duration::from_secs(1) || interval > Duration::from_secs(300) {
+                    p.add(
+                        &format!("{key}.scrape.interval"),
+                        "must be between 1s and 5m",
+                        "use e.g. \"5s\"",
+                    );
+                }
+                if timeout.is_zero() || timeout > interval {
+                    p.add(
+                        &format!("{key}.scrape.timeout"),
+                        "must be more than zero and at most the interval",
+                        "use e.g. \"2s\"",
+                    );
+                }
+                scrape.insert(
+                    raw.name.clone(),
+                    crate::scrape::ScrapeTarget {
+                        url: target.url.clone(),
+                        interval,
+                        timeout,
+                        selectors: target.series.clone(),
+                    },
+                );
+            }
             let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
             pools.push(PoolSpec {
                 name: raw.name,
@@ -665,6 +715,7 @@ impl RawConfig {
                 offerings,
                 pools,
                 budgets,
+                scrape,
             })
         } else {
             Err(ConfigErrors(p.lines))

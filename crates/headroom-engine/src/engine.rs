@@ -245,6 +245,37 @@ impl Engine {
         self.state().signals.insert(pool.clone(), signal);
     }
 
+    /// Scrapes every pool that has a `[pools.scrape]` target, each on its own interval, until
+    /// `shutdown` resolves. A failed scrape is logged and skipped; with no fresh signal the
+    /// pool holds and says so.
+    pub async fn run_scrapers(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (pool, target) in self.config.scrape.clone() {
+            let engine = self.clone();
+            tasks.spawn(async move {
+                let mut scraper = crate::scrape::Scraper::default();
+                loop {
+                    let url = target.url.clone();
+                    let timeout = target.timeout;
+                    let fetched = tokio::task::spawn_blocking(move || fetch(&url, timeout)).await;
+                    let at = engine.clock.now();
+                    let result = match fetched {
+                        Ok(Ok(text)) => scraper.signal(&target.selectors, &text, at),
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match result {
+                        Ok(signal) => engine.push_signal(&pool, signal),
+                        Err(e) => tracing::warn!(pool = %pool, url = %target.url, error = %e, "scrape failed"),
+                    }
+                    tokio::time::sleep(target.interval).await;
+                }
+            });
+        }
+        shutdown.await;
+        tasks.abort_all();
+    }
+
     /// Asks the loop to run a tick now (a capacity request arrived).
     pub fn wake(&self) {
         self.wake.notify_one();
@@ -906,6 +937,22 @@ impl Engine {
         st.status = status;
         Ok(())
     }
+}
+
+/// One bounded GET of a metrics endpoint.
+fn fetch(url: &str, timeout: std::time::Duration) -> Result<String, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let mut response = agent.get(url).call().map_err(|e| e.to_string())?;
+    // A metrics page is small; refuse to read an unbounded one.
+    response
+        .body_mut()
+        .with_config()
+        .limit(8 * 1024 * 1024)
+        .read_to_string()
+        .map_err(|e| e.to_string())
 }
 
 /// Appends a decision to the pool's bounded log, folding it into the last entry when nothing
