@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod report;
 mod whatif;
 
 use std::net::SocketAddr;
@@ -51,6 +52,11 @@ enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+    /// Reports for finance.
+    Report {
+        #[command(subcommand)]
+        command: ReportCommand,
+    },
     /// How many replicas a backlog or an HPA metric calls for, and why (the controller's rules).
     WhatIf(whatif::WhatIfArgs),
     /// Create or upgrade the ledger's schema.
@@ -64,6 +70,12 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReportCommand {
+    /// Spend, holds, forecast, requested versus delivered and refusals, for any range and grouping.
+    Budget(report::BudgetReportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +120,9 @@ fn main() -> ExitCode {
             } => serve(&config, listen, database_url).await,
             Command::Migrate { database_url } => migrate(&database_url).await,
             Command::WhatIf(args) => whatif::run(args),
+            Command::Report {
+                command: ReportCommand::Budget(args),
+            } => report::budget(args).await,
             Command::Bench {
                 command: BenchCommand::Admissions(args),
             } => bench::admissions(args).await,

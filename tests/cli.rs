@@ -689,3 +689,119 @@ fn serve_scrapes_vllm_metrics_into_signals() {
     child.wait().unwrap();
     assert!(seen, "the scraped queue depth never reached the pool");
 }
+
+/// The finance report from a demo's ledger: FOCUS sums to the report's spend, and the HTML page,
+/// rendered by headless Chromium, shows the same total.
+#[test]
+fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let port = free_port();
+    let demo = Command::new(BIN)
+        .args([
+            "demo",
+            "--seconds",
+            "4",
+            "--json",
+            "--speedup",
+            "20",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--database")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        demo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&demo.stderr)
+    );
+    let url = format!("sqlite://{}", db.display());
+    let report = |format: &str, out: &std::path::Path| {
+        let status = Command::new(BIN)
+            .args([
+                "report",
+                "budget",
+                "--database-url",
+                &url,
+                "--from",
+                "2000-01-01",
+                "--to",
+                "2100-01-01",
+            ])
+            .args(["--group-by", "pool", "--format", format, "--out"])
+            .arg(out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "report --format {format}");
+        std::fs::read_to_string(out).unwrap()
+    };
+    let json: Value = serde_json::from_str(&report("json", &dir.path().join("r.json"))).unwrap();
+    let total = json["totals"]["spend"].as_str().unwrap().to_string();
+    assert_ne!(total, "0.000000", "the demo spent money");
+    let names: Vec<&str> = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["group"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["llama-70b-interactive", "mistral-7b-batch"]);
+
+    // FOCUS: BilledCost sums to the total, in exact micro-dollars.
+    let focus = report("focus", &dir.path().join("r.focus.csv"));
+    let mut lines = focus.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let billed = header.iter().position(|h| *h == "BilledCost").unwrap();
+    assert_eq!(billed, 0, "BilledCost leads, so a plain split reads it");
+    let micros: i64 = lines
+        .map(|l| {
+            let (whole, frac) = l.split(',').next().unwrap().split_once('.').unwrap();
+            whole.parse::<i64>().unwrap() * 1_000_000 + frac.parse::<i64>().unwrap()
+        })
+        .sum();
+    assert_eq!(
+        format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000),
+        total
+    );
+
+    // HTML, as a browser sees it.
+    let html_path = dir.path().join("r.html");
+    report("html", &html_path);
+    let chromium = ["chromium", "/usr/bin/chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("chromium is missing: ./scripts/test installs it (apt-get install chromium)");
+    let profile = dir.path().join("chromium-profile");
+    let dom = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", html_path.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains(&format!(r#"id="total-spend" title="{total}""#)),
+        "the rendered page shows another total: {dom}"
+    );
+    assert!(
+        dom.contains("<svg id=\"spend-chart\""),
+        "the spend chart rendered"
+    );
+    assert!(dom.contains(r#"data-group="llama-70b-interactive""#));
+}

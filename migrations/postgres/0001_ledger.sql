@@ -35,6 +35,7 @@ CREATE TABLE node_events (
     instance_id   TEXT,
     client_token  TEXT NOT NULL,
     price_micros  BIGINT NOT NULL,
+    gpus          INTEGER NOT NULL CHECK (gpus > 0),
     hold_micros   BIGINT NOT NULL,
     reason        TEXT,
     at            TIMESTAMPTZ NOT NULL,

@@ -34,6 +34,7 @@ CREATE TABLE node_events (
     instance_id        TEXT,
     client_token       TEXT NOT NULL,
     price_micros       INTEGER NOT NULL,
+    gpus               INTEGER NOT NULL CHECK (gpus > 0),
     hold_micros        INTEGER NOT NULL,
     reason             TEXT,
     at_ms              INTEGER NOT NULL,

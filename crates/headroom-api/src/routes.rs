@@ -33,6 +33,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pools/{name}/ledger", get(pool_ledger))
         .route("/v1/pools/{name}/decisions", get(pool_decisions))
         .route("/v1/budgets", get(list_budgets))
+        .route("/v1/reports/budget", get(budget_report))
         .route("/v1/budgets/{account}", get(get_budget).put(put_budget))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -609,4 +610,70 @@ async fn pool_ledger(
         from,
         to,
     }))
+}
+
+async fn budget_report(
+    State(state): State<AppState>,
+    query: Result<
+        axum::extract::Query<std::collections::BTreeMap<String, String>>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Result<Response, ApiError> {
+    let axum::extract::Query(params) =
+        query.map_err(|_| ApiError::bad("invalid-report", "the query string is malformed"))?;
+    if let Some(unknown) = params
+        .keys()
+        .find(|k| !matches!(k.as_str(), "from" | "to" | "group_by" | "format"))
+    {
+        return Err(ApiError::bad(
+            "invalid-report",
+            format!(
+                "unknown query parameter {:?}; use from, to, group_by and format",
+                truncate(unknown)
+            ),
+        ));
+    }
+    let now = state.engine.clock().now();
+    let to = params
+        .get("to")
+        .map(|v| parse_instant("to", v))
+        .transpose()?
+        .unwrap_or(now);
+    let from = params
+        .get("from")
+        .map(|v| parse_instant("from", v))
+        .transpose()?
+        .unwrap_or(to - chrono::Duration::days(30));
+    if from >= to {
+        return Err(ApiError::bad("invalid-report", "from: must be before to"));
+    }
+    let group_by: headroom_report::GroupBy = params
+        .get("group_by")
+        .map_or("account", String::as_str)
+        .parse()
+        .map_err(|e: headroom_report::ReportError| {
+            ApiError::bad("invalid-report", e.to_string())
+        })?;
+    let format: headroom_report::Format = params
+        .get("format")
+        .map_or("json", String::as_str)
+        .parse()
+        .map_err(|e: headroom_report::ReportError| {
+            ApiError::bad("invalid-report", e.to_string())
+        })?;
+    let (report, events) =
+        headroom_report::from_ledger(state.engine.ledger().as_ref(), from, to, group_by, now)
+            .await
+            .map_err(|e| match e {
+                headroom_report::ReportError::Ledger(l) => ApiError::from(l),
+                other => ApiError::bad("invalid-report", other.to_string()),
+            })?;
+    let body = headroom_report::render(&report, &events, format)
+        .map_err(|e| ApiError::bad("invalid-report", e.to_string()))?;
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    Ok(response)
 }

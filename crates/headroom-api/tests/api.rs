@@ -571,3 +571,78 @@ async fn requested_versus_delivered_is_accounted_per_request_and_pool() {
         );
     }
 }
+
+#[tokio::test]
+async fn budget_reports_come_in_every_format_and_agree() {
+    let api = api().await;
+    for _ in 0..=60 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let range = "from=2026-11-30T00:00:00Z&to=2026-12-01T00:00:00Z";
+    let json = api
+        .get(&format!(
+            "/v1/reports/budget?{range}&group_by=pool&format=json"
+        ))
+        .await;
+    assert_eq!(json.status, StatusCode::OK, "{:?}", json.body);
+    let total = json.body["totals"]["spend"].as_str().unwrap().to_string();
+    assert_ne!(total, "0.000000");
+    assert_eq!(json.body["rows"].as_array().unwrap().len(), 2);
+
+    let focus = api
+        .get(&format!("/v1/reports/budget?{range}&format=focus"))
+        .await;
+    assert!(focus.content_type.starts_with("text/csv"));
+    let text = focus.body.as_str().unwrap();
+    let billed: headroom_core::Money = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split(',')
+                .next()
+                .unwrap()
+                .parse::<headroom_core::Money>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(
+        billed.to_string(),
+        total,
+        "FOCUS BilledCost sums to the report's spend"
+    );
+
+    let html = api
+        .get(&format!("/v1/reports/budget?{range}&format=html"))
+        .await;
+    assert!(html.content_type.starts_with("text/html"));
+    assert!(
+        html.body
+            .as_str()
+            .unwrap()
+            .contains(&format!("title=\"{total}\""))
+    );
+    let csv = api
+        .get(&format!(
+            "/v1/reports/budget?{range}&format=csv&group_by=market"
+        ))
+        .await;
+    assert!(csv.body.as_str().unwrap().starts_with("market,"));
+
+    for (query, detail) in [
+        ("format=pdf", "format"),
+        ("group_by=team", "group_by"),
+        (
+            "from=2026-12-01T00:00:00Z&to=2026-11-30T00:00:00Z",
+            "before to",
+        ),
+        ("from=last-week", "RFC 3339"),
+        ("colour=red", "unknown query parameter"),
+    ] {
+        assert_problem(
+            &api.get(&format!("/v1/reports/budget?{query}")).await,
+            StatusCode::BAD_REQUEST,
+            detail,
+        );
+    }
+}

@@ -85,6 +85,8 @@ pub struct NodeEvent {
     /// The idempotency token sent with the cloud call (AWS ClientToken, GCP requestId).
     pub client_token: String,
     pub price_usd_per_hour: Money,
+    /// Accelerators on the node, for GPU-hours.
+    pub gpus: u32,
     /// Money held against the budget when this activation began; zero on later events.
     pub hold: Money,
     /// Why the node changed state (`launch`, `wake`, `ready`, `release`, a cloud error code, …).
@@ -120,6 +122,7 @@ impl NodeEvent {
             state: NodeState::Requested,
             instance: None,
             price_usd_per_hour: offering.price_usd_per_hour,
+            gpus: offering.gpus_per_node,
             hold,
             reason: Some("launch".to_string()),
             at,
@@ -228,6 +231,13 @@ pub trait Ledger: Send + Sync + Debug {
         from: Timestamp,
         to: Timestamp,
     ) -> Result<Vec<RequestOutcome>, LedgerError>;
+
+    /// Every refusal recorded in `[from, to)`, in order.
+    async fn refusals_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RefusalRecord>, LedgerError>;
 
     /// Every node event of `pool`, in order.
     async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError>;

@@ -83,6 +83,7 @@ fn event_from_row(row: &PgRow) -> Result<NodeEvent, LedgerError> {
         instance: row.try_get("instance_id")?,
         client_token: row.try_get("client_token")?,
         price_usd_per_hour: Money::from_micros(row.try_get("price_micros")?),
+        gpus: row.try_get::<i32, _>("gpus")? as u32,
         hold: Money::from_micros(row.try_get("hold_micros")?),
         reason: row.try_get("reason")?,
         at: row.try_get("at")?,
@@ -127,8 +128,8 @@ where
     sqlx::query(
         "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
             instance_type, market, request_id, destination, state, instance_id, client_token,
-            price_micros, hold_micros, reason, at, event_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+            price_micros, gpus, hold_micros, reason, at, event_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
          ON CONFLICT DO NOTHING",
     )
     .bind(&e.node.0)
@@ -146,6 +147,7 @@ where
     .bind(&e.instance)
     .bind(&e.client_token)
     .bind(e.price_usd_per_hour.micros())
+    .bind(e.gpus as i32)
     .bind(e.hold.micros())
     .bind(&e.reason)
     .bind(e.at)
@@ -322,6 +324,21 @@ impl Ledger for PostgresLedger {
             outcomes.push(self.outcome(request_from_row(row)?).await?);
         }
         Ok(outcomes)
+    }
+
+    async fn refusals_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RefusalRecord>, LedgerError> {
+        sqlx::query("SELECT * FROM refusals WHERE at >= $1 AND at < $2 ORDER BY seq")
+            .bind(from)
+            .bind(to)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(refusal_from_row)
+            .collect()
     }
 
     async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {

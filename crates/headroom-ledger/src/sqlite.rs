@@ -85,6 +85,7 @@ fn event_from_row(row: &SqliteRow) -> Result<NodeEvent, LedgerError> {
         instance: row.try_get("instance_id")?,
         client_token: row.try_get("client_token")?,
         price_usd_per_hour: Money::from_micros(row.try_get("price_micros")?),
+        gpus: row.try_get::<i64, _>("gpus")? as u32,
         hold: Money::from_micros(row.try_get("hold_micros")?),
         reason: row.try_get("reason")?,
         at: at(row.try_get("at_ms")?)?,
@@ -129,8 +130,8 @@ where
     sqlx::query(
         "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
             instance_type, market, request_id, destination, state, instance_id, client_token,
-            price_micros, hold_micros, reason, at_ms, event_key)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            price_micros, gpus, hold_micros, reason, at_ms, event_key)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT DO NOTHING",
     )
     .bind(&e.node.0)
@@ -148,6 +149,7 @@ where
     .bind(&e.instance)
     .bind(&e.client_token)
     .bind(e.price_usd_per_hour.micros())
+    .bind(e.gpus as i64)
     .bind(e.hold.micros())
     .bind(&e.reason)
     .bind(ms(e.at))
@@ -320,6 +322,21 @@ impl Ledger for SqliteLedger {
             outcomes.push(self.outcome(request_from_row(row)?).await?);
         }
         Ok(outcomes)
+    }
+
+    async fn refusals_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RefusalRecord>, LedgerError> {
+        sqlx::query("SELECT * FROM refusals WHERE at_ms >= ? AND at_ms < ? ORDER BY seq")
+            .bind(ms(from))
+            .bind(ms(to))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(refusal_from_row)
+            .collect()
     }
 
     async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {

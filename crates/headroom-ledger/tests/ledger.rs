@@ -58,6 +58,7 @@ fn event(
         instance: Some(format!("i-{node}")),
         client_token: format!("tok-{node}"),
         price_usd_per_hour: "1.006".parse().unwrap(),
+        gpus: 1,
         hold: if reason == "launch" {
             "1.006".parse().unwrap()
         } else {

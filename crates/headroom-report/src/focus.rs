@@ -1,0 +1,152 @@
+//! FinOps FOCUS 1.2 export: one row per billable span of one node, so finance can load
+//! Headroom's view beside the clouds' own bills. Costs keep the ledger's micro-dollar precision,
+//! so the sum of `BilledCost` over a range equals the ledger's spend for it exactly.
+
+use chrono::{Datelike, TimeZone, Utc};
+use headroom_core::{Market, ProviderKind, Timestamp};
+use headroom_ledger::NodeEvent;
+
+use crate::{ReportError, spans};
+
+/// The FOCUS columns written, in order; Headroom's own columns carry the `x_` prefix.
+pub const COLUMNS: [&str; 35] = [
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "BillingCurrency",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingPeriodStart",
+    "BillingPeriodEnd",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "PricingCategory",
+    "PricingQuantity",
+    "PricingUnit",
+    "ListUnitPrice",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ProviderName",
+    "PublisherName",
+    "InvoiceIssuerName",
+    "ServiceName",
+    "ServiceCategory",
+    "ResourceId",
+    "ResourceType",
+    "RegionId",
+    "AvailabilityZone",
+    "SubAccountId",
+    "Tags",
+    "x_Pool",
+    "x_CapacityRequestId",
+    "x_NodeId",
+    "x_Destination",
+];
+
+fn iso(t: Timestamp) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The calendar month (UTC) containing `t`: the billing period.
+fn month_of(t: Timestamp) -> (Timestamp, Timestamp) {
+    let start = Utc
+        .with_ymd_and_hms(t.year(), t.month(), 1, 0, 0, 0)
+        .single()
+        .unwrap_or(t);
+    let (y, m) = if t.month() == 12 {
+        (t.year() + 1, 1)
+    } else {
+        (t.year(), t.month() + 1)
+    };
+    let end = Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single().unwrap_or(t);
+    (start, end)
+}
+
+fn provider_names(p: ProviderKind) -> (&'static str, &'static str) {
+    match p {
+        ProviderKind::Aws => ("AWS", "Amazon Elastic Compute Cloud"),
+        ProviderKind::Gcp => ("Google Cloud", "Compute Engine"),
+        ProviderKind::Sim => ("Headroom Simulated Cloud", "Simulated Compute"),
+    }
+}
+
+/// FOCUS rows for every billable span in `[from, until)`.
+pub fn to_focus_csv(
+    events: &[NodeEvent],
+    from: Timestamp,
+    until: Timestamp,
+) -> Result<String, ReportError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(COLUMNS)?;
+    if until > from {
+        for span in spans(events, from, until)
+            .into_iter()
+            .filter(|s| s.event.state.is_billable())
+        {
+            let e = span.event;
+            let cost = span.cost().to_string();
+            let hours = format!("{:.6}", span.millis() as f64 / 3_600_000.0);
+            let (billing_start, billing_end) = month_of(span.start);
+            let (provider, service) = provider_names(e.provider);
+            let pricing_category = match e.market {
+                Market::OnDemand => "Standard",
+                Market::Spot => "Dynamic",
+                Market::Reserved => "Committed",
+            };
+            let tags = serde_json::json!({
+                "headroom-pool": e.pool.as_str(),
+                "headroom-node": e.node.0,
+                "headroom-offering": e.offering.as_str(),
+            })
+            .to_string();
+            w.write_record([
+                cost.as_str(),
+                cost.as_str(),
+                cost.as_str(),
+                cost.as_str(),
+                "USD",
+                e.account.as_str(),
+                e.account.as_str(),
+                &iso(billing_start),
+                &iso(billing_end),
+                &iso(span.start),
+                &iso(span.end),
+                "Usage",
+                "",
+                &format!(
+                    "{} {} in {} for pool {} ({})",
+                    e.instance_type, e.market, e.zone, e.pool, e.state
+                ),
+                pricing_category,
+                &hours,
+                "Hours",
+                &e.price_usd_per_hour.to_string(),
+                &hours,
+                "Hours",
+                provider,
+                provider,
+                provider,
+                service,
+                "Compute",
+                e.instance.as_deref().unwrap_or(&e.node.0),
+                "Virtual Machine",
+                &e.region,
+                &e.zone,
+                e.pool.as_str(),
+                &tags,
+                e.pool.as_str(),
+                e.request.as_ref().map_or("", |r| r.0.as_str()),
+                &e.node.0,
+                e.destination.as_str(),
+            ])?;
+        }
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| ReportError::Io(e.into_error()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}

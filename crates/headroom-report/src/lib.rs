@@ -1,0 +1,505 @@
+//! Budget reports for finance, derived from the ledger's rows by pure functions.
+//!
+//! [`budget_report`] turns node events, refusals and budgets into a [`BudgetReport`]: spend by
+//! group and market, the warm-pool idle premium, requested versus delivered GPU-hours, refusals
+//! by reason, each budget's standing with a forecast, and a spend series for charts. Renderers
+//! write it as CSV ([`to_csv`]), FinOps FOCUS 1.2 CSV ([`focus::to_focus_csv`], one row per
+//! billable span, summing exactly to the ledger's spend) and a self-contained HTML page
+//! ([`html::to_html`]).
+
+pub mod focus;
+pub mod html;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use headroom_core::planner::Destination;
+use headroom_core::{Budget, BudgetPeriod, Market, Money, NodeState, Timestamp};
+use headroom_ledger::derive::{histories, standing};
+use headroom_ledger::{NodeEvent, RefusalRecord};
+use serde::Serialize;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ReportError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("writing the report")]
+    Write(#[from] csv::Error),
+    #[error("writing the report")]
+    Io(#[from] std::io::Error),
+    #[error("reading the ledger")]
+    Ledger(#[from] headroom_ledger::LedgerError),
+}
+
+/// What rows are grouped by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    Account,
+    Pool,
+    Provider,
+    Region,
+    Market,
+}
+
+impl FromStr for GroupBy {
+    type Err = ReportError;
+    fn from_str(s: &str) -> Result<Self, ReportError> {
+        Ok(match s {
+            "account" => GroupBy::Account,
+            "pool" => GroupBy::Pool,
+            "provider" => GroupBy::Provider,
+            "region" => GroupBy::Region,
+            "market" => GroupBy::Market,
+            other => {
+                return Err(ReportError::InvalidArgument(format!(
+                    "group_by: {other:?} is not one of account, pool, provider, region, market"
+                )));
+            }
+        })
+    }
+}
+
+impl fmt::Display for GroupBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GroupBy::Account => "account",
+            GroupBy::Pool => "pool",
+            GroupBy::Provider => "provider",
+            GroupBy::Region => "region",
+            GroupBy::Market => "market",
+        })
+    }
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Csv,
+    Focus,
+    Html,
+}
+
+impl FromStr for Format {
+    type Err = ReportError;
+    fn from_str(s: &str) -> Result<Self, ReportError> {
+        Ok(match s {
+            "json" => Format::Json,
+            "csv" => Format::Csv,
+            "focus" => Format::Focus,
+            "html" => Format::Html,
+            other => {
+                return Err(ReportError::InvalidArgument(format!(
+                    "format: {other:?} is not one of csv, json, focus, html"
+                )));
+            }
+        })
+    }
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Csv | Format::Focus => "text/csv; charset=utf-8",
+            Format::Html => "text/html; charset=utf-8",
+        }
+    }
+}
+
+/// One group's figures over the report's range.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReportRow {
+    pub group: String,
+    pub spend: Money,
+    pub on_demand: Money,
+    pub spot: Money,
+    pub reserved: Money,
+    /// Spend on nodes climbing the ladder to wait warm: the insurance premium of warm pools.
+    pub warm_idle_premium: Money,
+    /// GPU-hours from each launch or wake toward serving until the node left service.
+    pub requested_gpu_hours: f64,
+    /// GPU-hours actually serving.
+    pub delivered_gpu_hours: f64,
+    /// Delivered over requested GPU-hours; 1 when nothing was requested.
+    pub fill_ratio: f64,
+    pub refusals_by_reason: BTreeMap<String, u32>,
+}
+
+impl ReportRow {
+    fn new(group: String) -> ReportRow {
+        ReportRow {
+            group,
+            spend: Money::ZERO,
+            on_demand: Money::ZERO,
+            spot: Money::ZERO,
+            reserved: Money::ZERO,
+            warm_idle_premium: Money::ZERO,
+            requested_gpu_hours: 0.0,
+            delivered_gpu_hours: 0.0,
+            fill_ratio: 1.0,
+            refusals_by_reason: BTreeMap::new(),
+        }
+    }
+
+    fn absorb(&mut self, other: &ReportRow) {
+        self.spend += other.spend;
+        self.on_demand += other.on_demand;
+        self.spot += other.spot;
+        self.reserved += other.reserved;
+        self.warm_idle_premium += other.warm_idle_premium;
+        self.requested_gpu_hours += other.requested_gpu_hours;
+        self.delivered_gpu_hours += other.delivered_gpu_hours;
+        for (reason, n) in &other.refusals_by_reason {
+            *self.refusals_by_reason.entry(reason.clone()).or_default() += n;
+        }
+    }
+
+    fn finish(&mut self) {
+        self.fill_ratio = if self.requested_gpu_hours > 0.0 {
+            self.delivered_gpu_hours / self.requested_gpu_hours
+        } else {
+            1.0
+        };
+    }
+}
+
+/// A budget's standing in its current period, with a forecast.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetLine {
+    pub account: String,
+    pub period: BudgetPeriod,
+    pub period_start: Timestamp,
+    pub period_end: Timestamp,
+    pub ceiling: Money,
+    pub spent: Money,
+    pub held: Money,
+    pub remaining: Money,
+    /// Spend by the end of the period if the nodes billing now keep billing.
+    pub forecast: Money,
+    pub soft_threshold_reached: bool,
+}
+
+/// Cumulative spend at the end of each step of the range, for charts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpendPoint {
+    pub at: Timestamp,
+    pub cumulative_spend: Money,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetReport {
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub generated_at: Timestamp,
+    pub currency: &'static str,
+    pub group_by: GroupBy,
+    pub rows: Vec<ReportRow>,
+    pub totals: ReportRow,
+    pub budgets: Vec<BudgetLine>,
+    pub spend_series: Vec<SpendPoint>,
+}
+
+/// What a report reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportInput<'a> {
+    pub events: &'a [NodeEvent],
+    pub refusals: &'a [RefusalRecord],
+    pub budgets: &'a [Budget],
+    pub from: Timestamp,
+    pub to: Timestamp,
+    /// Spend is counted up to `min(to, now)`; budgets stand at `now`.
+    pub now: Timestamp,
+    pub group_by: GroupBy,
+}
+
+/// One stretch of one node in one state, clipped to a range.
+#[derive(Debug, Clone, Copy)]
+pub struct Span<'a> {
+    pub event: &'a NodeEvent,
+    pub start: Timestamp,
+    pub end: Timestamp,
+}
+
+impl Span<'_> {
+    pub fn millis(&self) -> i64 {
+        (self.end - self.start).num_milliseconds().max(0)
+    }
+
+    pub fn cost(&self) -> Money {
+        self.event
+            .price_usd_per_hour
+            .per_hour_for_millis(self.millis())
+    }
+
+    fn gpu_hours(&self) -> f64 {
+        self.millis() as f64 / 3_600_000.0 * self.event.gpus as f64
+    }
+}
+
+/// Every node's state spans clipped to `[from, until)`, in ledger order.
+pub fn spans(events: &[NodeEvent], from: Timestamp, until: Timestamp) -> Vec<Span<'_>> {
+    let mut out = Vec::new();
+    for history in histories(events).values() {
+        for (i, event) in history.iter().enumerate() {
+            let end = history.get(i + 1).map_or(until, |next| next.at).min(until);
+            let start = event.at.max(from);
+            if end > start {
+                out.push(Span { event, start, end });
+            }
+        }
+    }
+    out
+}
+
+pub fn group_key(event: &NodeEvent, by: GroupBy) -> String {
+    match by {
+        GroupBy::Account => event.account.to_string(),
+        GroupBy::Pool => event.pool.to_string(),
+        GroupBy::Provider => event.provider.to_string(),
+        GroupBy::Region => format!("{}/{}", event.provider, event.region),
+        GroupBy::Market => event.market.to_string(),
+    }
+}
+
+/// Builds the report.
+pub fn budget_report(input: &ReportInput<'_>) -> Result<BudgetReport, ReportError> {
+    if input.from >= input.to {
+        return Err(ReportError::InvalidArgument(
+            "from: must be before to".into(),
+        ));
+    }
+    let until = input.to.min(input.now).max(input.from);
+    let mut rows: BTreeMap<String, ReportRow> = BTreeMap::new();
+    for span in spans(input.events, input.from, until) {
+        let e = span.event;
+        let row = rows
+            .entry(group_key(e, input.group_by))
+            .or_insert_with_key(|k| ReportRow::new(k.clone()));
+        if e.state.is_billable() {
+            let cost = span.cost();
+            row.spend += cost;
+            match e.market {
+                Market::OnDemand => row.on_demand += cost,
+                Market::Spot => row.spot += cost,
+                Market::Reserved => row.reserved += cost,
+            }
+            if e.destination == Destination::Warm {
+                row.warm_idle_premium += cost;
+            }
+        }
+        if e.destination == Destination::Serve {
+            let wanted = e.state.is_starting() || e.state == NodeState::Serving;
+            if wanted {
+                row.requested_gpu_hours += span.gpu_hours();
+            }
+            if e.state == NodeState::Serving {
+                row.delivered_gpu_hours += span.gpu_hours();
+            }
+        }
+    }
+    for r in input
+        .refusals
+        .iter()
+        .filter(|r| r.at >= input.from && r.at < input.to)
+    {
+        // Refusals carry the pool; other groupings take it from the pool's events.
+        let key = match input.group_by {
+            GroupBy::Pool => Some(r.pool.to_string()),
+            by => input
+                .events
+                .iter()
+                .find(|e| e.pool == r.pool && r.offering.as_ref().is_none_or(|o| &e.offering == o))
+                .map(|e| group_key(e, by)),
+        }
+        .unwrap_or_else(|| format!("pool {}", r.pool));
+        let row = rows
+            .entry(key)
+            .or_insert_with_key(|k| ReportRow::new(k.clone()));
+        *row.refusals_by_reason.entry(r.reason.code()).or_default() += r.replicas;
+    }
+    let mut totals = ReportRow::new("total".to_string());
+    let mut rows: Vec<ReportRow> = rows.into_values().collect();
+    for row in &mut rows {
+        row.finish();
+        totals.absorb(row);
+    }
+    totals.finish();
+
+    let budgets = input
+        .budgets
+        .iter()
+        .map(|b| budget_line(input.events, b, input.now))
+        .collect();
+    Ok(BudgetReport {
+        from: input.from,
+        to: input.to,
+        generated_at: input.now,
+        currency: "USD",
+        group_by: input.group_by,
+        rows,
+        totals,
+        budgets,
+        spend_series: spend_series(input.events, input.from, until),
+    })
+}
+
+fn budget_line(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> BudgetLine {
+    let s = standing(events, budget, now);
+    let (period_start, period_end) = budget.period.bounds(now);
+    // The burn rate now: the hourly prices of this account's nodes billing at this instant.
+    let burn: Money = histories(events)
+        .values()
+        .filter(|h| h[0].account == budget.account)
+        .filter_map(|h| h.iter().rev().find(|e| e.at <= now))
+        .filter(|e| e.state.is_billable())
+        .map(|e| e.price_usd_per_hour)
+        .sum();
+    let left_ms = (period_end - now).num_milliseconds().max(0);
+    let committed = s.spent + s.held;
+    BudgetLine {
+        account: budget.account.to_string(),
+        period: budget.period,
+        period_start,
+        period_end,
+        ceiling: s.ceiling,
+        spent: s.spent,
+        held: s.held,
+        remaining: s.remaining(),
+        forecast: s.spent + burn.per_hour_for_millis(left_ms),
+        soft_threshold_reached: (committed.micros() as i128) * 100
+            >= (budget.ceiling.micros() as i128) * budget.soft_threshold_percent as i128,
+    }
+}
+
+/// Cumulative spend at up to 100 evenly spaced instants (at least a minute apart).
+fn spend_series(events: &[NodeEvent], from: Timestamp, until: Timestamp) -> Vec<SpendPoint> {
+    let range_ms = (until - from).num_milliseconds().max(0);
+    if range_ms == 0 {
+        return Vec::new();
+    }
+    let step_ms = (range_ms / 100).max(60_000);
+    let all = spans(events, from, until);
+    let mut points = Vec::new();
+    let mut t = from;
+    loop {
+        t = (t + chrono::Duration::milliseconds(step_ms)).min(until);
+        let cumulative: Money = all
+            .iter()
+            .filter(|s| s.event.state.is_billable() && s.start < t)
+            .map(|s| {
+                Span {
+                    end: s.end.min(t),
+                    ..*s
+                }
+                .cost()
+            })
+            .sum();
+        points.push(SpendPoint {
+            at: t,
+            cumulative_spend: cumulative,
+        });
+        if t >= until {
+            break;
+        }
+    }
+    points
+}
+
+/// The report's rows as CSV, one line per group and a total line.
+pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        report.group_by.to_string().as_str(),
+        "from",
+        "to",
+        "currency",
+        "spend",
+        "on_demand",
+        "spot",
+        "reserved",
+        "warm_idle_premium",
+        "requested_gpu_hours",
+        "delivered_gpu_hours",
+        "fill_ratio",
+        "refusals",
+    ])?;
+    for row in report.rows.iter().chain(std::iter::once(&report.totals)) {
+        let refusals: Vec<String> = row
+            .refusals_by_reason
+            .iter()
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect();
+        w.write_record([
+            row.group.clone(),
+            report
+                .from
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            report.to.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            report.currency.to_string(),
+            row.spend.to_string(),
+            row.on_demand.to_string(),
+            row.spot.to_string(),
+            row.reserved.to_string(),
+            row.warm_idle_premium.to_string(),
+            format!("{:.4}", row.requested_gpu_hours),
+            format!("{:.4}", row.delivered_gpu_hours),
+            format!("{:.4}", row.fill_ratio),
+            refusals.join(";"),
+        ])?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| ReportError::Io(e.into_error()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Reads what a report needs from `ledger` and builds it. A ledger written in virtual time (the
+/// demo's, the simulator's) may run ahead of the wall clock: it is reported up to its last
+/// event.
+pub async fn from_ledger(
+    ledger: &dyn headroom_ledger::Ledger,
+    from: Timestamp,
+    to: Timestamp,
+    group_by: GroupBy,
+    now: Timestamp,
+) -> Result<(BudgetReport, Vec<NodeEvent>), ReportError> {
+    if from >= to {
+        return Err(ReportError::InvalidArgument(
+            "from: must be before to".into(),
+        ));
+    }
+    let events = ledger.node_events().await?;
+    let refusals = ledger.refusals_between(from, to).await?;
+    let budgets = ledger.budgets().await?;
+    let now = events.iter().map(|e| e.at).fold(now, Timestamp::max);
+    let report = budget_report(&ReportInput {
+        events: &events,
+        refusals: &refusals,
+        budgets: &budgets,
+        from,
+        to,
+        now,
+        group_by,
+    })?;
+    Ok((report, events))
+}
+
+/// Renders `report` in `format`.
+pub fn render(
+    report: &BudgetReport,
+    events: &[NodeEvent],
+    format: Format,
+) -> Result<String, ReportError> {
+    match format {
+        Format::Json => serde_json::to_string_pretty(report).map_err(|e| ReportError::Io(e.into())),
+        Format::Csv => to_csv(report),
+        Format::Focus => {
+            focus::to_focus_csv(events, report.from, report.to.min(report.generated_at))
+        }
+        Format::Html => Ok(html::to_html(report)),
+    }
+}

@@ -1,0 +1,230 @@
+//! Reports against hand-built ledger histories whose figures can be checked by hand.
+
+use headroom_core::planner::Destination;
+use headroom_core::{
+    Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, ProviderKind,
+    RefusalReason, Timestamp,
+};
+use headroom_ledger::derive::spend;
+use headroom_ledger::{NodeEvent, RefusalRecord};
+use headroom_report::{GroupBy, ReportInput, budget_report, focus, html, to_csv};
+
+fn t(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn event(
+    node: &str,
+    market: Market,
+    destination: Destination,
+    state: NodeState,
+    at: &str,
+    price: &str,
+    gpus: u32,
+) -> NodeEvent {
+    NodeEvent {
+        node: NodeId(node.into()),
+        pool: "llama".parse().unwrap(),
+        account: "ml".parse().unwrap(),
+        offering: "o".parse().unwrap(),
+        provider: ProviderKind::Aws,
+        region: "us-east-1".into(),
+        zone: "use1-az1".into(),
+        instance_type: "p4d.24xlarge".into(),
+        market,
+        request: None,
+        destination,
+        state,
+        instance: Some(format!("i-{node}")),
+        client_token: format!("hr-{node}"),
+        price_usd_per_hour: price.parse().unwrap(),
+        gpus,
+        hold: Money::ZERO,
+        reason: None,
+        at: t(at),
+    }
+}
+
+/// An on-demand node: requested 09:00, booting 09:06 to 09:12, serving until 10:12, gone.
+/// A spot node climbing to the warm pool 09:00-09:30, then parked (stopped) warm.
+fn history() -> Vec<NodeEvent> {
+    use Destination::*;
+    use NodeState::*;
+    vec![
+        event(
+            "a",
+            Market::OnDemand,
+            Serve,
+            Requested,
+            "2026-11-30T09:00:00Z",
+            "24",
+            8,
+        ),
+        event(
+            "a",
+            Market::OnDemand,
+            Serve,
+            Booting,
+            "2026-11-30T09:06:00Z",
+            "24",
+            8,
+        ),
+        event(
+            "b",
+            Market::Spot,
+            Warm,
+            Booting,
+            "2026-11-30T09:00:00Z",
+            "6",
+            8,
+        ),
+        event(
+            "a",
+            Market::OnDemand,
+            Serve,
+            Serving,
+            "2026-11-30T09:12:00Z",
+            "24",
+            8,
+        ),
+        event(
+            "b",
+            Market::Spot,
+            Warm,
+            NodeState::Warm,
+            "2026-11-30T09:30:00Z",
+            "6",
+            8,
+        ),
+        event(
+            "a",
+            Market::OnDemand,
+            Serve,
+            Terminated,
+            "2026-11-30T10:12:00Z",
+            "24",
+            8,
+        ),
+    ]
+}
+
+fn input<'a>(
+    events: &'a [NodeEvent],
+    refusals: &'a [RefusalRecord],
+    budgets: &'a [Budget],
+    by: GroupBy,
+) -> ReportInput<'a> {
+    ReportInput {
+        events,
+        refusals,
+        budgets,
+        from: t("2026-11-30T00:00:00Z"),
+        to: t("2026-12-01T00:00:00Z"),
+        now: t("2026-11-30T12:00:00Z"),
+        group_by: by,
+    }
+}
+
+#[test]
+fn spend_splits_by_market_and_counts_the_warm_premium() {
+    let events = history();
+    let refusals = [RefusalRecord {
+        pool: "llama".parse().unwrap(),
+        request: None,
+        node: None,
+        offering: None,
+        replicas: 3,
+        reason: RefusalReason::MaxReplicas,
+        detail: String::new(),
+        at: t("2026-11-30T09:01:00Z"),
+    }];
+    let report = budget_report(&input(&events, &refusals, &[], GroupBy::Market)).unwrap();
+    // On-demand: 6 min booting + 60 min serving at $24/h = $26.40. Spot warm climb: 30 min at $6/h = $3.
+    let on_demand = report.rows.iter().find(|r| r.group == "on-demand").unwrap();
+    assert_eq!(on_demand.spend, "26.4".parse().unwrap());
+    let spot = report.rows.iter().find(|r| r.group == "spot").unwrap();
+    assert_eq!(
+        (spot.spend, spot.warm_idle_premium),
+        ("3".parse().unwrap(), "3".parse().unwrap())
+    );
+    assert_eq!(report.totals.spend, "29.4".parse().unwrap());
+    // Requested GPU-hours: 8 GPUs from 09:00 to 10:12 (1.2 h) = 9.6; delivered 8 × 1 h = 8.
+    assert!((report.totals.requested_gpu_hours - 9.6).abs() < 1e-9);
+    assert!((report.totals.delivered_gpu_hours - 8.0).abs() < 1e-9);
+    assert!((report.totals.fill_ratio - 8.0 / 9.6).abs() < 1e-9);
+    assert_eq!(
+        report.totals.refusals_by_reason.get("max_replicas"),
+        Some(&3)
+    );
+}
+
+#[test]
+fn focus_rows_sum_to_the_ledger_spend_exactly() {
+    let events = history();
+    let (from, until) = (t("2026-11-30T09:03:00Z"), t("2026-11-30T09:45:00Z"));
+    let text = focus::to_focus_csv(&events, from, until).unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    for column in [
+        "BilledCost",
+        "EffectiveCost",
+        "ListCost",
+        "ContractedCost",
+        "BillingCurrency",
+        "ChargePeriodStart",
+        "PricingCategory",
+        "ResourceId",
+        "Tags",
+        "x_Pool",
+    ] {
+        assert!(headers.iter().any(|h| h == column), "{column} missing");
+    }
+    let billed = headers.iter().position(|h| h == "BilledCost").unwrap();
+    let category = headers.iter().position(|h| h == "PricingCategory").unwrap();
+    let mut total = Money::ZERO;
+    let mut categories = std::collections::BTreeSet::new();
+    for row in reader.records() {
+        let row = row.unwrap();
+        total += row[billed].parse::<Money>().unwrap();
+        categories.insert(row[category].to_string());
+    }
+    assert_eq!(total, spend(&events, None, Some(from), until));
+    // By hand: booting 09:06-09:12 ($2.40) and serving 09:12-09:45 ($13.20) at $24/h, plus
+    // the spot warm climb 09:03-09:30 at $6/h ($2.70).
+    assert_eq!(total, "18.3".parse().unwrap());
+    assert_eq!(
+        categories,
+        ["Dynamic".to_string(), "Standard".to_string()].into()
+    );
+}
+
+#[test]
+fn csv_and_html_carry_the_same_figures() {
+    let events = history();
+    let budgets = [Budget {
+        account: "ml".parse().unwrap(),
+        period: BudgetPeriod::Day,
+        ceiling: "30".parse().unwrap(),
+        soft_threshold_percent: 80,
+        hard_action: HardAction::Refuse,
+    }];
+    let report = budget_report(&input(&events, &[], &budgets, GroupBy::Account)).unwrap();
+    let csv = to_csv(&report).unwrap();
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("ml,") && l.contains(",29.400000,")),
+        "{csv}"
+    );
+    assert!(csv.lines().last().unwrap().starts_with("total,"));
+    let page = html::to_html(&report);
+    assert!(page.contains(r#"id="total-spend" title="29.400000""#));
+    assert!(page.contains("<svg id=\"spend-chart\""));
+    assert!(
+        !page.contains("<script") && !page.contains("http"),
+        "self-contained, no network"
+    );
+    // 29.40 of 30 spent: over the 80 % soft threshold, nothing billing now, so no more forecast.
+    let line = &report.budgets[0];
+    assert!(line.soft_threshold_reached);
+    assert_eq!(line.forecast, line.spent);
+}
