@@ -22,6 +22,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/v1/capacity-requests", post(create_capacity_request))
         .route(
             "/v1/capacity-requests/{id}",
@@ -674,6 +675,34 @@ async fn budget_report(
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(format.content_type()),
+    );
+    Ok(response)
+}
+
+/// Prometheus metrics; budget figures are read from the ledger at scrape time.
+async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let ledger = state.engine.ledger();
+    let m = state.engine.metrics();
+    let now = state.engine.clock().now();
+    for budget in ledger.budgets().await? {
+        let standing = ledger.budget_standing(&budget, now).await?;
+        let label = headroom_engine::metrics::AccountLabels {
+            account: budget.account.to_string(),
+        };
+        m.budget_ceiling_dollars
+            .get_or_create(&label)
+            .set(standing.ceiling.as_f64_lossy());
+        m.budget_spent_dollars
+            .get_or_create(&label)
+            .set(standing.spent.as_f64_lossy());
+        m.budget_held_dollars
+            .get_or_create(&label)
+            .set(standing.held.as_f64_lossy());
+    }
+    let mut response = m.encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     Ok(response)
 }

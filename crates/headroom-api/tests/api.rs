@@ -646,3 +646,69 @@ async fn budget_reports_come_in_every_format_and_agree() {
         );
     }
 }
+
+#[tokio::test]
+async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
+    let api = api().await;
+    api.post(
+        "/v1/capacity-requests",
+        None,
+        json!({"pool": "mistral-7b-batch", "replicas": 2}),
+    )
+    .await;
+    for _ in 0..=60 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let reply = api.get("/metrics").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(
+        reply
+            .content_type
+            .starts_with("application/openmetrics-text")
+    );
+    let text = reply.body.as_str().unwrap();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Two requested, two for min_replicas and one warm: five nodes in some state (a seeded spot
+    // interruption may have one replacement still starting).
+    let nodes: f64 = ["requested", "starting", "ready", "warm"]
+        .iter()
+        .map(|state| {
+            value(&format!(
+                r#"headroom_pool_replicas{{pool="mistral-7b-batch",state="{state}"}}"#
+            ))
+        })
+        .sum();
+    assert_eq!(nodes, 5.0);
+    assert!(value(r#"headroom_pool_replicas{pool="mistral-7b-batch",state="ready"}"#) >= 3.0);
+    assert!(value(r#"headroom_decisions_total{pool="mistral-7b-batch",rule="hold"}"#) >= 1.0);
+    // use2-g6-spot holds three nodes: the fourth launch fell back.
+    assert_eq!(
+        value(r#"headroom_fallbacks_total{pool="mistral-7b-batch",class="capacity"}"#),
+        1.0
+    );
+    assert_eq!(
+        value(
+            r#"headroom_refusals_total{pool="mistral-7b-batch",reason="cloud_capacity",provider="sim",offering="use2-g6-spot"}"#
+        ),
+        1.0
+    );
+    assert!(
+        value(r#"headroom_provider_call_duration_seconds_count{provider="sim",method="launch"}"#)
+            >= 5.0
+    );
+    assert_eq!(
+        value(r#"headroom_budget_ceiling_dollars{account="research"}"#),
+        500.0
+    );
+    assert!(value(r#"headroom_budget_spent_dollars{account="research"}"#) > 0.0);
+}

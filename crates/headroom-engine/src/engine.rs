@@ -131,6 +131,7 @@ pub struct Engine {
     state: Mutex<LoopState>,
     tick_lock: tokio::sync::Mutex<()>,
     wake: Notify,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The simulated cloud described by a configuration's offerings.
@@ -169,7 +170,13 @@ impl Engine {
         cloud: Arc<dyn CloudProvider>,
         clock: Arc<dyn Clock>,
     ) -> Arc<Engine> {
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let cloud: Arc<dyn CloudProvider> = Arc::new(crate::metrics::InstrumentedCloud {
+            inner: cloud,
+            metrics: metrics.clone(),
+        });
         let engine = Arc::new(Engine {
+            metrics,
             config,
             ledger,
             cloud,
@@ -199,6 +206,10 @@ impl Engine {
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
     }
 
     fn state(&self) -> MutexGuard<'_, LoopState> {
@@ -551,7 +562,23 @@ impl Engine {
                         at: now,
                     })
                     .await?;
+                self.metrics
+                    .refusals
+                    .get_or_create(&crate::metrics::RefusalLabels {
+                        pool: pool.name.to_string(),
+                        reason: RefusalReason::Cloud(class).code(),
+                        provider: offering.provider.to_string(),
+                        offering: offering.id.to_string(),
+                    })
+                    .inc();
                 if class.falls_back() {
+                    self.metrics
+                        .fallbacks
+                        .get_or_create(&crate::metrics::FallbackLabels {
+                            pool: pool.name.to_string(),
+                            class: class.as_str().to_string(),
+                        })
+                        .inc();
                     self.mark_unavailable(&offering.id);
                 } else {
                     tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused; not falling back for this class");
@@ -605,6 +632,16 @@ impl Engine {
                 tracing::warn!(pool = %pool.name, hold = ?decision.hold, reason = %decision.reason, "pool is holding");
             }
             st.memory.insert(pool.name.clone(), decision.memory.clone());
+            self.metrics
+                .decisions
+                .get_or_create(&crate::metrics::RuleLabels {
+                    pool: pool.name.to_string(),
+                    rule: serde_json::to_value(decision.rule)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                })
+                .inc();
             record_decision(&mut st, pool, &decision, signal, counts, now);
             let target = if pool.scaling.shadow {
                 // Shadow mode: the decision is on record; the pool keeps what it has.
@@ -881,6 +918,15 @@ impl Engine {
             }
             tracing::warn!(pool = %pool.name, %detail, "demand refused");
         }
+        self.metrics
+            .refusals
+            .get_or_create(&crate::metrics::RefusalLabels {
+                pool: pool.name.to_string(),
+                reason: reason.code(),
+                provider: String::new(),
+                offering: String::new(),
+            })
+            .inc_by(count as u64);
         self.ledger
             .append_refusal(&RefusalRecord {
                 pool: pool.name.clone(),
@@ -930,6 +976,41 @@ impl Engine {
                     NodeState::Warm => s.warm += 1,
                     NodeState::Draining => s.draining += 1,
                     _ => {}
+                }
+            }
+            let label = |state: &str| crate::metrics::PoolStateLabels {
+                pool: pool.name.to_string(),
+                state: state.to_string(),
+            };
+            for (state, n) in [
+                ("requested", s.requested),
+                ("starting", s.starting),
+                ("ready", s.ready),
+                ("warm", s.warm),
+                ("draining", s.draining),
+            ] {
+                self.metrics
+                    .replicas
+                    .get_or_create(&label(state))
+                    .set(n as i64);
+            }
+            let pool_label = crate::metrics::PoolLabels {
+                pool: pool.name.to_string(),
+            };
+            self.metrics
+                .desired
+                .get_or_create(&pool_label)
+                .set(s.desired as i64);
+            if let Some(signal) = &s.last_signal {
+                self.metrics
+                    .queue_depth
+                    .get_or_create(&pool_label)
+                    .set(signal.queue_depth.min(i64::MAX as u64) as i64);
+                if let Some(age) = signal.oldest_age_s {
+                    self.metrics
+                        .oldest_age_seconds
+                        .get_or_create(&pool_label)
+                        .set(age);
                 }
             }
             status.insert(pool.name.clone(), s);

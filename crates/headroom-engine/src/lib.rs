@@ -7,6 +7,7 @@
 
 pub mod config;
 mod engine;
+pub mod metrics;
 pub mod scrape;
 
 pub use config::{Config, ConfigErrors};

@@ -1,0 +1,265 @@
+//! Prometheus metrics: what dashboards read. Names follow the conventions: `headroom_` prefix,
+//! base units, `_total` on counters (added by the encoder).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use headroom_cloud::{CloudError, CloudProvider, Instance, InstanceId, LaunchSpec};
+use headroom_core::ProviderKind;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolStateLabels {
+    pub pool: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub pool: String,
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    pub pool: String,
+    pub reason: String,
+    pub provider: String,
+    pub offering: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FallbackLabels {
+    pub pool: String,
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub provider: String,
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallErrorLabels {
+    pub provider: String,
+    pub method: String,
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AccountLabels {
+    pub account: String,
+}
+
+/// Every metric Headroom exports, registered once.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub replicas: Family<PoolStateLabels, Gauge>,
+    pub desired: Family<PoolLabels, Gauge>,
+    pub queue_depth: Family<PoolLabels, Gauge>,
+    pub oldest_age_seconds: Family<PoolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub decisions: Family<RuleLabels, Counter>,
+    pub refusals: Family<RefusalLabels, Counter>,
+    pub fallbacks: Family<FallbackLabels, Counter>,
+    pub provider_call_seconds: Family<CallLabels, Histogram>,
+    pub provider_errors: Family<CallErrorLabels, Counter>,
+    pub budget_ceiling_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub budget_spent_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub budget_held_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("headroom");
+        let m = Metrics {
+            replicas: Family::default(),
+            desired: Family::default(),
+            queue_depth: Family::default(),
+            oldest_age_seconds: Family::default(),
+            decisions: Family::default(),
+            refusals: Family::default(),
+            fallbacks: Family::default(),
+            provider_call_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            }),
+            provider_errors: Family::default(),
+            budget_ceiling_dollars: Family::default(),
+            budget_spent_dollars: Family::default(),
+            budget_held_dollars: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "pool_replicas",
+            "Nodes per pool by state (requested, starting, ready, warm, draining)",
+            m.replicas.clone(),
+        );
+        registry.register(
+            "pool_desired_replicas",
+            "Ready replicas wanted: controller target plus capacity requests",
+            m.desired.clone(),
+        );
+        registry.register(
+            "pool_queue_depth",
+            "Requests waiting, as last signalled",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "pool_oldest_age_seconds",
+            "Age of the oldest waiting request, as last signalled",
+            m.oldest_age_seconds.clone(),
+        );
+        registry.register(
+            "decisions",
+            "Controller decisions by the rule that set the target",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "refusals",
+            "Replicas refused, by reason, provider and offering",
+            m.refusals.clone(),
+        );
+        registry.register(
+            "fallbacks",
+            "Launches a cloud refused after which the planner fell back, by error class",
+            m.fallbacks.clone(),
+        );
+        registry.register(
+            "provider_call_duration_seconds",
+            "Cloud provider call latency",
+            m.provider_call_seconds.clone(),
+        );
+        registry.register(
+            "provider_errors",
+            "Cloud provider call errors by class",
+            m.provider_errors.clone(),
+        );
+        registry.register(
+            "budget_ceiling_dollars",
+            "Budget ceiling for the current period",
+            m.budget_ceiling_dollars.clone(),
+        );
+        registry.register(
+            "budget_spent_dollars",
+            "Spend in the budget's current period",
+            m.budget_spent_dollars.clone(),
+        );
+        registry.register(
+            "budget_held_dollars",
+            "Money held for launches not yet spent",
+            m.budget_held_dollars.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// The OpenMetrics text exposition (Prometheus reads it).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Measures real call latency, not decision time, so it reads the monotonic clock directly.
+#[allow(clippy::disallowed_methods)]
+fn start_timer() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// A cloud provider that records every call's latency and error class.
+#[derive(Debug)]
+pub struct InstrumentedCloud {
+    pub inner: Arc<dyn CloudProvider>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl InstrumentedCloud {
+    fn observe<T>(
+        &self,
+        method: &str,
+        started: std::time::Instant,
+        result: &Result<T, CloudError>,
+    ) {
+        let provider = self.inner.kind().to_string();
+        self.metrics
+            .provider_call_seconds
+            .get_or_create(&CallLabels {
+                provider: provider.clone(),
+                method: method.to_string(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(e) = result {
+            self.metrics
+                .provider_errors
+                .get_or_create(&CallErrorLabels {
+                    provider,
+                    method: method.to_string(),
+                    class: e.class().as_str().to_string(),
+                })
+                .inc();
+        }
+    }
+}
+
+#[async_trait]
+impl CloudProvider for InstrumentedCloud {
+    fn kind(&self) -> ProviderKind {
+        self.inner.kind()
+    }
+
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        let t = start_timer();
+        let r = self.inner.launch(spec).await;
+        self.observe("launch", t, &r);
+        r
+    }
+
+    async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        let t = start_timer();
+        let r = self.inner.start(id).await;
+        self.observe("start", t, &r);
+        r
+    }
+
+    async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        let t = start_timer();
+        let r = self.inner.stop(id).await;
+        self.observe("stop", t, &r);
+        r
+    }
+
+    async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
+        let t = start_timer();
+        let r = self.inner.terminate(id).await;
+        self.observe("terminate", t, &r);
+        r
+    }
+
+    async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        let t = start_timer();
+        let r = self.inner.describe(id).await;
+        self.observe("describe", t, &r);
+        r
+    }
+
+    async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+        let t = start_timer();
+        let r = self.inner.list_owned(cluster).await;
+        self.observe("list_owned", t, &r);
+        r
+    }
+}
