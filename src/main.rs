@@ -246,6 +246,7 @@ pub async fn run_until_shutdown(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
     let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
+    let alerts = tokio::spawn(engine.clone().run_alert_delivery(wait_for(stop_rx.clone())));
     let app = headroom_api::app(headroom_api::AppState { engine });
     let mut server = tokio::spawn(
         axum::serve(listener, app)
@@ -265,6 +266,7 @@ pub async fn run_until_shutdown(
     }
     let _ = loop_task.await;
     let _ = scrapers.await;
+    let _ = alerts.await;
     Ok(())
 }
 

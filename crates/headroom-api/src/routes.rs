@@ -34,6 +34,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pools/{name}/ledger", get(pool_ledger))
         .route("/v1/pools/{name}/decisions", get(pool_decisions))
         .route("/v1/budgets", get(list_budgets))
+        .route("/v1/alerts", get(list_alerts))
         .route("/v1/reports/budget", get(budget_report))
         .route("/v1/budgets/{account}", get(get_budget).put(put_budget))
         .fallback(not_found)
@@ -705,4 +706,16 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     Ok(response)
+}
+
+#[derive(Debug, serde::Serialize)]
+struct AlertList {
+    alerts: Vec<headroom_engine::alerts::ActiveAlert>,
+}
+
+/// The alerts firing now (this replica's pools).
+async fn list_alerts(State(state): State<AppState>) -> Json<AlertList> {
+    Json(AlertList {
+        alerts: state.engine.active_alerts(),
+    })
 }

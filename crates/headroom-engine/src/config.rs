@@ -37,6 +37,7 @@ pub struct Config {
     pub offerings: Vec<OfferingConfig>,
     pub pools: Vec<PoolSpec>,
     pub budgets: Vec<Budget>,
+    pub alerts: crate::alerts::AlertSettings,
     /// Pools whose signals are scraped from a Prometheus text endpoint.
     pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
 }
@@ -146,6 +147,17 @@ struct RawConfig {
     pools: Vec<RawPool>,
     #[serde(default)]
     budgets: Vec<RawBudget>,
+    #[serde(default)]
+    alerts: RawAlerts,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerts {
+    repeat_interval: Option<String>,
+    refusal_window: Option<String>,
+    #[serde(default)]
+    webhooks: Vec<crate::alerts::Webhook>,
 }
 
 fn default_listen() -> String {
@@ -701,6 +713,27 @@ impl RawConfig {
             });
         }
 
+        let defaults = crate::alerts::AlertSettings::default();
+        let alerts = crate::alerts::AlertSettings {
+            repeat_interval: match &self.alerts.repeat_interval {
+                Some(t) => p.duration("alerts.repeat_interval", t),
+                None => defaults.repeat_interval,
+            },
+            refusal_window: match &self.alerts.refusal_window {
+                Some(t) => p.duration("alerts.refusal_window", t),
+                None => defaults.refusal_window,
+            },
+            webhooks: self.alerts.webhooks,
+        };
+        for (i, w) in alerts.webhooks.iter().enumerate() {
+            if !w.url.starts_with("http://") {
+                p.add(
+                    &format!("alerts.webhooks[{i}].url"),
+                    format!("{:?} is not an http:// URL", w.url),
+                    "give the receiver's http:// address (HTTPS is not supported yet)",
+                );
+            }
+        }
         if p.lines.is_empty() {
             Ok(Config {
                 cluster_id: self.cluster_id,
@@ -715,6 +748,7 @@ impl RawConfig {
                 offerings,
                 pools,
                 budgets,
+                alerts,
                 scrape,
             })
         } else {

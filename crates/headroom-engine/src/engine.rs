@@ -113,6 +113,9 @@ struct LoopState {
     unavailable_until: HashMap<OfferingId, Timestamp>,
     /// The last pool-level refusal written, so a standing refusal is not re-recorded every tick.
     last_pool_refusal: HashMap<PoolName, (RefusalReason, u32)>,
+    alert_book: crate::alerts::AlertBook,
+    /// Per-webhook delivery backoff: when the next attempt may start, and the delay schedule.
+    webhook_backoff: HashMap<String, (Timestamp, backon::ExponentialBackoff)>,
     /// Whether the configuration's budgets have been written to the ledger.
     budgets_seeded: bool,
     /// The controller's last answer per pool, for status.
@@ -287,6 +290,217 @@ impl Engine {
         tasks.abort_all();
     }
 
+    /// The alerts firing now.
+    pub fn active_alerts(&self) -> Vec<crate::alerts::ActiveAlert> {
+        self.state().alert_book.active()
+    }
+
+    /// Evaluates alert conditions for the pools this process owns (and budgets, by the owner of
+    /// the first pool) and queues notifications in the ledger's outbox.
+    async fn evaluate_alerts(&self, owned: &BTreeSet<PoolName>) -> Result<(), EngineError> {
+        use crate::alerts::Alert;
+        let now = self.clock.now();
+        let settings = &self.config.alerts;
+        let owns_budgets = self
+            .config
+            .pools
+            .first()
+            .is_some_and(|p| owned.contains(&p.name));
+        let mut holding = Vec::new();
+        for status in self
+            .pool_statuses()
+            .iter()
+            .filter(|s| owned.contains(&s.name))
+        {
+            let pool = status.name.to_string();
+            match status.hold {
+                Some(HoldReason::SignalMissing | HoldReason::SignalStale) => {
+                    holding.push(Alert::new(
+                        "PoolSignalsMissing",
+                        "warning",
+                        &[("pool", pool.clone())],
+                        format!(
+                            "pool {pool} is holding: {}",
+                            status.reason.clone().unwrap_or_default()
+                        ),
+                    ))
+                }
+                Some(HoldReason::DispatchFailure) => holding.push(Alert::new(
+                    "PoolDeparturesStalled",
+                    "critical",
+                    &[("pool", pool.clone())],
+                    format!("pool {pool}: {}", status.reason.clone().unwrap_or_default()),
+                )),
+                _ => {}
+            }
+            if status.warm_pool_size > 0 && status.warm == 0 {
+                holding.push(Alert::new(
+                    "WarmPoolDepleted",
+                    "warning",
+                    &[("pool", pool.clone())],
+                    format!("pool {pool} has no warm node left of its {}; the next burst meets the full cold start", status.warm_pool_size),
+                ));
+            }
+        }
+        let since = now
+            - chrono::Duration::from_std(settings.refusal_window)
+                .unwrap_or(chrono::Duration::minutes(10));
+        let refusals = self
+            .ledger
+            .refusals_between(since, now + chrono::Duration::milliseconds(1))
+            .await?;
+        for r in refusals.iter().filter(|r| owned.contains(&r.pool)) {
+            let pool = r.pool.to_string();
+            let alert = match r.reason {
+                RefusalReason::Cloud(headroom_core::ErrorClass::Quota) => Alert::new(
+                    "CloudQuotaExhausted",
+                    "warning",
+                    &[
+                        ("pool", pool.clone()),
+                        (
+                            "offering",
+                            r.offering
+                                .as_ref()
+                                .map(|o| o.to_string())
+                                .unwrap_or_default(),
+                        ),
+                    ],
+                    r.detail.clone(),
+                ),
+                reason if reason.closes_request() => Alert::new(
+                    "CapacityRefused",
+                    "critical",
+                    &[("pool", pool.clone()), ("reason", reason.code())],
+                    r.detail.clone(),
+                ),
+                _ => continue,
+            };
+            holding.push(alert);
+        }
+        if owns_budgets {
+            for budget in self.ledger.budgets().await? {
+                let s = self.ledger.budget_standing(&budget, now).await?;
+                let committed = s.spent + s.held;
+                if (committed.micros() as i128) * 100
+                    >= (budget.ceiling.micros() as i128) * budget.soft_threshold_percent as i128
+                {
+                    holding.push(Alert::new(
+                        "BudgetSoftThresholdReached",
+                        "warning",
+                        &[("account", budget.account.to_string())],
+                        format!(
+                            "account {} has ${} spent and ${} held of its ${} {} ceiling ({}% threshold)",
+                            budget.account, s.spent, s.held, s.ceiling, budget.period.as_str(), budget.soft_threshold_percent
+                        ),
+                    ));
+                }
+            }
+        }
+        // Deduplicate conditions that hold several times (several refusals of one reason).
+        holding.sort_by_key(|a| a.key());
+        holding.dedup_by_key(|a| a.key());
+        let notifications = {
+            let mut st = self.state();
+            st.alert_book.update(
+                holding,
+                |a| match a.labels.get("pool") {
+                    Some(pool) => pool.parse::<PoolName>().is_ok_and(|p| owned.contains(&p)),
+                    None => owns_budgets,
+                },
+                now,
+                settings.repeat_interval,
+            )
+        };
+        for n in &notifications {
+            tracing::warn!(alert = %n.alert.name, status = ?n.status, summary = %n.alert.summary, "alert");
+            for webhook in &settings.webhooks {
+                let body = crate::alerts::render(webhook.format, n);
+                self.ledger.enqueue_alert(&webhook.url, &body, now).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers queued alert notifications until `shutdown` resolves: each webhook in order,
+    /// with jittered exponential backoff per webhook when it fails. Runs beside the control
+    /// loop, never in it.
+    pub async fn run_alert_delivery(
+        self: Arc<Self>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(e) = self.deliver_alerts().await {
+                tracing::warn!(error = %error_chain(&e), "alert delivery round failed");
+            }
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
+    /// One delivery round: at most 50 notifications.
+    pub async fn deliver_alerts(&self) -> Result<(), EngineError> {
+        use backon::BackoffBuilder;
+        let pending = self.ledger.pending_alerts(50).await?;
+        let mut failed = BTreeSet::new();
+        for alert in pending {
+            let now = self.clock.now();
+            if failed.contains(&alert.webhook) {
+                continue; // keep order per webhook: nothing overtakes a failed notification
+            }
+            let waiting = self
+                .state()
+                .webhook_backoff
+                .get(&alert.webhook)
+                .is_some_and(|(next, _)| *next > now);
+            if waiting {
+                failed.insert(alert.webhook.clone());
+                continue;
+            }
+            let (url, body) = (alert.webhook.clone(), alert.body.clone());
+            let sent = tokio::task::spawn_blocking(move || post_json(&url, &body)).await;
+            match sent {
+                Ok(Ok(())) => {
+                    self.ledger
+                        .alert_delivered(alert.seq, self.clock.now())
+                        .await?;
+                    self.state().webhook_backoff.remove(&alert.webhook);
+                }
+                other => {
+                    let error = match other {
+                        Ok(Err(e)) => e,
+                        Err(e) => e.to_string(),
+                        Ok(Ok(())) => String::new(),
+                    };
+                    let mut st = self.state();
+                    let entry = st
+                        .webhook_backoff
+                        .entry(alert.webhook.clone())
+                        .or_insert_with(|| {
+                            let schedule = backon::ExponentialBuilder::default()
+                                .with_min_delay(std::time::Duration::from_secs(1))
+                                .with_max_delay(std::time::Duration::from_secs(300))
+                                .with_jitter()
+                                .without_max_times()
+                                .build();
+                            (now, schedule)
+                        });
+                    let delay = entry
+                        .1
+                        .next()
+                        .unwrap_or(std::time::Duration::from_secs(300));
+                    entry.0 = now
+                        + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::minutes(5));
+                    tracing::warn!(webhook = %alert.webhook, %error, retry_in_s = delay.as_secs_f64(), "alert delivery failed; kept in the outbox");
+                    failed.insert(alert.webhook.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Asks the loop to run a tick now (a capacity request arrived).
     pub fn wake(&self) {
         self.wake.notify_one();
@@ -344,7 +558,8 @@ impl Engine {
         for pool in self.config.pools.iter().filter(|p| owned.contains(&p.name)) {
             self.reconcile_pool(pool).await?;
         }
-        self.publish_status(&owned).await
+        self.publish_status(&owned).await?;
+        self.evaluate_alerts(&owned).await
     }
 
     /// Writes the configuration's budgets for accounts the ledger has none for. Budgets changed
@@ -1018,6 +1233,20 @@ impl Engine {
         st.status = status;
         Ok(())
     }
+}
+
+/// One bounded POST of a JSON body; any 2xx is delivered.
+fn post_json(url: &str, body: &str) -> Result<(), String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .into();
+    agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// One bounded GET of a metrics endpoint.

@@ -5,6 +5,7 @@
 //! decide with no I/O; [`Engine::tick`] observes the cloud, asks them, and applies the plan,
 //! writing a ledger intent before every cloud mutation and an outcome after it.
 
+pub mod alerts;
 pub mod config;
 mod engine;
 pub mod metrics;

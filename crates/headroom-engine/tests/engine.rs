@@ -492,3 +492,123 @@ async fn shadow_mode_records_decisions_without_executing_them() {
     h.engine.tick().await.unwrap();
     assert_eq!(h.live_instances().await, 1);
 }
+
+/// A webhook receiver on `port`: records each request body, answers 200, stops after `max`.
+fn receiver(
+    listener: std::net::TcpListener,
+    max: usize,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(max) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&body).into_owned());
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    bodies
+}
+
+#[tokio::test]
+async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resolve() {
+    // A port with nobody listening yet: the webhook is down.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text = format!(
+        "{}\n[alerts]\nrepeat_interval = \"1h\"\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n",
+        CONFIG.replace("min_replicas = 0", "min_replicas = 1")
+    );
+    let h = harness(&text).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    h.engine.tick().await.unwrap();
+    let active = h.engine.active_alerts();
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0].alert.name, "PoolSignalsMissing");
+
+    h.engine.deliver_alerts().await.unwrap();
+    assert_eq!(
+        h.ledger.pending_alerts(10).await.unwrap().len(),
+        1,
+        "kept while the webhook is down"
+    );
+    h.engine.tick().await.unwrap();
+    assert_eq!(
+        h.ledger.pending_alerts(10).await.unwrap().len(),
+        1,
+        "deduplicated: not queued again"
+    );
+
+    let bodies = receiver(
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap(),
+        10,
+    );
+    h.clock.advance(Duration::from_secs(600)); // past the backoff
+    h.engine.deliver_alerts().await.unwrap();
+    assert!(h.ledger.pending_alerts(10).await.unwrap().is_empty());
+
+    // The signal arrives: the hold ends and the alert resolves.
+    h.engine.push_signal(
+        &pool,
+        SignalInput {
+            queue_depth: 0,
+            arrival_rate_rps: Some(1.0),
+            ..SignalInput::default()
+        },
+    );
+    h.engine.tick().await.unwrap();
+    assert!(h.engine.active_alerts().is_empty());
+    h.engine.deliver_alerts().await.unwrap();
+    // The receiver thread records asynchronously; give it a bounded moment.
+    for _ in 0..50 {
+        if bodies.lock().unwrap().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bodies = bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    let firing: serde_json::Value = serde_json::from_str(&bodies[0]).unwrap();
+    assert_eq!(firing[0]["labels"]["alertname"], "PoolSignalsMissing");
+    assert_eq!(firing[0]["labels"]["pool"], "llm");
+    assert!(firing[0]["endsAt"].is_null());
+    let resolved: serde_json::Value = serde_json::from_str(&bodies[1]).unwrap();
+    assert!(
+        resolved[0]["endsAt"].is_string(),
+        "a resolve message: {resolved}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_request_raises_a_capacity_alert() {
+    let h = harness(CONFIG).await;
+    h.cloud.set_capacity(&"cheap".parse().unwrap(), 0);
+    h.cloud.set_capacity(&"dear".parse().unwrap(), 0);
+    h.request(1).await;
+    h.engine.tick().await.unwrap();
+    let names: Vec<String> = h
+        .engine
+        .active_alerts()
+        .into_iter()
+        .map(|a| a.alert.name)
+        .collect();
+    assert!(names.contains(&"CapacityRefused".to_string()), "{names:?}");
+}

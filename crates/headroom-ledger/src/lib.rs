@@ -182,6 +182,17 @@ impl RefusalRecord {
     }
 }
 
+/// An alert notification waiting in the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingAlert {
+    pub seq: i64,
+    pub webhook: String,
+    pub body: String,
+}
+
+/// Pending notifications kept per outbox; past this the oldest are dropped (and recorded so).
+pub const ALERT_OUTBOX_BOUND: i64 = 1000;
+
 /// Totals over the whole ledger, for the demo summary and dashboards.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LedgerSummary {
@@ -302,6 +313,21 @@ pub trait Ledger: Send + Sync + Debug {
     ) -> Result<std::collections::BTreeSet<PoolName>, LedgerError> {
         Ok(pools.iter().cloned().collect())
     }
+
+    /// Queues an alert notification for `webhook`. The outbox is bounded: beyond
+    /// [`ALERT_OUTBOX_BOUND`] pending notifications the oldest are closed as dropped.
+    async fn enqueue_alert(
+        &self,
+        webhook: &str,
+        body: &str,
+        at: Timestamp,
+    ) -> Result<(), LedgerError>;
+
+    /// The oldest pending notifications, at most `limit`.
+    async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError>;
+
+    /// Closes a notification as delivered (idempotent).
+    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
 
     /// Cheap round trip for readiness checks.
     async fn ping(&self) -> Result<(), LedgerError>;

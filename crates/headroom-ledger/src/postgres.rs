@@ -525,6 +525,68 @@ impl Ledger for PostgresLedger {
         })
     }
 
+    async fn enqueue_alert(
+        &self,
+        webhook: &str,
+        body: &str,
+        at: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('headroom-alert-outbox', 0))")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO alert_outbox (webhook, body, created) VALUES ($1, $2, $3)")
+            .bind(webhook)
+            .bind(body)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, at)
+             SELECT seq, 'dropped', $1 FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq DESC OFFSET $2",
+        )
+        .bind(at)
+        .bind(crate::ALERT_OUTBOX_BOUND)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn pending_alerts(&self, limit: i64) -> Result<Vec<crate::PendingAlert>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT seq, webhook, body FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::PendingAlert {
+                    seq: r.try_get("seq")?,
+                    webhook: r.try_get("webhook")?,
+                    body: r.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
+        sqlx::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, at) VALUES ($1, 'delivered', $2)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(seq)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), LedgerError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

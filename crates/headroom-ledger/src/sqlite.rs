@@ -522,6 +522,65 @@ impl Ledger for SqliteLedger {
         })
     }
 
+    async fn enqueue_alert(
+        &self,
+        webhook: &str,
+        body: &str,
+        at: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("INSERT INTO alert_outbox (webhook, body, created_ms) VALUES (?, ?, ?)")
+            .bind(webhook)
+            .bind(body)
+            .bind(ms(at))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, at_ms)
+             SELECT seq, 'dropped', ? FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq DESC LIMIT -1 OFFSET ?",
+        )
+        .bind(ms(at))
+        .bind(crate::ALERT_OUTBOX_BOUND)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn pending_alerts(&self, limit: i64) -> Result<Vec<crate::PendingAlert>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT seq, webhook, body FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::PendingAlert {
+                    seq: r.try_get("seq")?,
+                    webhook: r.try_get("webhook")?,
+                    body: r.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
+        sqlx::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, at_ms) VALUES (?, 'delivered', ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(seq)
+        .bind(ms(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), LedgerError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

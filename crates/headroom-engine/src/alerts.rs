@@ -1,0 +1,300 @@
+//! Alerts for on-call: conditions evaluated each tick, grouped and deduplicated by key, repeated
+//! on an interval, resolved when they clear, and delivered to webhooks through a persisted,
+//! bounded outbox in the ledger, so a webhook that is down loses nothing and never blocks the
+//! control loop.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use headroom_core::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// How a webhook wants its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    /// An Alertmanager v2 `POST /api/v2/alerts` body: an array of alerts.
+    Alertmanager,
+    /// A Slack incoming-webhook message.
+    Slack,
+    /// Headroom's own shape: `{status, alert}`.
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    pub url: String,
+    #[serde(default = "default_format")]
+    pub format: WebhookFormat,
+}
+
+fn default_format() -> WebhookFormat {
+    WebhookFormat::Json
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertSettings {
+    pub webhooks: Vec<Webhook>,
+    /// A still-firing alert is sent again after this long.
+    pub repeat_interval: Duration,
+    /// A refusal keeps its alert firing this long after it happened.
+    pub refusal_window: Duration,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings {
+            webhooks: Vec::new(),
+            repeat_interval: Duration::from_secs(4 * 3600),
+            refusal_window: Duration::from_secs(600),
+        }
+    }
+}
+
+/// One condition that holds now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Alert {
+    /// `alertname`, e.g. `CapacityRefused`.
+    pub name: String,
+    pub severity: &'static str,
+    /// What makes this alert distinct from others of its name (pool, reason, account, …).
+    pub labels: BTreeMap<String, String>,
+    /// One sentence for a human woken at 3 a.m.
+    pub summary: String,
+}
+
+impl Alert {
+    pub fn new(
+        name: &str,
+        severity: &'static str,
+        labels: &[(&str, String)],
+        summary: String,
+    ) -> Alert {
+        Alert {
+            name: name.to_string(),
+            severity,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            summary,
+        }
+    }
+
+    /// Alerts with the same key are one alert (deduplicated).
+    pub fn key(&self) -> String {
+        let labels: Vec<String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!("{}{{{}}}", self.name, labels.join(","))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Firing,
+    Resolved,
+}
+
+/// A message to send.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Notification {
+    pub status: Status,
+    pub alert: Alert,
+    pub starts_at: Timestamp,
+    pub ends_at: Option<Timestamp>,
+}
+
+/// An alert that is firing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActiveAlert {
+    pub alert: Alert,
+    pub starts_at: Timestamp,
+    pub last_sent_at: Timestamp,
+}
+
+/// The alerts firing now. Pure: `update` takes the conditions that hold and says what to send.
+#[derive(Debug, Default)]
+pub struct AlertBook {
+    active: BTreeMap<String, ActiveAlert>,
+}
+
+impl AlertBook {
+    pub fn active(&self) -> Vec<ActiveAlert> {
+        self.active.values().cloned().collect()
+    }
+
+    /// Folds in the conditions that hold at `now` (within `scope`, the keys this process
+    /// evaluates) and returns the notifications to send: new alerts, repeats, resolutions.
+    pub fn update(
+        &mut self,
+        holding: Vec<Alert>,
+        in_scope: impl Fn(&Alert) -> bool,
+        now: Timestamp,
+        repeat: Duration,
+    ) -> Vec<Notification> {
+        let mut out = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for alert in holding {
+            let key = alert.key();
+            seen.insert(key.clone());
+            match self.active.get_mut(&key) {
+                Some(active) => {
+                    let due = (now - active.last_sent_at).to_std().unwrap_or_default() >= repeat;
+                    if due {
+                        active.last_sent_at = now;
+                        out.push(Notification {
+                            status: Status::Firing,
+                            alert: alert.clone(),
+                            starts_at: active.starts_at,
+                            ends_at: None,
+                        });
+                    }
+                }
+                None => {
+                    out.push(Notification {
+                        status: Status::Firing,
+                        alert: alert.clone(),
+                        starts_at: now,
+                        ends_at: None,
+                    });
+                    self.active.insert(
+                        key,
+                        ActiveAlert {
+                            alert,
+                            starts_at: now,
+                            last_sent_at: now,
+                        },
+                    );
+                }
+            }
+        }
+        let cleared: Vec<String> = self
+            .active
+            .iter()
+            .filter(|(k, a)| !seen.contains(*k) && in_scope(&a.alert))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in cleared {
+            if let Some(gone) = self.active.remove(&key) {
+                out.push(Notification {
+                    status: Status::Resolved,
+                    alert: gone.alert,
+                    starts_at: gone.starts_at,
+                    ends_at: Some(now),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The request body for one notification in a webhook's format.
+pub fn render(format: WebhookFormat, n: &Notification) -> String {
+    let iso = |t: Timestamp| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    match format {
+        WebhookFormat::Alertmanager => {
+            let mut labels = n.alert.labels.clone();
+            labels.insert("alertname".into(), n.alert.name.clone());
+            labels.insert("severity".into(), n.alert.severity.into());
+            labels.insert("service".into(), "headroom".into());
+            let mut alert = serde_json::json!({
+                "labels": labels,
+                "annotations": {"summary": n.alert.summary},
+                "startsAt": iso(n.starts_at),
+            });
+            if let Some(end) = n.ends_at {
+                alert["endsAt"] = serde_json::json!(iso(end));
+            }
+            serde_json::json!([alert]).to_string()
+        }
+        WebhookFormat::Slack => {
+            let icon = match n.status {
+                Status::Firing => ":rotating_light:",
+                Status::Resolved => ":white_check_mark:",
+            };
+            let status = match n.status {
+                Status::Firing => "FIRING",
+                Status::Resolved => "RESOLVED",
+            };
+            serde_json::json!({
+                "text": format!("{icon} [{status}] {}: {}", n.alert.name, n.alert.summary)
+            })
+            .to_string()
+        }
+        WebhookFormat::Json => serde_json::to_string(n).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> Timestamp {
+        "2026-11-30T03:00:00Z".parse::<Timestamp>().unwrap() + chrono::Duration::seconds(s)
+    }
+
+    fn refused() -> Alert {
+        Alert::new(
+            "CapacityRefused",
+            "critical",
+            &[("pool", "llm".into()), ("reason", "no_offering".into())],
+            "x".into(),
+        )
+    }
+
+    #[test]
+    fn alerts_fire_once_repeat_on_interval_and_resolve() {
+        let mut book = AlertBook::default();
+        let repeat = Duration::from_secs(3600);
+        let first = book.update(vec![refused()], |_| true, at(0), repeat);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].status, Status::Firing);
+        assert!(
+            book.update(vec![refused(), refused()], |_| true, at(60), repeat)
+                .is_empty(),
+            "deduplicated"
+        );
+        let again = book.update(vec![refused()], |_| true, at(3600), repeat);
+        assert_eq!(
+            (again.len(), again[0].starts_at),
+            (1, at(0)),
+            "repeated with its start"
+        );
+        let resolved = book.update(vec![], |_| true, at(4000), repeat);
+        assert_eq!(
+            (resolved[0].status, resolved[0].ends_at),
+            (Status::Resolved, Some(at(4000)))
+        );
+        assert!(book.active().is_empty());
+    }
+
+    #[test]
+    fn formats_render() {
+        let n = Notification {
+            status: Status::Firing,
+            alert: refused(),
+            starts_at: at(0),
+            ends_at: None,
+        };
+        let am: serde_json::Value =
+            serde_json::from_str(&render(WebhookFormat::Alertmanager, &n)).unwrap();
+        assert_eq!(am[0]["labels"]["alertname"], "CapacityRefused");
+        assert_eq!(am[0]["labels"]["pool"], "llm");
+        let slack: serde_json::Value =
+            serde_json::from_str(&render(WebhookFormat::Slack, &n)).unwrap();
+        assert!(
+            slack["text"]
+                .as_str()
+                .unwrap()
+                .contains("[FIRING] CapacityRefused")
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(WebhookFormat::Json, &n)).unwrap();
+        assert_eq!(json["status"], "firing");
+    }
+}
