@@ -60,7 +60,10 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
     let server = tokio::spawn(async move {
         axum::serve(
             listener,
-            headroom_api::app(headroom_api::AppState { engine }),
+            headroom_api::app(headroom_api::AppState {
+                engine,
+                require_auth: false,
+            }),
         )
         .await
     });

@@ -119,7 +119,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     eprintln!("  try: curl -s http://{}/v1/pools", args.listen);
     let server_engine = engine.clone();
     let server =
-        tokio::spawn(async move { crate::run_until_shutdown(server_engine, listener).await });
+        tokio::spawn(
+            async move { crate::run_until_shutdown(server_engine, listener, false).await },
+        );
 
     let deadline = args
         .seconds

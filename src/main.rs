@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod report;
+mod token;
 mod whatif;
 
 use std::net::SocketAddr;
@@ -46,6 +47,9 @@ enum Command {
         /// Overrides the file's `database_url` (sqlite://PATH or postgres://…).
         #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
         database_url: Option<String>,
+        /// Serve without authentication; allowed on a loopback address only.
+        #[arg(long)]
+        no_auth: bool,
     },
     /// Measure Headroom on this machine.
     Bench {
@@ -59,6 +63,11 @@ enum Command {
     },
     /// How many replicas a backlog or an HPA metric calls for, and why (the controller's rules).
     WhatIf(whatif::WhatIfArgs),
+    /// Create, list and revoke API tokens.
+    Token {
+        #[command(subcommand)]
+        command: token::TokenCommand,
+    },
     /// Create or upgrade the ledger's schema.
     Migrate {
         /// sqlite://PATH or postgres://USER@HOST:PORT/DB
@@ -125,9 +134,11 @@ fn main() -> ExitCode {
                 config,
                 listen,
                 database_url,
-            } => serve(&config, listen, database_url).await,
+                no_auth,
+            } => serve(&config, listen, database_url, no_auth).await,
             Command::Migrate { database_url } => migrate(&database_url).await,
             Command::WhatIf(args) => whatif::run(args),
+            Command::Token { command } => token::run(command).await,
             Command::Report {
                 command: ReportCommand::Budget(args),
             } => report::budget(args).await,
@@ -220,6 +231,7 @@ async fn serve(
     path: &Path,
     listen: Option<SocketAddr>,
     database_url: Option<String>,
+    no_auth: bool,
 ) -> anyhow::Result<ExitCode> {
     let config = Arc::new(load_config(path)?);
     let url = database_url
@@ -233,8 +245,19 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("--listen: cannot listen on {addr}; choose a free address"))?;
-    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: simulated)");
-    run_until_shutdown(engine, listener).await?;
+    if no_auth && !addr.ip().is_loopback() {
+        return Err(BadInput(format!(
+            "--no-auth: refused on {addr}; the API spends money, so it runs open only on a loopback address"
+        ))
+        .into());
+    }
+    let auth = if no_auth {
+        "OPEN, no authentication (loopback only)"
+    } else {
+        "bearer tokens required"
+    };
+    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: simulated, {auth})");
+    run_until_shutdown(engine, listener, !no_auth).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -242,12 +265,16 @@ async fn serve(
 pub async fn run_until_shutdown(
     engine: Arc<Engine>,
     listener: tokio::net::TcpListener,
+    require_auth: bool,
 ) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
     let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
     let alerts = tokio::spawn(engine.clone().run_alert_delivery(wait_for(stop_rx.clone())));
-    let app = headroom_api::app(headroom_api::AppState { engine });
+    let app = headroom_api::app(headroom_api::AppState {
+        engine,
+        require_auth,
+    });
     let mut server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(wait_for(stop_rx))

@@ -97,7 +97,7 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
     }
     let ledger = crate::open_ledger(&args.database_url).await?;
     let (report, events) =
-        headroom_report::from_ledger(ledger.as_ref(), from, to, group_by, now).await?;
+        headroom_report::from_ledger(ledger.as_ref(), from, to, group_by, now, None).await?;
     let text = headroom_report::render(&report, &events, format)?;
     match &args.out {
         Some(path) => std::fs::write(path, text)

@@ -17,6 +17,25 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// An agent that sends `Authorization: Bearer <token>` on every request.
+fn agent_with(token: &str) -> ureq::Agent {
+    let header = format!("Bearer {token}");
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .middleware(
+            move |mut request: ureq::http::Request<ureq::SendBody>,
+                  next: ureq::middleware::MiddlewareNext| {
+                request
+                    .headers_mut()
+                    .insert("authorization", header.parse().unwrap());
+                next.handle(request)
+            },
+        )
+        .build()
+        .into()
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -275,8 +294,16 @@ fn serve_runs_on_postgres_and_stops_gracefully_on_sigterm() {
         String::from_utf8_lossy(&migrated.stderr)
     );
 
-    let (mut child, base) = start_serve(&db);
-    let agent = agent();
+    let (mut child, base, token) = start_serve(&db);
+    // Authentication is on: no token, no capacity.
+    let refused = call(
+        &agent(),
+        "POST",
+        &format!("{base}/v1/capacity-requests"),
+        Some(r#"{"pool":"mistral-7b-batch","replicas":1}"#),
+    );
+    assert_eq!(refused.status, 401);
+    let agent = agent_with(&token);
 
     let body = json!({"pool": "mistral-7b-batch", "replicas": 2}).to_string();
     let created = call(
@@ -333,7 +360,8 @@ fn serve_runs_on_postgres_and_stops_gracefully_on_sigterm() {
     );
 
     // The ledger outlives the process: a new one answers for the same request.
-    let (mut again, base) = start_serve(&db);
+    let (mut again, base, token) = start_serve(&db);
+    let agent = agent_with(&token);
     let read = call(
         &agent,
         "GET",
@@ -347,7 +375,7 @@ fn serve_runs_on_postgres_and_stops_gracefully_on_sigterm() {
 }
 
 /// Starts `headroom serve` on the example configuration and `db`; returns once it is ready.
-fn start_serve(db: &str) -> (std::process::Child, String) {
+fn start_serve(db: &str) -> (std::process::Child, String, String) {
     start_serve_with(
         concat!(env!("CARGO_MANIFEST_DIR"), "/config/headroom.example.toml"),
         db,
@@ -355,7 +383,33 @@ fn start_serve(db: &str) -> (std::process::Child, String) {
 }
 
 /// Starts `headroom serve` on `config` and `db`; returns once it is ready.
-fn start_serve_with(config: &str, db: &str) -> (std::process::Child, String) {
+/// Mints an admin token for `db` with the CLI, as an operator would.
+fn mint_admin_token(db: &str) -> String {
+    let out = Command::new(BIN)
+        .args([
+            "token",
+            "create",
+            "--database-url",
+            db,
+            "--account",
+            "*",
+            "--scope",
+            "admin",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Starts `headroom serve` on `config` and `db` with authentication on; returns once it is
+/// ready, with its URL and an admin token.
+fn start_serve_with(config: &str, db: &str) -> (std::process::Child, String, String) {
+    let token = mint_admin_token(db);
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let child = Command::new(BIN)
@@ -379,7 +433,7 @@ fn start_serve_with(config: &str, db: &str) -> (std::process::Child, String) {
         ok
     });
     assert!(up, "serve did not become ready");
-    (child, base)
+    (child, base, token)
 }
 
 #[test]
@@ -448,9 +502,9 @@ replica_throughput_rps = 5.0
     )
     .unwrap();
     let config = config.to_str().unwrap();
-    let (mut a, a_url) = start_serve_with(config, &db);
-    let (mut b, b_url) = start_serve_with(config, &db);
-    let agent = agent();
+    let (mut a, a_url, token) = start_serve_with(config, &db);
+    let (mut b, b_url, _) = start_serve_with(config, &db);
+    let agent = agent_with(&token);
     let owner_of = |url: &str| {
         call(&agent, "GET", &format!("{url}/v1/pools/ha-pool"), None).body["reconciled_here"]
             == true
@@ -668,8 +722,8 @@ fn serve_scrapes_vllm_metrics_into_signals() {
     let config = dir.path().join("scrape.toml");
     std::fs::write(&config, config_text).unwrap();
     let db = format!("sqlite://{}", dir.path().join("l.db").display());
-    let (mut child, base) = start_serve_with(config.to_str().unwrap(), &db);
-    let agent = agent();
+    let (mut child, base, token) = start_serve_with(config.to_str().unwrap(), &db);
+    let agent = agent_with(&token);
     let seen = (0..100).any(|_| {
         let pool = call(
             &agent,
@@ -804,4 +858,96 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         "the spend chart rendered"
     );
     assert!(dom.contains(r#"data-group="llama-70b-interactive""#));
+}
+
+#[test]
+fn tokens_are_printed_once_listed_without_secrets_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let token = Command::new(BIN)
+        .args([
+            "token",
+            "create",
+            "--database-url",
+            &db,
+            "--account",
+            "research",
+            "--scope",
+            "capacity",
+            "--scope",
+            "reports",
+        ])
+        .output()
+        .unwrap();
+    assert!(token.status.success());
+    let text = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    let (id, secret) = text.strip_prefix("hr_").unwrap().split_once('_').unwrap();
+    let list = Command::new(BIN)
+        .args(["token", "list", "--database-url", &db])
+        .output()
+        .unwrap();
+    let list = String::from_utf8(list.stdout).unwrap();
+    assert!(
+        list.contains(id)
+            && list.contains("accounts=research")
+            && list.contains("scopes=capacity,reports"),
+        "{list}"
+    );
+    assert!(!list.contains(secret), "list must never show a secret");
+    let revoke = Command::new(BIN)
+        .args(["token", "revoke", "--database-url", &db, id])
+        .output()
+        .unwrap();
+    assert!(revoke.status.success());
+    let list = String::from_utf8(
+        Command::new(BIN)
+            .args(["token", "list", "--database-url", &db])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(list.contains("revoked"), "{list}");
+    for bad in [
+        vec!["token", "revoke", "--database-url", &db, "nope"],
+        vec![
+            "token",
+            "create",
+            "--database-url",
+            &db,
+            "--account",
+            "Bad Name",
+            "--scope",
+            "admin",
+        ],
+        vec![
+            "token",
+            "create",
+            "--database-url",
+            &db,
+            "--account",
+            "a",
+            "--scope",
+            "root",
+        ],
+    ] {
+        let out = Command::new(BIN).args(&bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert_eq!(
+            String::from_utf8(out.stderr).unwrap().lines().count(),
+            1,
+            "{bad:?}"
+        );
+    }
+    let open = Command::new(BIN)
+        .args([
+            "serve",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/headroom.example.toml"),
+        ])
+        .args(["--listen", "0.0.0.0:0", "--database-url", &db, "--no-auth"])
+        .output()
+        .unwrap();
+    assert_eq!(open.status.code(), Some(2));
+    assert!(String::from_utf8(open.stderr).unwrap().contains("loopback"));
 }

@@ -3,6 +3,7 @@
 //! Every error is an RFC 9457 `application/problem+json` body that says what was wrong and how
 //! to fix it. Bad input is rejected before anything is written.
 
+pub mod auth;
 mod problem;
 mod routes;
 
@@ -20,6 +21,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub engine: Arc<Engine>,
+    /// Bearer tokens required (the default for `serve`); off only for `demo` on loopback.
+    pub require_auth: bool,
 }
 
 /// The API router.

@@ -46,6 +46,10 @@ pub enum ApiError {
     #[error("{detail}")]
     BadRequest { slug: &'static str, detail: String },
     #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
@@ -87,6 +91,26 @@ impl IntoResponse for ApiError {
                 StatusCode::BAD_REQUEST,
                 slug,
                 "Invalid request",
+                detail.clone(),
+            ),
+            ApiError::Unauthorized(detail) => {
+                let mut response = Problem::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "Unauthorized",
+                    detail.clone(),
+                )
+                .into_response();
+                response.headers_mut().insert(
+                    axum::http::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer"),
+                );
+                return response;
+            }
+            ApiError::Forbidden(detail) => Problem::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "Forbidden",
                 detail.clone(),
             ),
             ApiError::NotFound(detail) => Problem::new(

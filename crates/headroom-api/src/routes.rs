@@ -15,6 +15,7 @@ use headroom_ledger::NewCapacityRequest;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
 use crate::{AppState, MAX_BODY_BYTES, Problem};
 
@@ -40,6 +41,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ))
         .with_state(state)
 }
 
@@ -118,15 +123,24 @@ fn json_body<T: DeserializeOwned>(
     serde_json::from_value(value).map_err(malformed)
 }
 
+/// The pool a path names, if it exists and the caller acts for its account (else 404, so a
+/// token cannot learn what other accounts run).
 fn pool_from_path(
     state: &AppState,
+    principal: &Principal,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<PoolName, ApiError> {
     let Path(raw) = path
         .map_err(|_| ApiError::bad("bad-path", "the pool name in the path is not valid UTF-8"))?;
     raw.parse::<PoolName>()
         .ok()
-        .filter(|name| state.engine.config().pool(name).is_some())
+        .filter(|name| {
+            state
+                .engine
+                .config()
+                .pool(name)
+                .is_some_and(|p| principal.acts_for(&p.account))
+        })
         .ok_or_else(|| {
             ApiError::NotFound(format!(
                 "no pool named {:?}; GET /v1/pools lists them",
@@ -152,6 +166,7 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
 async fn create_capacity_request(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -178,6 +193,13 @@ async fn create_capacity_request(
             format!("pool: no pool named {pool_name}; GET /v1/pools lists them"),
         )
     })?;
+    principal.require(Scope::Capacity)?;
+    if !principal.acts_for(&pool.account) {
+        return Err(ApiError::Forbidden(format!(
+            "this token cannot charge account {}, which pool {} charges",
+            pool.account, pool.name
+        )));
+    }
     if input.replicas < 1 {
         return Err(ApiError::bad(
             "invalid-replicas",
@@ -256,15 +278,33 @@ struct RequestView {
     fill: headroom_ledger::derive::Fill,
 }
 
+/// Whether the caller acts for the account of the request's pool.
+fn visible_request(
+    state: &AppState,
+    principal: &Principal,
+    request: &headroom_core::CapacityRequest,
+) -> bool {
+    state
+        .engine
+        .config()
+        .pool(&request.pool)
+        .is_some_and(|p| principal.acts_for(&p.account))
+}
+
 async fn get_capacity_request(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = request_id_from_path(path)?;
+    if !(principal.has(Scope::Capacity) || principal.has(Scope::Reports)) {
+        principal.require(Scope::Capacity)?;
+    }
     let ledger = state.engine.ledger();
     let outcome = ledger
         .capacity_request(&id)
         .await?
+        .filter(|o| visible_request(&state, &principal, &o.request))
         .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
     let events = ledger.pool_events(&outcome.request.pool).await?;
     let fill = headroom_ledger::derive::fill(std::slice::from_ref(&outcome), &events);
@@ -273,12 +313,18 @@ async fn get_capacity_request(
 
 async fn cancel_capacity_request(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = request_id_from_path(path)?;
-    let outcome = state
-        .engine
-        .ledger()
+    principal.require(Scope::Capacity)?;
+    let ledger = state.engine.ledger();
+    ledger
+        .capacity_request(&id)
+        .await?
+        .filter(|o| visible_request(&state, &principal, &o.request))
+        .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
+    let outcome = ledger
         .cancel_capacity_request(&id, state.engine.clock().now())
         .await?;
     state.engine.wake();
@@ -290,17 +336,25 @@ struct PoolList {
     pools: Vec<PoolStatus>,
 }
 
-async fn list_pools(State(state): State<AppState>) -> Json<PoolList> {
-    Json(PoolList {
-        pools: state.engine.pool_statuses(),
-    })
+async fn list_pools(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Json<PoolList> {
+    let pools = state
+        .engine
+        .pool_statuses()
+        .into_iter()
+        .filter(|p| p.account.parse().is_ok_and(|a| principal.acts_for(&a)))
+        .collect();
+    Json(PoolList { pools })
 }
 
 async fn get_pool(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<PoolStatus>, ApiError> {
-    let name = pool_from_path(&state, path)?;
+    let name = pool_from_path(&state, &principal, path)?;
     state
         .engine
         .pool_status(&name)
@@ -333,11 +387,13 @@ fn non_negative(field: &str, value: Option<f64>, max: f64) -> Result<Option<f64>
 
 async fn push_signal(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let name = pool_from_path(&state, path)?;
+    let name = pool_from_path(&state, &principal, path)?;
+    principal.require(Scope::Signals)?;
     let input: SignalBody = json_body(&headers, body)?;
     if input.queue_depth < 0 {
         return Err(ApiError::bad(
@@ -369,9 +425,11 @@ struct DecisionLog {
 
 async fn pool_decisions(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<DecisionLog>, ApiError> {
-    let pool = pool_from_path(&state, path)?;
+    let pool = pool_from_path(&state, &principal, path)?;
+    principal.require(Scope::Reports)?;
     let shadow = state
         .engine
         .config()
@@ -430,9 +488,20 @@ struct BudgetList {
     budgets: Vec<BudgetView>,
 }
 
-async fn list_budgets(State(state): State<AppState>) -> Result<Json<BudgetList>, ApiError> {
+async fn list_budgets(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Result<Json<BudgetList>, ApiError> {
+    principal.require(Scope::Reports)?;
     let mut budgets = Vec::new();
-    for budget in state.engine.ledger().budgets().await? {
+    for budget in state
+        .engine
+        .ledger()
+        .budgets()
+        .await?
+        .into_iter()
+        .filter(|b| principal.acts_for(&b.account))
+    {
         budgets.push(budget_view(&state, budget).await?);
     }
     Ok(Json(BudgetList { budgets }))
@@ -447,9 +516,16 @@ fn account_from_path(path: Result<Path<String>, PathRejection>) -> Result<Accoun
 
 async fn get_budget(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<BudgetView>, ApiError> {
+    principal.require(Scope::Reports)?;
     let account = account_from_path(path)?;
+    if !principal.acts_for(&account) {
+        return Err(ApiError::NotFound(format!(
+            "no budget for account {account}"
+        )));
+    }
     let budget = state
         .engine
         .ledger()
@@ -476,6 +552,7 @@ struct PutBudget {
 
 async fn put_budget(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -486,6 +563,12 @@ async fn put_budget(
             "account: use 1-63 characters of a-z, 0-9, '-', '_' and '.'",
         )
     })?;
+    principal.require(Scope::Budgets)?;
+    if !principal.acts_for(&account) {
+        return Err(ApiError::Forbidden(format!(
+            "this token cannot set the budget of account {account}"
+        )));
+    }
     let input: PutBudget = json_body(&headers, body)?;
     let period = BudgetPeriod::parse(&input.period).ok_or_else(|| {
         ApiError::bad(
@@ -565,13 +648,15 @@ fn parse_instant(name: &str, value: &str) -> Result<Timestamp, ApiError> {
 
 async fn pool_ledger(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     query: Result<
         axum::extract::Query<std::collections::BTreeMap<String, String>>,
         axum::extract::rejection::QueryRejection,
     >,
 ) -> Result<Json<PoolLedger>, ApiError> {
-    let pool = pool_from_path(&state, path)?;
+    let pool = pool_from_path(&state, &principal, path)?;
+    principal.require(Scope::Reports)?;
     let axum::extract::Query(params) = query.map_err(|_| {
         ApiError::bad(
             "invalid-range",
@@ -616,11 +701,13 @@ async fn pool_ledger(
 
 async fn budget_report(
     State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     query: Result<
         axum::extract::Query<std::collections::BTreeMap<String, String>>,
         axum::extract::rejection::QueryRejection,
     >,
 ) -> Result<Response, ApiError> {
+    principal.require(Scope::Reports)?;
     let axum::extract::Query(params) =
         query.map_err(|_| ApiError::bad("invalid-report", "the query string is malformed"))?;
     if let Some(unknown) = params
@@ -663,13 +750,19 @@ async fn budget_report(
         .map_err(|e: headroom_report::ReportError| {
             ApiError::bad("invalid-report", e.to_string())
         })?;
-    let (report, events) =
-        headroom_report::from_ledger(state.engine.ledger().as_ref(), from, to, group_by, now)
-            .await
-            .map_err(|e| match e {
-                headroom_report::ReportError::Ledger(l) => ApiError::from(l),
-                other => ApiError::bad("invalid-report", other.to_string()),
-            })?;
+    let (report, events) = headroom_report::from_ledger(
+        state.engine.ledger().as_ref(),
+        from,
+        to,
+        group_by,
+        now,
+        principal.accounts.as_ref(),
+    )
+    .await
+    .map_err(|e| match e {
+        headroom_report::ReportError::Ledger(l) => ApiError::from(l),
+        other => ApiError::bad("invalid-report", other.to_string()),
+    })?;
     let body = headroom_report::render(&report, &events, format)
         .map_err(|e| ApiError::bad("invalid-report", e.to_string()))?;
     let mut response = body.into_response();
@@ -681,7 +774,11 @@ async fn budget_report(
 }
 
 /// Prometheus metrics; budget figures are read from the ledger at scrape time.
-async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+async fn metrics(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Metrics)?;
     let ledger = state.engine.ledger();
     let m = state.engine.metrics();
     let now = state.engine.clock().now();
@@ -714,8 +811,29 @@ struct AlertList {
 }
 
 /// The alerts firing now (this replica's pools).
-async fn list_alerts(State(state): State<AppState>) -> Json<AlertList> {
-    Json(AlertList {
-        alerts: state.engine.active_alerts(),
-    })
+async fn list_alerts(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Result<Json<AlertList>, ApiError> {
+    principal.require(Scope::Reports)?;
+    let config = state.engine.config();
+    let visible = |a: &headroom_engine::alerts::ActiveAlert| {
+        let account = match (a.alert.labels.get("pool"), a.alert.labels.get("account")) {
+            (Some(pool), _) => pool
+                .parse()
+                .ok()
+                .and_then(|p| config.pool(&p))
+                .map(|p| p.account.clone()),
+            (None, Some(account)) => account.parse().ok(),
+            (None, None) => None,
+        };
+        account.is_some_and(|a| principal.acts_for(&a)) || principal.accounts.is_none()
+    };
+    let alerts = state
+        .engine
+        .active_alerts()
+        .into_iter()
+        .filter(visible)
+        .collect();
+    Ok(Json(AlertList { alerts }))
 }

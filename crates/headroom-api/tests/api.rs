@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use headroom_api::auth::Scope;
 use headroom_api::{AppState, app};
 use headroom_cloud::ManualClock;
 use headroom_engine::{Config, Engine, sim_cloud_for};
@@ -34,8 +35,10 @@ async fn api() -> Api {
     let engine = Engine::new(config, ledger.clone(), cloud, clock.clone());
     Api {
         _dir: dir,
+        // The demo's mode: open. Authentication has its own tests below.
         router: app(AppState {
             engine: engine.clone(),
+            require_auth: false,
         }),
         ledger,
         clock,
@@ -711,4 +714,220 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         500.0
     );
     assert!(value(r#"headroom_budget_spent_dollars{account="research"}"#) > 0.0);
+}
+
+/// An API that requires tokens, with the ledger to mint them.
+async fn secured() -> (Api, axum::Router) {
+    let api = api().await;
+    let router = app(AppState {
+        engine: api.engine.clone(),
+        require_auth: true,
+    });
+    (api, router)
+}
+
+async fn mint(api: &Api, accounts: &[&str], scopes: &[Scope]) -> String {
+    let accounts: Vec<String> = accounts.iter().map(|a| a.to_string()).collect();
+    let (text, record) = headroom_api::auth::new_token(&accounts, scopes, api.clock_now());
+    api.ledger.create_token(&record).await.unwrap();
+    text
+}
+
+async fn send_as(
+    router: &axum::Router,
+    token: Option<&str>,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> Reply {
+    let mut builder = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        builder = builder.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let body = match body {
+        Some(v) => {
+            builder = builder.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let response = router
+        .clone()
+        .oneshot(builder.body(body).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
+    Reply {
+        status,
+        content_type,
+        location: None,
+        body,
+    }
+}
+
+#[tokio::test]
+async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
+    let (api, router) = secured().await;
+    let research = mint(&api, &["research"], &[Scope::Capacity, Scope::Reports]).await;
+    let platform_reader = mint(&api, &["ml-platform"], &[Scope::Reports]).await;
+    let admin = mint(&api, &["*"], &[Scope::Admin]).await;
+    let body = json!({"pool": "mistral-7b-batch", "replicas": 1});
+
+    // No token, a malformed one, a forged one: 401 with WWW-Authenticate, nothing written.
+    for token in [None, Some("nonsense"), Some("hr_0123456789ab_forged")] {
+        let r = send_as(
+            &router,
+            token,
+            "POST",
+            "/v1/capacity-requests",
+            Some(body.clone()),
+        )
+        .await;
+        assert_problem(&r, StatusCode::UNAUTHORIZED, "token");
+    }
+    assert_eq!(api.ledger_rows().await.0, 0);
+    // Probes stay open.
+    assert_eq!(
+        send_as(&router, None, "GET", "/healthz", None).await.status,
+        StatusCode::OK
+    );
+
+    // research may request capacity for its own pool...
+    let created = send_as(
+        &router,
+        Some(&research),
+        "POST",
+        "/v1/capacity-requests",
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    let id = created.body["id"].as_str().unwrap().to_string();
+    // ...but not charge ml-platform.
+    let other = json!({"pool": "llama-70b-interactive", "replicas": 1});
+    let r = send_as(
+        &router,
+        Some(&research),
+        "POST",
+        "/v1/capacity-requests",
+        Some(other),
+    )
+    .await;
+    assert_problem(
+        &r,
+        StatusCode::FORBIDDEN,
+        "cannot charge account ml-platform",
+    );
+    // A reader of ml-platform cannot see research's request, budget or pools: they do not exist for it.
+    let r = send_as(
+        &router,
+        Some(&platform_reader),
+        "GET",
+        &format!("/v1/capacity-requests/{id}"),
+        None,
+    )
+    .await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "no capacity request");
+    let r = send_as(
+        &router,
+        Some(&platform_reader),
+        "GET",
+        "/v1/pools/mistral-7b-batch",
+        None,
+    )
+    .await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "no pool");
+    let pools = send_as(&router, Some(&platform_reader), "GET", "/v1/pools", None).await;
+    let names: Vec<&str> = pools.body["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["llama-70b-interactive"]);
+    // Scopes: a reader cannot request capacity, research cannot set budgets or read metrics.
+    let r = send_as(
+        &router,
+        Some(&platform_reader),
+        "POST",
+        "/v1/capacity-requests",
+        Some(json!({"pool": "llama-70b-interactive", "replicas": 1})),
+    )
+    .await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "capacity scope");
+    let r = send_as(
+        &router,
+        Some(&research),
+        "PUT",
+        "/v1/budgets/research",
+        Some(json!({"period": "day", "ceiling_usd": "1"})),
+    )
+    .await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "budgets scope");
+    assert_problem(
+        &send_as(&router, Some(&research), "GET", "/metrics", None).await,
+        StatusCode::FORBIDDEN,
+        "metrics scope",
+    );
+    // Reports are cut to the token's accounts.
+    let report = send_as(
+        &router,
+        Some(&research),
+        "GET",
+        "/v1/reports/budget?format=json&group_by=account",
+        None,
+    )
+    .await;
+    assert_eq!(report.status, StatusCode::OK, "{:?}", report.body);
+    assert!(
+        report.body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["group"] == "research")
+    );
+    // The admin sees everything.
+    let read = send_as(
+        &router,
+        Some(&admin),
+        "GET",
+        &format!("/v1/capacity-requests/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(
+        send_as(&router, Some(&admin), "GET", "/metrics", None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+
+    // Revoked: refused at once.
+    let token_id = research.split('_').nth(1).unwrap();
+    assert!(
+        api.ledger
+            .revoke_token(token_id, api.clock_now())
+            .await
+            .unwrap()
+    );
+    let r = send_as(
+        &router,
+        Some(&research),
+        "GET",
+        &format!("/v1/capacity-requests/{id}"),
+        None,
+    )
+    .await;
+    assert_problem(&r, StatusCode::UNAUTHORIZED, "revoked");
 }

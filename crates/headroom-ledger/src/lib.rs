@@ -182,6 +182,18 @@ impl RefusalRecord {
     }
 }
 
+/// An API token as stored: the secret only as its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    pub id: String,
+    pub secret_sha256: String,
+    /// Accounts the token acts for; `*` is every account.
+    pub accounts: Vec<String>,
+    pub scopes: Vec<String>,
+    pub created_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+}
+
 /// An alert notification waiting in the outbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingAlert {
@@ -328,6 +340,15 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// Closes a notification as delivered (idempotent).
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
+
+    async fn create_token(&self, token: &ApiToken) -> Result<(), LedgerError>;
+
+    async fn token(&self, id: &str) -> Result<Option<ApiToken>, LedgerError>;
+
+    async fn tokens(&self) -> Result<Vec<ApiToken>, LedgerError>;
+
+    /// Revokes a token; `false` when no such token exists.
+    async fn revoke_token(&self, id: &str, at: Timestamp) -> Result<bool, LedgerError>;
 
     /// Cheap round trip for readiness checks.
     async fn ping(&self) -> Result<(), LedgerError>;

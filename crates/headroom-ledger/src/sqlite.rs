@@ -188,6 +188,40 @@ impl SqliteLedger {
         Self::connect(&format!("sqlite://{}", path.display())).await
     }
 
+    async fn tokens_where(&self, id: Option<&str>) -> Result<Vec<crate::ApiToken>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT t.*, r.at_ms AS revoked FROM api_tokens t
+             LEFT JOIN api_token_revocations r ON r.token_id = t.id
+             WHERE ? IS NULL OR t.id = ?
+             ORDER BY t.created_ms, t.id",
+        )
+        .bind(id)
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        let split = |s: String| -> Vec<String> {
+            s.split(',')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        rows.iter()
+            .map(|row| {
+                Ok(crate::ApiToken {
+                    id: row.try_get("id")?,
+                    secret_sha256: row.try_get("secret_sha256")?,
+                    accounts: split(row.try_get("accounts")?),
+                    scopes: split(row.try_get("scopes")?),
+                    created_at: at(row.try_get("created_ms")?)?,
+                    revoked_at: row
+                        .try_get::<Option<i64>, _>("revoked")?
+                        .map(at)
+                        .transpose()?,
+                })
+            })
+            .collect()
+    }
+
     async fn outcome(&self, request: CapacityRequest) -> Result<RequestOutcome, LedgerError> {
         let delivered: i64 = sqlx::query_scalar(
             "SELECT COUNT(DISTINCT node_id) FROM node_events WHERE request_id = ? AND state = 'serving'",
@@ -579,6 +613,42 @@ impl Ledger for SqliteLedger {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn create_token(&self, t: &crate::ApiToken) -> Result<(), LedgerError> {
+        sqlx::query(
+            "INSERT INTO api_tokens (id, secret_sha256, accounts, scopes, created_ms) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(&t.id)
+        .bind(&t.secret_sha256)
+        .bind(t.accounts.join(","))
+        .bind(t.scopes.join(","))
+        .bind(ms(t.created_at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn token(&self, id: &str) -> Result<Option<crate::ApiToken>, LedgerError> {
+        Ok(self.tokens_where(Some(id)).await?.into_iter().next())
+    }
+
+    async fn tokens(&self) -> Result<Vec<crate::ApiToken>, LedgerError> {
+        self.tokens_where(None).await
+    }
+
+    async fn revoke_token(&self, id: &str, now: Timestamp) -> Result<bool, LedgerError> {
+        if self.token(id).await?.is_none() {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO api_token_revocations (token_id, at_ms) VALUES (?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(ms(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(true)
     }
 
     async fn ping(&self) -> Result<(), LedgerError> {

@@ -457,7 +457,7 @@ pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Reads what a report needs from `ledger` and builds it. A ledger written in virtual time (the
+/// Reads what a report needs from `ledger` and builds it, for `accounts` only when given. A ledger written in virtual time (the
 /// demo's, the simulator's) may run ahead of the wall clock: it is reported up to its last
 /// event.
 pub async fn from_ledger(
@@ -466,15 +466,34 @@ pub async fn from_ledger(
     to: Timestamp,
     group_by: GroupBy,
     now: Timestamp,
+    accounts: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<(BudgetReport, Vec<NodeEvent>), ReportError> {
     if from >= to {
         return Err(ReportError::InvalidArgument(
             "from: must be before to".into(),
         ));
     }
-    let events = ledger.node_events().await?;
-    let refusals = ledger.refusals_between(from, to).await?;
-    let budgets = ledger.budgets().await?;
+    let visible = |account: &str| accounts.is_none_or(|a| a.contains(account));
+    let events: Vec<NodeEvent> = ledger
+        .node_events()
+        .await?
+        .into_iter()
+        .filter(|e| visible(e.account.as_str()))
+        .collect();
+    // A refusal names its pool; it is shown when the pool's nodes are.
+    let pools: std::collections::BTreeSet<&str> = events.iter().map(|e| e.pool.as_str()).collect();
+    let refusals: Vec<RefusalRecord> = ledger
+        .refusals_between(from, to)
+        .await?
+        .into_iter()
+        .filter(|r| accounts.is_none() || pools.contains(r.pool.as_str()))
+        .collect();
+    let budgets: Vec<Budget> = ledger
+        .budgets()
+        .await?
+        .into_iter()
+        .filter(|b| visible(b.account.as_str()))
+        .collect();
     let now = events.iter().map(|e| e.at).fold(now, Timestamp::max);
     let report = budget_report(&ReportInput {
         events: &events,

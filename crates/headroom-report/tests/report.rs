@@ -48,8 +48,8 @@ fn event(
 /// An on-demand node: requested 09:00, booting 09:06 to 09:12, serving until 10:12, gone.
 /// A spot node climbing to the warm pool 09:00-09:30, then parked (stopped) warm.
 fn history() -> Vec<NodeEvent> {
-    use Destination::*;
-    use NodeState::*;
+    use Destination::{Serve, Warm as ToWarm};
+    use NodeState::{Booting, Requested, Serving, Terminated};
     vec![
         event(
             "a",
@@ -72,7 +72,7 @@ fn history() -> Vec<NodeEvent> {
         event(
             "b",
             Market::Spot,
-            Warm,
+            ToWarm,
             Booting,
             "2026-11-30T09:00:00Z",
             "6",
@@ -90,7 +90,7 @@ fn history() -> Vec<NodeEvent> {
         event(
             "b",
             Market::Spot,
-            Warm,
+            ToWarm,
             NodeState::Warm,
             "2026-11-30T09:30:00Z",
             "6",

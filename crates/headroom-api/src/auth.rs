@@ -1,0 +1,237 @@
+//! Bearer tokens bound to accounts and scopes.
+//!
+//! A token reads `hr_<id>_<secret>`; the ledger keeps the id, the SHA-256 of the secret, the
+//! accounts it acts for and its scopes. Requests for another account's resources answer as if
+//! they did not exist (404), so a token cannot even learn what other teams run.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use headroom_core::{AccountName, Timestamp};
+use headroom_ledger::ApiToken;
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+use crate::problem::ApiError;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Create, read and cancel capacity requests.
+    Capacity,
+    /// Read budgets, reports, pool ledgers, decisions and alerts.
+    Reports,
+    /// Set budgets.
+    Budgets,
+    /// Push pool signals.
+    Signals,
+    /// Read `/metrics`.
+    Metrics,
+    /// Everything, for every account.
+    Admin,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 6] = [
+        Scope::Capacity,
+        Scope::Reports,
+        Scope::Budgets,
+        Scope::Signals,
+        Scope::Metrics,
+        Scope::Admin,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Capacity => "capacity",
+            Scope::Reports => "reports",
+            Scope::Budgets => "budgets",
+            Scope::Signals => "signals",
+            Scope::Metrics => "metrics",
+            Scope::Admin => "admin",
+        }
+    }
+}
+
+impl FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Scope, String> {
+        Scope::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a scope; use capacity, reports, budgets, signals, metrics or admin"))
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who is calling, once authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub token_id: Option<String>,
+    /// `None` is every account.
+    pub accounts: Option<BTreeSet<String>>,
+    pub scopes: BTreeSet<Scope>,
+}
+
+impl Principal {
+    /// The caller when authentication is off (`demo`, on loopback): everything.
+    pub fn open() -> Principal {
+        Principal {
+            token_id: None,
+            accounts: None,
+            scopes: Scope::ALL.into_iter().collect(),
+        }
+    }
+
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
+    }
+
+    /// Requires `scope`, or answers 403 naming it.
+    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        if self.has(scope) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "this token lacks the {scope} scope; create one with `headroom token create --scope {scope}`"
+            )))
+        }
+    }
+
+    pub fn acts_for(&self, account: &AccountName) -> bool {
+        self.accounts
+            .as_ref()
+            .is_none_or(|a| a.contains(account.as_str()))
+    }
+}
+
+fn sha256_hex(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Compares two equal-length strings without stopping at the first difference.
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// A new token: the text to hand out once, and the record to store.
+pub fn new_token(accounts: &[String], scopes: &[Scope], now: Timestamp) -> (String, ApiToken) {
+    let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let secret = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let record = ApiToken {
+        id: id.clone(),
+        secret_sha256: sha256_hex(&secret),
+        accounts: accounts.to_vec(),
+        scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
+        created_at: now,
+        revoked_at: None,
+    };
+    (format!("hr_{id}_{secret}"), record)
+}
+
+/// Checks a presented token against the ledger.
+pub async fn verify(state: &AppState, presented: &str) -> Result<Principal, ApiError> {
+    let unauthorized = || {
+        ApiError::Unauthorized(
+            "the bearer token is not valid; ask for a new one with `headroom token create`".into(),
+        )
+    };
+    let rest = presented.strip_prefix("hr_").ok_or_else(unauthorized)?;
+    let (id, secret) = rest.split_once('_').ok_or_else(unauthorized)?;
+    if id.len() != 12 || !id.chars().all(|c| c.is_ascii_hexdigit()) || secret.len() > 128 {
+        return Err(unauthorized());
+    }
+    let token = state
+        .engine
+        .ledger()
+        .token(id)
+        .await?
+        .ok_or_else(unauthorized)?;
+    if !constant_time_eq(&sha256_hex(secret), &token.secret_sha256) {
+        return Err(unauthorized());
+    }
+    if token.revoked_at.is_some() {
+        return Err(ApiError::Unauthorized("this token was revoked".into()));
+    }
+    let all = token.accounts.iter().any(|a| a == "*");
+    Ok(Principal {
+        token_id: Some(token.id),
+        accounts: (!all).then(|| token.accounts.iter().cloned().collect()),
+        scopes: token.scopes.iter().filter_map(|s| s.parse().ok()).collect(),
+    })
+}
+
+/// Paths anyone may call: probes.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz")
+}
+
+/// The middleware: puts a [`Principal`] in the request, or answers 401.
+pub async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if !state.require_auth || is_public(request.uri().path()) {
+        request.extensions_mut().insert(Principal::open());
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .map(str::to_string);
+    let Some(presented) = presented else {
+        return ApiError::Unauthorized(
+            "send `Authorization: Bearer <token>`; `headroom token create` makes one".into(),
+        )
+        .into_response();
+    };
+    match verify(&state, &presented).await {
+        Ok(principal) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_stored_as_hashes() {
+        let now = "2026-11-30T09:00:00Z".parse().unwrap();
+        let (text, record) = new_token(&["ml".into()], &[Scope::Capacity], now);
+        assert!(text.starts_with(&format!("hr_{}_", record.id)));
+        let secret = text.rsplit('_').next().unwrap();
+        assert!(!record.secret_sha256.contains(secret));
+        assert_eq!(record.secret_sha256, sha256_hex(secret));
+        assert!(
+            constant_time_eq("abc", "abc")
+                && !constant_time_eq("abc", "abd")
+                && !constant_time_eq("a", "ab")
+        );
+    }
+}
