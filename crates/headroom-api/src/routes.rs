@@ -367,6 +367,8 @@ async fn get_pool(
 struct SignalBody {
     queue_depth: i64,
     oldest_age_s: Option<f64>,
+    #[serde(default)]
+    oldest_age_by_class_s: std::collections::BTreeMap<String, f64>,
     arrival_rate_rps: Option<f64>,
     departure_rate_rps: Option<f64>,
     error_rate_rps: Option<f64>,
@@ -410,6 +412,15 @@ async fn push_signal(
         error_rate_rps: non_negative("error_rate_rps", input.error_rate_rps, LARGE)?,
         batch_occupancy: non_negative("batch_occupancy", input.batch_occupancy, 1.0)?,
         gpu_utilization: non_negative("gpu_utilization", input.gpu_utilization, 1.0)?,
+        oldest_age_by_class_s: input
+            .oldest_age_by_class_s
+            .into_iter()
+            .take(64)
+            .map(|(class, age)| {
+                non_negative("oldest_age_by_class_s", Some(age), LARGE)
+                    .map(|a| (class.chars().take(63).collect(), a.unwrap_or(0.0)))
+            })
+            .collect::<Result<_, _>>()?,
     };
     state.engine.push_signal(&name, signal);
     Ok(StatusCode::ACCEPTED)

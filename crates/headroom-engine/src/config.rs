@@ -38,6 +38,8 @@ pub struct Config {
     pub pools: Vec<PoolSpec>,
     pub budgets: Vec<Budget>,
     pub alerts: crate::alerts::AlertSettings,
+    /// Per pool, the service classes whose oldest age counts (all when absent).
+    pub age_classes: BTreeMap<PoolName, Vec<String>>,
     /// Pools whose signals are scraped from a Prometheus text endpoint.
     pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
 }
@@ -258,6 +260,7 @@ struct RawScaling {
     min_capacity: Option<u32>,
     utilization_high: Option<f64>,
     signal_max_age: Option<String>,
+    age_classes: Option<Vec<String>>,
     #[serde(default)]
     shadow: bool,
 }
@@ -571,6 +574,7 @@ impl RawConfig {
             self.budgets.iter().map(|b| b.account.clone()).collect();
         let mut pools = Vec::new();
         let mut scrape = BTreeMap::new();
+        let mut age_classes = BTreeMap::new();
         let mut pool_names = BTreeSet::new();
         for (i, raw) in self.pools.into_iter().enumerate() {
             let key = format!("pools[{i}]");
@@ -629,6 +633,9 @@ impl RawConfig {
                 );
             }
             let scaling = p.scaling(&format!("{key}.scaling"), &raw.scaling);
+            if let Some(classes) = &raw.scaling.age_classes {
+                age_classes.insert(raw.name.clone(), classes.clone());
+            }
             if let Some(target) = &raw.scrape {
                 let interval = match &target.interval {
                     Some(text) => p.duration(&format!("{key}.scrape.interval"), text),
@@ -749,6 +756,7 @@ impl RawConfig {
                 pools,
                 budgets,
                 alerts,
+                age_classes,
                 scrape,
             })
         } else {

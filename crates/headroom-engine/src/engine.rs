@@ -35,10 +35,13 @@ pub enum EngineError {
 }
 
 /// A sample pushed for a pool; the engine stamps it on receipt.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct SignalInput {
     pub queue_depth: u64,
     pub oldest_age_s: Option<f64>,
+    /// Oldest eligible request age per service class; the pool's `age_classes` choose which
+    /// count (all when unset), and the oldest of them is the pool's age.
+    pub oldest_age_by_class_s: BTreeMap<String, f64>,
     pub arrival_rate_rps: Option<f64>,
     pub departure_rate_rps: Option<f64>,
     pub error_rate_rps: Option<f64>,
@@ -246,9 +249,20 @@ impl Engine {
 
     /// Records a queue sample for `pool`, stamped with the engine's clock on receipt.
     pub fn push_signal(&self, pool: &PoolName, input: SignalInput) {
+        let classes = self.config.age_classes.get(pool);
+        let class_age = input
+            .oldest_age_by_class_s
+            .iter()
+            .filter(|(class, _)| classes.is_none_or(|c| c.contains(*class)))
+            .map(|(_, age)| *age)
+            .reduce(f64::max);
+        let oldest_age_s = match (input.oldest_age_s, class_age) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         let signal = Signals {
             queue_depth: input.queue_depth,
-            oldest_age_s: input.oldest_age_s,
+            oldest_age_s,
             arrival_rate_rps: input.arrival_rate_rps,
             departure_rate_rps: input.departure_rate_rps,
             error_rate_rps: input.error_rate_rps,

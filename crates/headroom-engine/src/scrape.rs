@@ -158,7 +158,8 @@ pub fn matching(text: &str, selector: &Selector) -> Vec<f64> {
 }
 
 /// Which series become which signal. Gauges are summed over matching series, except GPU
-/// utilisation, which is averaged; counters become rates between scrapes.
+/// utilisation and batch occupancy (averaged) and the oldest age (the maximum); counters become
+/// rates between scrapes.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScrapeSelectors {
@@ -241,10 +242,12 @@ impl Scraper {
             });
         Ok(SignalInput {
             queue_depth: queue.max(0.0).round() as u64,
+            // The oldest request across every matching series (replica, engine).
             oldest_age_s: selectors
                 .oldest_age_s
                 .as_ref()
-                .and_then(sum)
+                .map(|s| matching(text, s))
+                .and_then(|ages| ages.into_iter().reduce(f64::max))
                 .map(|a| a.max(0.0)),
             arrival_rate_rps: rates[0],
             departure_rate_rps: rates[1],
@@ -255,6 +258,7 @@ impl Scraper {
                 .and_then(average)
                 .map(|b| b.clamp(0.0, 1.0)),
             gpu_utilization: utilization.map(|u| u.clamp(0.0, 1.0)),
+            oldest_age_by_class_s: Default::default(),
         })
     }
 }
@@ -274,6 +278,8 @@ vllm:request_success_total{finished_reason="stop",model_name="llama-70b"} 1000
 vllm:request_success_total{finished_reason="length",model_name="llama-70b"} 200
 DCGM_FI_DEV_GPU_UTIL{gpu="0",label="with \"quote\", comma"} 90
 DCGM_FI_DEV_GPU_UTIL{gpu="1"} 70
+headroom_oldest_age_seconds{replica="a"} 2.5
+headroom_oldest_age_seconds{replica="b"} 9.0
 "#;
 
     #[test]
@@ -301,7 +307,7 @@ DCGM_FI_DEV_GPU_UTIL{gpu="1"} 70
             queue_depth: r#"vllm:num_requests_waiting{model_name="llama-70b"}"#
                 .parse()
                 .unwrap(),
-            oldest_age_s: None,
+            oldest_age_s: Some("headroom_oldest_age_seconds".parse().unwrap()),
             batch_occupancy: None,
             gpu_utilization: None,
             gpu_utilization_percent: Some("DCGM_FI_DEV_GPU_UTIL".parse().unwrap()),
@@ -319,6 +325,11 @@ DCGM_FI_DEV_GPU_UTIL{gpu="1"} 70
         assert_eq!(first.queue_depth, 12);
         assert_eq!(first.departure_rate_rps, None, "a rate needs two scrapes");
         assert_eq!(first.gpu_utilization, Some(0.8));
+        assert_eq!(
+            first.oldest_age_s,
+            Some(9.0),
+            "the oldest across replicas, not a sum"
+        );
         let later = VLLM.replace("} 1000", "} 1050");
         let second = scraper
             .signal(&selectors, &later, t0 + chrono::Duration::seconds(5))

@@ -224,7 +224,7 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
         arrival_rate_rps: Some(20.0),
         ..SignalInput::default()
     };
-    h.engine.push_signal(&"llm".parse().unwrap(), demand);
+    h.engine.push_signal(&"llm".parse().unwrap(), demand.clone());
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
     // The first breaching window: the rule wants 4, the policy waits for a second window.
@@ -611,4 +611,33 @@ async fn a_refused_request_raises_a_capacity_alert() {
         .map(|a| a.alert.name)
         .collect();
     assert!(names.contains(&"CapacityRefused".to_string()), "{names:?}");
+}
+
+#[tokio::test]
+async fn the_oldest_age_counts_only_the_pool_s_service_classes() {
+    let text = CONFIG.replace(
+        "replica_throughput_rps = 5.0",
+        "replica_throughput_rps = 5.0\nage_classes = [\"interactive\"]",
+    );
+    let h = harness(&text).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    h.engine.push_signal(
+        &pool,
+        SignalInput {
+            queue_depth: 3,
+            oldest_age_by_class_s: [
+                ("interactive".to_string(), 3.5),
+                ("batch".to_string(), 90.0),
+            ]
+            .into(),
+            ..SignalInput::default()
+        },
+    );
+    h.engine.tick().await.unwrap();
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!(
+        status.last_signal.unwrap().oldest_age_s,
+        Some(3.5),
+        "batch's deferred work does not count"
+    );
 }
