@@ -431,7 +431,7 @@ struct DecisionLog {
     pool: PoolName,
     shadow: bool,
     /// Newest first; consecutive identical decisions are folded (`repeated`).
-    decisions: Vec<headroom_engine::DecisionRecord>,
+    decisions: Vec<serde_json::Value>,
 }
 
 async fn pool_decisions(
@@ -446,8 +446,12 @@ async fn pool_decisions(
         .config()
         .pool(&pool)
         .is_some_and(|p| p.scaling.shadow);
+    let decisions = state.engine.decisions(&pool).await.map_err(|e| match e {
+        headroom_engine::EngineError::Ledger(l) => ApiError::from(l),
+        other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
+    })?;
     Ok(Json(DecisionLog {
-        decisions: state.engine.decisions(&pool),
+        decisions,
         shadow,
         pool,
     }))

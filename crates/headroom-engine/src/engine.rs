@@ -111,7 +111,8 @@ struct LoopState {
     memory: HashMap<PoolName, ControllerMemory>,
     signals: HashMap<PoolName, Signals>,
     /// Bounded log of decisions per pool, newest last.
-    decision_log: HashMap<PoolName, std::collections::VecDeque<DecisionRecord>>,
+    /// The pool's current decision, with its repeats; closed ones are in the ledger.
+    decision_log: HashMap<PoolName, DecisionRecord>,
     /// Offerings a cloud refused recently, skipped until the instant given.
     unavailable_until: HashMap<OfferingId, Timestamp>,
     /// The last pool-level refusal written, so a standing refusal is not re-recorded every tick.
@@ -528,13 +529,23 @@ impl Engine {
         self.state().status.get(pool).cloned()
     }
 
-    /// The pool's recent decisions, newest first.
-    pub fn decisions(&self, pool: &PoolName) -> Vec<DecisionRecord> {
-        self.state()
-            .decision_log
-            .get(pool)
-            .map(|log| log.iter().rev().cloned().collect())
-            .unwrap_or_default()
+    /// The pool's decisions, newest first: the current one, then the ledger's record (which
+    /// survives restarts), at most [`DECISION_LOG_LEN`] in all.
+    pub async fn decisions(&self, pool: &PoolName) -> Result<Vec<serde_json::Value>, EngineError> {
+        let current = self.state().decision_log.get(pool).cloned();
+        let mut out: Vec<serde_json::Value> = current
+            .iter()
+            .filter_map(|d| serde_json::to_value(d).ok())
+            .collect();
+        for record in self.ledger.decisions(pool, DECISION_LOG_LEN as i64).await? {
+            if out.len() >= DECISION_LOG_LEN {
+                break;
+            }
+            if let Ok(value) = serde_json::from_str(&record) {
+                out.push(value);
+            }
+        }
+        Ok(out)
     }
 
     /// Runs ticks until `shutdown` resolves: every `engine.tick`, or sooner when woken. A tick
@@ -871,7 +882,7 @@ impl Engine {
                         .unwrap_or_default(),
                 })
                 .inc();
-            record_decision(&mut st, pool, &decision, signal, counts, now);
+            let closed = record_decision(&mut st, pool, &decision, signal, counts, now);
             let target = if pool.scaling.shadow {
                 // Shadow mode: the decision is on record; the pool keeps what it has.
                 counts.provisioned()
@@ -879,8 +890,16 @@ impl Engine {
                 decision.target
             };
             st.decisions.insert(pool.name.clone(), decision);
-            target
+            (target, closed)
         };
+        let (controller_target, closed) = controller_target;
+        if let Some(closed) = closed
+            && let Ok(json) = serde_json::to_string(&closed)
+        {
+            self.ledger
+                .append_decision(&pool.name, closed.at, &json)
+                .await?;
+        }
         let requests: Vec<CapacityRequest> = self
             .ledger
             .open_capacity_requests()
@@ -1279,8 +1298,8 @@ fn fetch(url: &str, timeout: std::time::Duration) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Appends a decision to the pool's bounded log, folding it into the last entry when nothing
-/// but the time changed.
+/// Folds a decision into the pool's open entry when nothing but the time changed; otherwise
+/// opens a new entry and returns the closed one, for the caller to write to the ledger.
 fn record_decision(
     st: &mut LoopState,
     pool: &PoolSpec,
@@ -1288,10 +1307,9 @@ fn record_decision(
     signal: Option<Signals>,
     replicas: ReplicaCounts,
     now: Timestamp,
-) {
-    let log = st.decision_log.entry(pool.name.clone()).or_default();
-    if let Some(last) = log.back_mut() {
-        let d = &last.decision;
+) -> Option<DecisionRecord> {
+    if let Some(open) = st.decision_log.get_mut(&pool.name) {
+        let d = &open.decision;
         if (d.target, d.rule, d.hold, d.limited)
             == (
                 decision.target,
@@ -1300,23 +1318,23 @@ fn record_decision(
                 decision.limited,
             )
         {
-            last.last_at = now;
-            last.repeated = last.repeated.saturating_add(1);
-            return;
+            open.last_at = now;
+            open.repeated = open.repeated.saturating_add(1);
+            return None;
         }
     }
-    if log.len() >= DECISION_LOG_LEN {
-        log.pop_front();
-    }
-    log.push_back(DecisionRecord {
-        at: now,
-        last_at: now,
-        repeated: 1,
-        decision: decision.clone(),
-        signal,
-        replicas,
-        shadow: pool.scaling.shadow,
-    });
+    st.decision_log.insert(
+        pool.name.clone(),
+        DecisionRecord {
+            at: now,
+            last_at: now,
+            repeated: 1,
+            decision: decision.clone(),
+            signal,
+            replicas,
+            shadow: pool.scaling.shadow,
+        },
+    )
 }
 
 fn refusal_detail(

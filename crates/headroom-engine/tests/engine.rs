@@ -224,7 +224,8 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
         arrival_rate_rps: Some(20.0),
         ..SignalInput::default()
     };
-    h.engine.push_signal(&"llm".parse().unwrap(), demand.clone());
+    h.engine
+        .push_signal(&"llm".parse().unwrap(), demand.clone());
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
     // The first breaching window: the rule wants 4, the policy waits for a second window.
@@ -238,11 +239,15 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
     assert_eq!((status.hold, status.desired), (None, 4));
     assert_eq!(status.rule, Some(Rule::BacklogDrain));
-    let log = h.engine.decisions(&"llm".parse().unwrap());
-    assert_eq!(log[0].decision.target, 4, "newest first");
+    let log = h.engine.decisions(&"llm".parse().unwrap()).await.unwrap();
+    assert_eq!(log[0]["target"], 4, "newest first");
+    // The earlier holds were closed and written to the ledger: they survive a restart.
+    assert!(log.iter().any(|d| d["hold"] == "signal_missing"), "{log:?}");
+    let restarted = h.restarted();
+    let after = restarted.decisions(&"llm".parse().unwrap()).await.unwrap();
     assert!(
-        log.iter()
-            .any(|d| d.decision.hold == Some(HoldReason::SignalMissing))
+        after.iter().any(|d| d["hold"] == "signal_missing"),
+        "{after:?}"
     );
 
     // The signal goes quiet: after signal_max_age the pool holds at 4, neither up nor down.
@@ -475,13 +480,13 @@ async fn shadow_mode_records_decisions_without_executing_them() {
         },
     );
     h.engine.tick().await.unwrap();
-    let log = h.engine.decisions(&pool);
+    let log = h.engine.decisions(&pool).await.unwrap();
     assert_eq!(
-        log[0].decision.target, 5,
+        log[0]["target"], 5,
         "20/s at 5/s plus 30 queued: {}",
-        log[0].decision.reason
+        log[0]["reason"]
     );
-    assert!(log[0].shadow);
+    assert_eq!(log[0]["shadow"], true);
     assert_eq!(
         h.live_instances().await,
         0,

@@ -341,6 +341,17 @@ pub trait Ledger: Send + Sync + Debug {
     /// Closes a notification as delivered (idempotent).
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
 
+    /// Records one controller decision (a JSON document) for `pool`.
+    async fn append_decision(
+        &self,
+        pool: &PoolName,
+        at: Timestamp,
+        record: &str,
+    ) -> Result<(), LedgerError>;
+
+    /// The pool's recorded decisions, newest first, at most `limit`.
+    async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError>;
+
     async fn create_token(&self, token: &ApiToken) -> Result<(), LedgerError>;
 
     async fn token(&self, id: &str) -> Result<Option<ApiToken>, LedgerError>;

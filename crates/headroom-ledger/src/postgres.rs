@@ -618,6 +618,31 @@ impl Ledger for PostgresLedger {
         Ok(())
     }
 
+    async fn append_decision(
+        &self,
+        pool: &PoolName,
+        at: Timestamp,
+        record: &str,
+    ) -> Result<(), LedgerError> {
+        sqlx::query("INSERT INTO decisions (pool, at, record) VALUES ($1, $2, $3::JSONB)")
+            .bind(pool.as_str())
+            .bind(at)
+            .bind(record)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError> {
+        Ok(sqlx::query_scalar(
+            "SELECT record::TEXT FROM decisions WHERE pool = $1 ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(pool.as_str())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     async fn create_token(&self, t: &crate::ApiToken) -> Result<(), LedgerError> {
         sqlx::query(
             "INSERT INTO api_tokens (id, secret_sha256, accounts, scopes, created) VALUES ($1, $2, $3, $4, $5)",

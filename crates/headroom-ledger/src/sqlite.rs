@@ -615,6 +615,31 @@ impl Ledger for SqliteLedger {
         Ok(())
     }
 
+    async fn append_decision(
+        &self,
+        pool: &PoolName,
+        at: Timestamp,
+        record: &str,
+    ) -> Result<(), LedgerError> {
+        sqlx::query("INSERT INTO decisions (pool, at_ms, record) VALUES (?, ?, ?)")
+            .bind(pool.as_str())
+            .bind(ms(at))
+            .bind(record)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError> {
+        Ok(sqlx::query_scalar(
+            "SELECT record FROM decisions WHERE pool = ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(pool.as_str())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     async fn create_token(&self, t: &crate::ApiToken) -> Result<(), LedgerError> {
         sqlx::query(
             "INSERT INTO api_tokens (id, secret_sha256, accounts, scopes, created_ms) VALUES (?, ?, ?, ?, ?)",
