@@ -60,10 +60,16 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
     let server = tokio::spawn(async move {
         axum::serve(
             listener,
-            headroom_api::app(headroom_api::AppState {
+            headroom_api::app(headroom_api::AppState::new(
                 engine,
-                require_auth: false,
-            }),
+                false,
+                // The benchmark measures admissions, not the rate limiter.
+                headroom_api::Limits {
+                    requests_per_second: 1_000_000,
+                    burst: 1_000_000,
+                    ..headroom_api::Limits::default()
+                },
+            )),
         )
         .await
     });

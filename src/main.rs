@@ -271,10 +271,13 @@ pub async fn run_until_shutdown(
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
     let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
     let alerts = tokio::spawn(engine.clone().run_alert_delivery(wait_for(stop_rx.clone())));
-    let app = headroom_api::app(headroom_api::AppState {
-        engine,
-        require_auth,
-    });
+    let api = engine.config().api;
+    let limits = headroom_api::Limits {
+        requests_per_second: api.requests_per_second,
+        burst: api.burst,
+        request_timeout: api.request_timeout,
+    };
+    let app = headroom_api::app(headroom_api::AppState::new(engine, require_auth, limits));
     let mut server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(wait_for(stop_rx))

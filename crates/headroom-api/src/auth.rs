@@ -190,7 +190,14 @@ pub async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if !state.require_auth || is_public(request.uri().path()) {
+    if is_public(request.uri().path()) {
+        request.extensions_mut().insert(Principal::open());
+        return next.run(request).await;
+    }
+    if !state.require_auth {
+        if let Err(limited) = rate_limit(&state, "open") {
+            return limited.into_response();
+        }
         request.extensions_mut().insert(Principal::open());
         return next.run(request).await;
     }
@@ -209,10 +216,27 @@ pub async fn authenticate(
     };
     match verify(&state, &presented).await {
         Ok(principal) => {
+            if let Err(limited) = rate_limit(&state, principal.token_id.as_deref().unwrap_or("")) {
+                return limited.into_response();
+            }
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
         Err(e) => e.into_response(),
+    }
+}
+
+/// Takes one request from `key`'s allowance, or says when to come back.
+fn rate_limit(state: &AppState, key: &str) -> Result<(), ApiError> {
+    use governor::clock::{Clock, DefaultClock};
+    match state.rate_limiter.check_key(&key.to_string()) {
+        Ok(()) => Ok(()),
+        Err(not_until) => {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            Err(ApiError::RateLimited {
+                retry_after_s: wait.as_secs().max(1),
+            })
+        }
     }
 }
 

@@ -49,6 +49,10 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
+    #[error("rate limited; retry after {retry_after_s}s")]
+    RateLimited { retry_after_s: u64 },
+    #[error("the request took too long")]
+    Timeout,
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -107,6 +111,27 @@ impl IntoResponse for ApiError {
                 );
                 return response;
             }
+            ApiError::RateLimited { retry_after_s } => {
+                let mut response = Problem::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate-limited",
+                    "Too many requests",
+                    format!("this token's request rate is used up; retry after {retry_after_s} s"),
+                )
+                .into_response();
+                if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {
+                    response
+                        .headers_mut()
+                        .insert(axum::http::header::RETRY_AFTER, v);
+                }
+                return response;
+            }
+            ApiError::Timeout => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                "Request timed out",
+                "the request did not finish in time; retry it with the same Idempotency-Key",
+            ),
             ApiError::Forbidden(detail) => Problem::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",

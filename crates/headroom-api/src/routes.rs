@@ -45,6 +45,13 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             crate::auth::authenticate,
         ))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(
+                    |_: tower::BoxError| async { ApiError::Timeout },
+                ))
+                .timeout(state.limits.request_timeout),
+        )
         .with_state(state)
 }
 

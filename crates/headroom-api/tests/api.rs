@@ -36,10 +36,11 @@ async fn api() -> Api {
     Api {
         _dir: dir,
         // The demo's mode: open. Authentication has its own tests below.
-        router: app(AppState {
-            engine: engine.clone(),
-            require_auth: false,
-        }),
+        router: app(AppState::new(
+            engine.clone(),
+            false,
+            headroom_api::Limits::default(),
+        )),
         ledger,
         clock,
         engine,
@@ -719,10 +720,11 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
 /// An API that requires tokens, with the ledger to mint them.
 async fn secured() -> (Api, axum::Router) {
     let api = api().await;
-    let router = app(AppState {
-        engine: api.engine.clone(),
-        require_auth: true,
-    });
+    let router = app(AppState::new(
+        api.engine.clone(),
+        true,
+        headroom_api::Limits::default(),
+    ));
     (api, router)
 }
 
@@ -930,4 +932,49 @@ async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
     )
     .await;
     assert_problem(&r, StatusCode::UNAUTHORIZED, "revoked");
+}
+
+#[tokio::test]
+async fn a_token_past_its_rate_gets_429_with_retry_after() {
+    let api = api().await;
+    let limits = headroom_api::Limits {
+        requests_per_second: 1,
+        burst: 2,
+        ..headroom_api::Limits::default()
+    };
+    let router = app(AppState::new(api.engine.clone(), true, limits));
+    let token = mint(&api, &["*"], &[Scope::Admin]).await;
+    let mut statuses = vec![];
+    let mut retry_after = None;
+    for _ in 0..4 {
+        let request =
+            Request::get("/v1/pools").header(header::AUTHORIZATION, format!("Bearer {token}"));
+        let response = router
+            .clone()
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        statuses.push(response.status());
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            retry_after = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(statuses[..2], [StatusCode::OK, StatusCode::OK]);
+    assert!(
+        statuses[2..].contains(&StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    assert!(retry_after.unwrap().parse::<u64>().unwrap() >= 1);
+    // Probes are not rate limited.
+    for _ in 0..5 {
+        let r = router
+            .clone()
+            .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
 }

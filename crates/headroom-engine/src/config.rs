@@ -38,6 +38,7 @@ pub struct Config {
     pub pools: Vec<PoolSpec>,
     pub budgets: Vec<Budget>,
     pub alerts: crate::alerts::AlertSettings,
+    pub api: ApiSettings,
     /// Per pool, the service classes whose oldest age counts (all when absent).
     pub age_classes: BTreeMap<PoolName, Vec<String>>,
     /// Pools whose signals are scraped from a Prometheus text endpoint.
@@ -52,6 +53,16 @@ pub struct EngineSettings {
     pub hold_horizon: Duration,
     /// How long an offering the cloud refused for capacity is skipped.
     pub offering_cooldown: Duration,
+}
+
+/// `[api]`: limits every request meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSettings {
+    /// Requests per second per token (the whole API when authentication is off)...
+    pub requests_per_second: u32,
+    /// ...with this burst on top.
+    pub burst: u32,
+    pub request_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -151,6 +162,16 @@ struct RawConfig {
     budgets: Vec<RawBudget>,
     #[serde(default)]
     alerts: RawAlerts,
+    #[serde(default)]
+    api: RawApi,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    requests_per_second: Option<u32>,
+    burst: Option<u32>,
+    request_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -741,6 +762,28 @@ impl RawConfig {
                 );
             }
         }
+        let api = ApiSettings {
+            requests_per_second: self.api.requests_per_second.unwrap_or(50),
+            burst: self.api.burst.unwrap_or(100),
+            request_timeout: match &self.api.request_timeout {
+                Some(t) => p.duration("api.request_timeout", t),
+                None => Duration::from_secs(30),
+            },
+        };
+        if api.requests_per_second == 0 || api.burst == 0 {
+            p.add(
+                "api.requests_per_second",
+                "the rate and the burst must be at least 1",
+                "use e.g. 50 and 100",
+            );
+        }
+        if api.request_timeout.is_zero() {
+            p.add(
+                "api.request_timeout",
+                "must be more than zero",
+                "use e.g. \"30s\"",
+            );
+        }
         if p.lines.is_empty() {
             Ok(Config {
                 cluster_id: self.cluster_id,
@@ -756,6 +799,7 @@ impl RawConfig {
                 pools,
                 budgets,
                 alerts,
+                api,
                 age_classes,
                 scrape,
             })
