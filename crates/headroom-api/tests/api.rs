@@ -978,3 +978,121 @@ async fn a_token_past_its_rate_gets_429_with_retry_after() {
         assert_eq!(r.status(), StatusCode::OK);
     }
 }
+
+mod hostile {
+    //! Property tests: hostile input to every endpoint gets a 4xx problem (or, for reads, an
+    //! answer), never a 5xx, and never changes the ledger.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Arbitrary JSON, nested up to a depth, with hostile strings and numbers.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
+            Just(json!(1e308)),
+            Just(json!(-0.0)),
+            hostile_string().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(6, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        hostile_string(),
+                        Just("pool".to_string()),
+                        Just("replicas".to_string()),
+                        Just("priority".to_string()),
+                        Just("queue_depth".to_string()),
+                        Just("period".to_string()),
+                        Just("ceiling_usd".to_string()),
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn hostile_string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,40}",
+            Just("'; DROP TABLE node_events; --".to_string()),
+            Just("../../etc/passwd".to_string()),
+            Just("%2e%2e%2f".to_string()),
+            Just("\u{0}\u{202e}\u{1F600}".to_string()),
+            Just("llama-70b-interactive".to_string()),
+            Just("mistral-7b-batch".to_string()),
+            Just("a".repeat(10_000)),
+        ]
+    }
+
+    fn path_segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9._~-]{0,70}",
+            Just("..%2F..%2Fetc".to_string()),
+            Just("%00".to_string()),
+            Just("%F0%9F%98%80".to_string()),
+            Just("cr-%27%3B".to_string()),
+        ]
+    }
+
+    fn endpoint() -> impl Strategy<Value = (&'static str, String)> {
+        path_segment().prop_flat_map(|seg| {
+            prop_oneof![
+                Just(("POST", "/v1/capacity-requests".to_string())),
+                Just(("GET", format!("/v1/capacity-requests/{seg}"))),
+                Just(("DELETE", format!("/v1/capacity-requests/{seg}"))),
+                Just(("GET", format!("/v1/pools/{seg}"))),
+                Just(("POST", format!("/v1/pools/{seg}/signals"))),
+                Just(("POST", "/v1/pools/mistral-7b-batch/signals".to_string())),
+                Just(("GET", format!("/v1/pools/{seg}/ledger?from={seg}"))),
+                Just(("GET", format!("/v1/pools/{seg}/decisions"))),
+                Just(("GET", format!("/v1/budgets/{seg}"))),
+                Just(("PUT", format!("/v1/budgets/{seg}"))),
+                Just(("GET", format!("/v1/reports/budget?format={seg}&from={seg}"))),
+                Just(("PATCH", format!("/v1/{seg}"))),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+        #[test]
+        fn hostile_requests_get_problems_and_change_nothing(
+            (method, uri) in endpoint(),
+            body in json_value(),
+            content_type in prop_oneof![Just("application/json"), Just("text/plain"), Just("application/problem+json")],
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let api = api().await;
+                let before = api.ledger_rows().await;
+                let budgets_before = api.ledger.budgets().await.unwrap();
+                let Ok(request) = Request::builder()
+                    .method(method)
+                    .uri(&uri)
+                    .header(header::CONTENT_TYPE, content_type)
+                    .body(Body::from(body.to_string()))
+                else {
+                    return; // not even a valid HTTP request line: nothing reaches the server
+                };
+                let reply = api.send(request).await;
+                assert!(reply.status.as_u16() < 500, "{method} {uri} with {body} gave {}: {:?}", reply.status, reply.body);
+                if reply.status.is_client_error() {
+                    assert_eq!(reply.content_type, "application/problem+json", "{method} {uri}");
+                    assert_eq!(api.ledger_rows().await, before, "{method} {uri} changed the ledger");
+                    assert_eq!(api.ledger.budgets().await.unwrap(), budgets_before);
+                }
+            });
+        }
+    }
+}
