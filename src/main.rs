@@ -68,6 +68,8 @@ enum Command {
         #[command(subcommand)]
         command: token::TokenCommand,
     },
+    /// Print the API's OpenAPI document (the committed `openapi.json` must match it).
+    Openapi,
     /// Create or upgrade the ledger's schema.
     Migrate {
         /// sqlite://PATH or postgres://USER@HOST:PORT/DB
@@ -138,6 +140,10 @@ fn main() -> ExitCode {
             } => serve(&config, listen, database_url, no_auth).await,
             Command::Migrate { database_url } => migrate(&database_url).await,
             Command::WhatIf(args) => whatif::run(args),
+            Command::Openapi => {
+                print!("{}", headroom_api::openapi());
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Token { command } => token::run(command).await,
             Command::Report {
                 command: ReportCommand::Budget(args),

@@ -181,7 +181,7 @@ pub async fn verify(state: &AppState, presented: &str) -> Result<Principal, ApiE
 
 /// Paths anyone may call: probes.
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz")
+    matches!(path, "/healthz" | "/readyz" | "/openapi.json")
 }
 
 /// The middleware: puts a [`Principal`] in the request, or answers 401.

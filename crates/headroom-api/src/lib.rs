@@ -13,6 +13,7 @@ use axum::Router;
 use headroom_engine::Engine;
 
 pub use problem::{ApiError, Problem};
+pub use routes::openapi;
 
 /// Request bodies larger than this are refused with 413 before they are read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -7,7 +7,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// An RFC 9457 problem document.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Problem {
     /// A URI naming the kind of problem; stable, so clients can match on it.
     #[serde(rename = "type")]

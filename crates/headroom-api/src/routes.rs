@@ -22,6 +22,7 @@ use crate::{AppState, MAX_BODY_BYTES, Problem};
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi_json))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/capacity-requests", post(create_capacity_request))
@@ -73,10 +74,12 @@ async fn method_not_allowed() -> Problem {
     )
 }
 
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive", body = String)))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "The ledger answers", body = String), (status = 503, description = "The ledger does not", body = Problem, content_type = "application/problem+json")))]
 async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
     state.engine.ledger().ping().await?;
     Ok("ready")
@@ -160,7 +163,8 @@ fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-#[derive(Debug, Deserialize)]
+/// A client's ask: this many more ready replicas of a pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateCapacityRequest {
     pool: String,
@@ -171,6 +175,7 @@ struct CreateCapacityRequest {
 
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
+#[utoipa::path(post, path = "/v1/capacity-requests", request_body = CreateCapacityRequest, params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first request")), responses((status = 201, description = "Created", body = Object), (status = 200, description = "The request this Idempotency-Key already made", body = Object), (status = 409, description = "Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn create_capacity_request(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -298,6 +303,7 @@ fn visible_request(
         .is_some_and(|p| principal.acts_for(&p.account))
 }
 
+#[utoipa::path(get, path = "/v1/capacity-requests/{id}", params(("id" = String, Path)), responses((status = 200, description = "Requested versus delivered, state, refusals, fill", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn get_capacity_request(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -318,6 +324,7 @@ async fn get_capacity_request(
     Ok(Json(RequestView { outcome, fill }).into_response())
 }
 
+#[utoipa::path(delete, path = "/v1/capacity-requests/{id}", params(("id" = String, Path)), responses((status = 200, description = "Cancelled", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn cancel_capacity_request(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -343,6 +350,7 @@ struct PoolList {
     pools: Vec<PoolStatus>,
 }
 
+#[utoipa::path(get, path = "/v1/pools", responses((status = 200, description = "The pools the token acts for", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn list_pools(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -356,6 +364,7 @@ async fn list_pools(
     Json(PoolList { pools })
 }
 
+#[utoipa::path(get, path = "/v1/pools/{name}", params(("name" = String, Path)), responses((status = 200, description = "Counts, desired, hold and limit conditions", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn get_pool(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -369,7 +378,8 @@ async fn get_pool(
         .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))
 }
 
-#[derive(Debug, Deserialize)]
+/// A pool's signals at one instant; only `queue_depth` is required.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SignalBody {
     queue_depth: i64,
@@ -394,6 +404,7 @@ fn non_negative(field: &str, value: Option<f64>, max: f64) -> Result<Option<f64>
     }
 }
 
+#[utoipa::path(post, path = "/v1/pools/{name}/signals", params(("name" = String, Path)), request_body = SignalBody, responses((status = 202, description = "Accepted"), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn push_signal(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -441,6 +452,7 @@ struct DecisionLog {
     decisions: Vec<serde_json::Value>,
 }
 
+#[utoipa::path(get, path = "/v1/pools/{name}/decisions", params(("name" = String, Path)), responses((status = 200, description = "Decisions, newest first", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn pool_decisions(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -510,6 +522,7 @@ struct BudgetList {
     budgets: Vec<BudgetView>,
 }
 
+#[utoipa::path(get, path = "/v1/budgets", responses((status = 200, description = "Budgets the token acts for", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn list_budgets(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -536,6 +549,7 @@ fn account_from_path(path: Result<Path<String>, PathRejection>) -> Result<Accoun
         .map_err(|e| ApiError::NotFound(format!("no budget for {:?}: {e}", truncate(&raw))))
 }
 
+#[utoipa::path(get, path = "/v1/budgets/{account}", params(("account" = String, Path)), responses((status = 200, description = "Ceiling, spent, held, remaining", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn get_budget(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -561,7 +575,8 @@ async fn get_budget(
     Ok(Json(budget_view(&state, budget).await?))
 }
 
-#[derive(Debug, Deserialize)]
+/// A budget's new version; `ceiling_usd` is a decimal string such as "5000.00".
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PutBudget {
     period: String,
@@ -572,6 +587,7 @@ struct PutBudget {
     hard_action: Option<String>,
 }
 
+#[utoipa::path(put, path = "/v1/budgets/{account}", params(("account" = String, Path)), request_body = PutBudget, responses((status = 200, description = "The new version, in force", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn put_budget(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -668,6 +684,7 @@ fn parse_instant(name: &str, value: &str) -> Result<Timestamp, ApiError> {
         })
 }
 
+#[utoipa::path(get, path = "/v1/pools/{name}/ledger", params(("name" = String, Path), ("from" = Option<String>, Query), ("to" = Option<String>, Query)), responses((status = 200, description = "Requested versus delivered over the range", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn pool_ledger(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -721,6 +738,7 @@ async fn pool_ledger(
     }))
 }
 
+#[utoipa::path(get, path = "/v1/reports/budget", params(("from" = Option<String>, Query), ("to" = Option<String>, Query), ("group_by" = Option<String>, Query, description = "account, pool, provider, region or market"), ("format" = Option<String>, Query, description = "json, csv, focus or html")), responses((status = 200, description = "The report in the format asked for", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn budget_report(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -796,6 +814,7 @@ async fn budget_report(
 }
 
 /// Prometheus metrics; budget figures are read from the ledger at scrape time.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "OpenMetrics text", body = String, content_type = "application/openmetrics-text"), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn metrics(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -833,6 +852,7 @@ struct AlertList {
 }
 
 /// The alerts firing now (this replica's pools).
+#[utoipa::path(get, path = "/v1/alerts", responses((status = 200, description = "Alerts firing now", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
 async fn list_alerts(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -858,4 +878,52 @@ async fn list_alerts(
         .filter(visible)
         .collect();
     Ok(Json(AlertList { alerts }))
+}
+
+#[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "This document", body = Object)))]
+async fn openapi_json() -> Response {
+    let mut response = openapi().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The OpenAPI document, generated from the handlers' annotations.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Headroom",
+        description = "GPU capacity orchestrator. Every endpoint but the probes and this document takes `Authorization: Bearer <token>`; errors are RFC 9457 problems."
+    ),
+    paths(
+        healthz,
+        readyz,
+        openapi_json,
+        create_capacity_request,
+        get_capacity_request,
+        cancel_capacity_request,
+        list_pools,
+        get_pool,
+        push_signal,
+        pool_decisions,
+        pool_ledger,
+        list_budgets,
+        get_budget,
+        put_budget,
+        budget_report,
+        metrics,
+        list_alerts
+    ),
+    components(schemas(Problem, CreateCapacityRequest, SignalBody, PutBudget))
+)]
+struct ApiDoc;
+
+/// The OpenAPI document as pretty JSON (what `GET /openapi.json` serves and `openapi.json` holds).
+pub fn openapi() -> String {
+    use utoipa::OpenApi;
+    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    text.push('\n');
+    text
 }

@@ -1096,3 +1096,29 @@ mod hostile {
         }
     }
 }
+
+/// The committed document is what the code generates; regenerate with
+/// `cargo run -- openapi > openapi.json`.
+#[tokio::test]
+async fn the_committed_openapi_document_matches_the_code() {
+    let committed = include_str!("../../../openapi.json");
+    let generated = headroom_api::openapi();
+    assert!(
+        committed == generated,
+        "openapi.json drifted from the code: run `cargo run -- openapi > openapi.json`"
+    );
+    let api = api().await;
+    let served = api.get("/openapi.json").await;
+    assert_eq!(served.status, StatusCode::OK);
+    let doc: Value = serde_json::from_str(&generated).unwrap();
+    for path in [
+        "/v1/capacity-requests",
+        "/v1/capacity-requests/{id}",
+        "/v1/pools/{name}/signals",
+        "/v1/reports/budget",
+        "/metrics",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} is not documented");
+    }
+    assert_eq!(served.body, doc);
+}
