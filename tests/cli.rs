@@ -1098,3 +1098,157 @@ hard_action = "clamp"
         pool.close().await;
     });
 }
+
+/// A TCP proxy in front of PostgreSQL that a test can cut and restore.
+struct Proxy {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(target: String) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (cut2, open2) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            // Bounded: a test opens far fewer connections than this.
+            for client in listener.incoming().take(500) {
+                let Ok(client) = client else { continue };
+                if cut2.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                {
+                    let mut open = open2.lock().unwrap();
+                    open.push(client.try_clone().unwrap());
+                    open.push(server.try_clone().unwrap());
+                }
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, cut, open }
+    }
+
+    /// The database goes away: every open connection drops and new ones are refused.
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_database_outage_answers_503_pauses_the_loop_and_loses_nothing() {
+    let direct = fresh_postgres_database();
+    // postgres://user@host:PORT/db → the same through the proxy.
+    let (head, db_name) = direct.rsplit_once('/').unwrap();
+    let (user_host, target_port) = head.rsplit_once(':').unwrap();
+    let host = user_host
+        .rsplit_once('@')
+        .map_or(user_host, |(_, h)| h)
+        .trim_start_matches("postgres://");
+    let proxy = Proxy::start(format!("{host}:{target_port}"));
+    let proxied = format!("{user_host}:{}/{db_name}", proxy.port);
+
+    let (mut child, base, token) = start_serve(&proxied);
+    let agent = agent_with(&token);
+    let body = json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string();
+    let before = call(
+        &agent,
+        "POST",
+        &format!("{base}/v1/capacity-requests"),
+        Some(&body),
+    );
+    assert_eq!(before.status, 201);
+    let id = before.body["id"].as_str().unwrap().to_string();
+
+    proxy.cut();
+    let ready = call(&agent, "GET", &format!("{base}/readyz"), None);
+    assert_eq!(ready.status, 503, "{:?}", ready.body);
+    assert_eq!(ready.content_type, "application/problem+json");
+    let during = call(
+        &agent,
+        "POST",
+        &format!("{base}/v1/capacity-requests"),
+        Some(&body),
+    );
+    assert!(
+        during.status == 503 || during.status == 401,
+        "{}: {:?}",
+        during.status,
+        during.body
+    );
+    assert_eq!(during.content_type, "application/problem+json");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "serve must ride out the outage"
+    );
+
+    proxy.restore();
+    let back = (0..150).any(|_| {
+        let ok = call(&agent, "GET", &format!("{base}/readyz"), None).status == 200;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    });
+    assert!(back, "serve did not recover when the database came back");
+    let read = call(
+        &agent,
+        "GET",
+        &format!("{base}/v1/capacity-requests/{id}"),
+        None,
+    );
+    assert_eq!(
+        read.status, 200,
+        "the request made before the outage is still there"
+    );
+    let after = call(
+        &agent,
+        "POST",
+        &format!("{base}/v1/capacity-requests"),
+        Some(&body),
+    );
+    assert_eq!(after.status, 201);
+    // The control loop resumed: the pool is being worked on again.
+    let resumed = (0..100).any(|_| {
+        let pool = call(
+            &agent,
+            "GET",
+            &format!("{base}/v1/pools/mistral-7b-batch"),
+            None,
+        );
+        let working = pool.body["reconciled_here"] == true
+            && pool.body["requested"].as_u64().unwrap_or(0)
+                + pool.body["starting"].as_u64().unwrap_or(0)
+                + pool.body["ready"].as_u64().unwrap_or(0)
+                >= 2;
+        if !working {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        working
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(resumed, "the control loop did not resume after the outage");
+}

@@ -88,6 +88,7 @@ pub struct SimCloud {
     offerings: Mutex<HashMap<OfferingId, SimOffering>>,
     gpu_quota_per_region: BTreeMap<String, u32>,
     state: Mutex<SimState>,
+    launch_delay: Mutex<std::time::Duration>,
     /// When set, the cloud's state lives in this file, shared by every process that names it
     /// and surviving their crashes (a lock file serialises them).
     state_file: Option<PathBuf>,
@@ -161,6 +162,7 @@ impl SimCloud {
             ),
             gpu_quota_per_region: config.gpu_quota_per_region,
             state_file: None,
+            launch_delay: Mutex::new(std::time::Duration::ZERO),
             state: Mutex::new(SimState {
                 rng: fastrand::Rng::with_seed(config.seed),
                 next_id: 1,
@@ -224,6 +226,11 @@ impl SimCloud {
 
     fn catalog(&self) -> MutexGuard<'_, HashMap<OfferingId, SimOffering>> {
         self.offerings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes every launch take this long before the cloud answers (a slow or hanging API).
+    pub fn set_launch_delay(&self, delay: std::time::Duration) {
+        *self.launch_delay.lock().unwrap_or_else(|e| e.into_inner()) = delay;
     }
 
     /// Makes the next `times` launches of `offering` fail with `class` (tests, chaos drills).
@@ -364,6 +371,10 @@ impl CloudProvider for SimCloud {
     }
 
     async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        let delay = *self.launch_delay.lock().unwrap_or_else(|e| e.into_inner());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let now = self.clock.now();
         let catalog = self.catalog().clone();
         let mut state = self.state();

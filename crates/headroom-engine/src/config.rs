@@ -53,6 +53,8 @@ pub struct EngineSettings {
     pub hold_horizon: Duration,
     /// How long an offering the cloud refused for capacity is skipped.
     pub offering_cooldown: Duration,
+    /// A cloud call still unanswered after this is abandoned as a transient error.
+    pub provider_timeout: Duration,
 }
 
 /// `[api]`: limits every request meets.
@@ -196,6 +198,12 @@ struct RawEngine {
     hold_horizon: String,
     #[serde(default = "default_cooldown")]
     offering_cooldown: String,
+    #[serde(default = "default_provider_timeout")]
+    provider_timeout: String,
+}
+
+fn default_provider_timeout() -> String {
+    "60s".into()
 }
 
 fn default_tick() -> String {
@@ -214,6 +222,7 @@ impl Default for RawEngine {
             tick: default_tick(),
             hold_horizon: default_hold_horizon(),
             offering_cooldown: default_cooldown(),
+            provider_timeout: default_provider_timeout(),
         }
     }
 }
@@ -520,6 +529,7 @@ impl RawConfig {
             hold_horizon: p.duration("engine.hold_horizon", &self.engine.hold_horizon),
             offering_cooldown: p
                 .duration("engine.offering_cooldown", &self.engine.offering_cooldown),
+            provider_timeout: p.duration("engine.provider_timeout", &self.engine.provider_timeout),
         };
         if engine.tick < Duration::from_millis(50) || engine.tick > Duration::from_secs(300) {
             p.add(

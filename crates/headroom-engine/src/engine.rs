@@ -181,6 +181,7 @@ impl Engine {
         let cloud: Arc<dyn CloudProvider> = Arc::new(crate::metrics::InstrumentedCloud {
             inner: cloud,
             metrics: metrics.clone(),
+            timeout: config.engine.provider_timeout,
         });
         let engine = Arc::new(Engine {
             metrics,

@@ -180,14 +180,37 @@ fn start_timer() -> std::time::Instant {
     std::time::Instant::now()
 }
 
-/// A cloud provider that records every call's latency and error class.
+/// A cloud provider that bounds every call's time and records its latency and error class. A
+/// call that overruns is abandoned and reported as a transient error, so a hanging cloud API
+/// can never stall the control loop; the next activation repeats it (launches with the same
+/// client token).
 #[derive(Debug)]
 pub struct InstrumentedCloud {
     pub inner: Arc<dyn CloudProvider>,
     pub metrics: Arc<Metrics>,
+    pub timeout: std::time::Duration,
 }
 
 impl InstrumentedCloud {
+    async fn bounded<T>(
+        &self,
+        method: &str,
+        call: impl std::future::Future<Output = Result<T, CloudError>>,
+    ) -> Result<T, CloudError> {
+        let started = start_timer();
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(CloudError::Refused {
+                provider: self.inner.kind(),
+                class: headroom_core::ErrorClass::Transient,
+                code: "Timeout".to_string(),
+                message: format!("{method} did not answer within {:?}", self.timeout),
+            }),
+        };
+        self.observe(method, started, &result);
+        result
+    }
+
     fn observe<T>(
         &self,
         method: &str,
@@ -222,44 +245,27 @@ impl CloudProvider for InstrumentedCloud {
     }
 
     async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
-        let t = start_timer();
-        let r = self.inner.launch(spec).await;
-        self.observe("launch", t, &r);
-        r
+        self.bounded("launch", self.inner.launch(spec)).await
     }
 
     async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        let t = start_timer();
-        let r = self.inner.start(id).await;
-        self.observe("start", t, &r);
-        r
+        self.bounded("start", self.inner.start(id)).await
     }
 
     async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        let t = start_timer();
-        let r = self.inner.stop(id).await;
-        self.observe("stop", t, &r);
-        r
+        self.bounded("stop", self.inner.stop(id)).await
     }
 
     async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
-        let t = start_timer();
-        let r = self.inner.terminate(id).await;
-        self.observe("terminate", t, &r);
-        r
+        self.bounded("terminate", self.inner.terminate(id)).await
     }
 
     async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        let t = start_timer();
-        let r = self.inner.describe(id).await;
-        self.observe("describe", t, &r);
-        r
+        self.bounded("describe", self.inner.describe(id)).await
     }
 
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
-        let t = start_timer();
-        let r = self.inner.list_owned(cluster).await;
-        self.observe("list_owned", t, &r);
-        r
+        self.bounded("list_owned", self.inner.list_owned(cluster))
+            .await
     }
 }

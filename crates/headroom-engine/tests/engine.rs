@@ -646,3 +646,100 @@ async fn the_oldest_age_counts_only_the_pool_s_service_classes() {
         "batch's deferred work does not count"
     );
 }
+
+#[tokio::test]
+async fn a_throttling_storm_is_retried_by_later_ticks_without_a_second_instance() {
+    let h = harness(CONFIG).await;
+    h.cloud
+        .inject_launch_fault(&"cheap".parse().unwrap(), ErrorClass::Throttled, 5);
+    let id = h.request(1).await;
+    for _ in 0..8 {
+        h.engine.tick().await.unwrap();
+    }
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert!(
+        outcome.refusals.is_empty(),
+        "throttling is not a refusal: {:?}",
+        outcome.refusals
+    );
+    assert_eq!(h.live_instances().await, 1);
+    let launches = h
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("launch"))
+        .count();
+    assert_eq!(
+        launches, 6,
+        "five throttled calls and one that went through, all with one client token"
+    );
+    let tokens: std::collections::BTreeSet<String> = h
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("launch"))
+        .cloned()
+        .collect();
+    assert_eq!(tokens.len(), 1, "every retry carried the same client token");
+}
+
+#[tokio::test]
+async fn a_hanging_cloud_api_times_out_and_the_launch_is_repeated_once_it_answers() {
+    let h = harness(&CONFIG.replace(
+        "offering_cooldown = \"5m\"",
+        "offering_cooldown = \"5m\"\nprovider_timeout = \"200ms\"",
+    ))
+    .await;
+    h.cloud.set_launch_delay(Duration::from_secs(30));
+    h.request(1).await;
+    // The tick returns although the cloud does not answer: the intent waits for the next one.
+    tokio::time::timeout(Duration::from_secs(10), h.engine.tick())
+        .await
+        .expect("a hanging cloud stalled the tick")
+        .unwrap();
+    let live = h.ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].state, NodeState::Requested);
+    assert_eq!(h.live_instances().await, 0);
+    h.cloud.set_launch_delay(Duration::ZERO);
+    h.engine.tick().await.unwrap();
+    assert_eq!(h.live_instances().await, 1);
+    assert_eq!(
+        h.ledger.live_nodes().await.unwrap().len(),
+        1,
+        "the same node, launched once"
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_webhook_blocks_neither_the_loop_nor_loses_the_alert() {
+    // A receiver that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().take(4).collect();
+        std::thread::sleep(Duration::from_secs(30));
+        drop(held);
+    });
+    let text = format!(
+        "{}\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/hook\"\n",
+        CONFIG.replace("min_replicas = 0", "min_replicas = 1")
+    );
+    let h = harness(&text).await;
+    h.engine.tick().await.unwrap();
+    let engine = h.engine.clone();
+    let delivery = tokio::spawn(async move { engine.deliver_alerts().await });
+    // The control loop goes on while delivery hangs.
+    h.engine.tick().await.unwrap();
+    h.engine.tick().await.unwrap();
+    assert!(
+        !delivery.is_finished(),
+        "delivery should still be waiting on the hanging receiver"
+    );
+    delivery.await.unwrap().unwrap();
+    assert_eq!(
+        h.ledger.pending_alerts(10).await.unwrap().len(),
+        1,
+        "kept for the next attempt"
+    );
+}
