@@ -1201,7 +1201,10 @@ fn a_database_outage_answers_503_pauses_the_loop_and_loses_nothing() {
     assert_eq!(during.content_type, "application/problem+json");
     // Several seconds down: the loop's ticks fail and are retried; nothing exits.
     std::thread::sleep(Duration::from_secs(5));
-    assert_eq!(call(&agent, "GET", &format!("{base}/readyz"), None).status, 503);
+    assert_eq!(
+        call(&agent, "GET", &format!("{base}/readyz"), None).status,
+        503
+    );
     assert!(
         child.try_wait().unwrap().is_none(),
         "serve must ride out the outage"

@@ -670,6 +670,41 @@ struct PoolLedger {
     spend: Money,
 }
 
+/// Reads `from` and `to` (RFC 3339; `to` defaults to now, `from` to `default_span` before it)
+/// from query parameters, refusing parameters not in `allowed`.
+fn range(
+    params: &std::collections::BTreeMap<String, String>,
+    allowed: &[&str],
+    slug: &'static str,
+    default_span: chrono::Duration,
+    now: Timestamp,
+) -> Result<(Timestamp, Timestamp), ApiError> {
+    if let Some(unknown) = params.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::bad(
+            slug,
+            format!(
+                "unknown query parameter {:?}; use {}",
+                truncate(unknown),
+                allowed.join(", ")
+            ),
+        ));
+    }
+    let to = params
+        .get("to")
+        .map(|v| parse_instant("to", v))
+        .transpose()?
+        .unwrap_or(now);
+    let from = params
+        .get("from")
+        .map(|v| parse_instant("from", v))
+        .transpose()?
+        .unwrap_or(to - default_span);
+    if from >= to {
+        return Err(ApiError::bad(slug, "from: must be before to"));
+    }
+    Ok((from, to))
+}
+
 fn parse_instant(name: &str, value: &str) -> Result<Timestamp, ApiError> {
     chrono::DateTime::parse_from_rfc3339(value)
         .map(|t| t.with_timezone(&chrono::Utc))
@@ -702,29 +737,14 @@ async fn pool_ledger(
             "the query string is malformed; use ?from=…&to=… with RFC 3339 instants",
         )
     })?;
-    if let Some(unknown) = params.keys().find(|k| !matches!(k.as_str(), "from" | "to")) {
-        return Err(ApiError::bad(
-            "invalid-range",
-            format!(
-                "unknown query parameter {:?}; use from and to",
-                truncate(unknown)
-            ),
-        ));
-    }
     let now = state.engine.clock().now();
-    let to = params
-        .get("to")
-        .map(|v| parse_instant("to", v))
-        .transpose()?
-        .unwrap_or(now);
-    let from = params
-        .get("from")
-        .map(|v| parse_instant("from", v))
-        .transpose()?
-        .unwrap_or(to - chrono::Duration::days(1));
-    if from >= to {
-        return Err(ApiError::bad("invalid-range", "from: must be before to"));
-    }
+    let (from, to) = range(
+        &params,
+        &["from", "to"],
+        "invalid-range",
+        chrono::Duration::days(1),
+        now,
+    )?;
     let ledger = state.engine.ledger();
     let outcomes = ledger.capacity_requests_between(&pool, from, to).await?;
     let events = ledger.pool_events(&pool).await?;
@@ -750,32 +770,14 @@ async fn budget_report(
     principal.require(Scope::Reports)?;
     let axum::extract::Query(params) =
         query.map_err(|_| ApiError::bad("invalid-report", "the query string is malformed"))?;
-    if let Some(unknown) = params
-        .keys()
-        .find(|k| !matches!(k.as_str(), "from" | "to" | "group_by" | "format"))
-    {
-        return Err(ApiError::bad(
-            "invalid-report",
-            format!(
-                "unknown query parameter {:?}; use from, to, group_by and format",
-                truncate(unknown)
-            ),
-        ));
-    }
     let now = state.engine.clock().now();
-    let to = params
-        .get("to")
-        .map(|v| parse_instant("to", v))
-        .transpose()?
-        .unwrap_or(now);
-    let from = params
-        .get("from")
-        .map(|v| parse_instant("from", v))
-        .transpose()?
-        .unwrap_or(to - chrono::Duration::days(30));
-    if from >= to {
-        return Err(ApiError::bad("invalid-report", "from: must be before to"));
-    }
+    let (from, to) = range(
+        &params,
+        &["from", "to", "group_by", "format"],
+        "invalid-report",
+        chrono::Duration::days(30),
+        now,
+    )?;
     let group_by: headroom_report::GroupBy = params
         .get("group_by")
         .map_or("account", String::as_str)

@@ -1026,19 +1026,10 @@ impl Engine {
                     );
                     // Intent first, with its hold, in the transaction that checks the budget: if
                     // we die after the cloud call, the restart finds this row.
-                    if let Admission::OverBudget(standing) =
-                        self.ledger.admit_node_event(&intent).await?
+                    if !self
+                        .admit_or_refuse(pool, &intent, &mut pool_refusal)
+                        .await?
                     {
-                        let detail = over_budget_detail(pool, request.as_ref(), *hold, &standing);
-                        self.refuse(
-                            pool,
-                            request.as_ref(),
-                            1,
-                            RefusalReason::Budget,
-                            detail,
-                            &mut pool_refusal,
-                        )
-                        .await?;
                         break;
                     }
                     if let Some(err) = self.launch_for_intent(pool, &offering, &intent).await?
@@ -1064,19 +1055,7 @@ impl Engine {
                     e.request = request.clone();
                     e.destination = Destination::Serve;
                     e.hold = *hold;
-                    if let Admission::OverBudget(standing) =
-                        self.ledger.admit_node_event(&e).await?
-                    {
-                        let detail = over_budget_detail(pool, request.as_ref(), *hold, &standing);
-                        self.refuse(
-                            pool,
-                            request.as_ref(),
-                            1,
-                            RefusalReason::Budget,
-                            detail,
-                            &mut pool_refusal,
-                        )
-                        .await?;
+                    if !self.admit_or_refuse(pool, &e, &mut pool_refusal).await? {
                         break;
                     }
                     if let Err(err) = self.cloud.start(&instance).await {
@@ -1147,6 +1126,33 @@ impl Engine {
             None => st.last_pool_refusal.remove(&pool.name),
         };
         Ok(fell_back)
+    }
+
+    /// Writes an event that places a hold if its budget can carry it (one transaction), or
+    /// records a budget refusal. Returns whether it was admitted.
+    async fn admit_or_refuse(
+        &self,
+        pool: &PoolSpec,
+        event: &NodeEvent,
+        pool_refusal: &mut Option<(RefusalReason, u32)>,
+    ) -> Result<bool, EngineError> {
+        match self.ledger.admit_node_event(event).await? {
+            Admission::Admitted => Ok(true),
+            Admission::OverBudget(standing) => {
+                let detail =
+                    over_budget_detail(pool, event.request.as_ref(), event.hold, &standing);
+                self.refuse(
+                    pool,
+                    event.request.as_ref(),
+                    1,
+                    RefusalReason::Budget,
+                    detail,
+                    pool_refusal,
+                )
+                .await?;
+                Ok(false)
+            }
+        }
     }
 
     /// Records a refusal. A standing refusal of organic demand (no request) is written once, not
