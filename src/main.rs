@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod report;
+mod telemetry;
 mod token;
 mod whatif;
 
@@ -106,22 +107,7 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Logs go to stderr: readable on a terminal, one JSON object per line otherwise (for log
-    // pipelines). RUST_LOG sets the level (default warn).
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    } else {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    let telemetry = telemetry::init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -156,6 +142,8 @@ fn main() -> ExitCode {
             } => config_check(&file),
         }
     });
+    drop(runtime);
+    drop(telemetry);
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -1258,3 +1258,129 @@ fn a_database_outage_answers_503_pauses_the_loop_and_loses_nothing() {
     child.wait().unwrap();
     assert!(resumed, "the control loop did not resume after the outage");
 }
+
+/// Collects the bodies POSTed to it (an OTLP/HTTP receiver), answering 200; stops after `max`.
+fn collector(max: usize) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(max) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_ok() {
+                seen.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&body).into_owned());
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+        }
+    });
+    (port, bodies)
+}
+
+/// With the standard OTEL variables set, one trace follows a capacity request from the API call
+/// through the ledger admission to the cloud call.
+#[test]
+fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
+    let (otlp_port, bodies) = collector(200);
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let token = mint_admin_token(&db);
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/headroom.example.toml"),
+        ])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            &db,
+        ])
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{otlp_port}"),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let agent = agent_with(&token);
+    let up = (0..300).any(|_| {
+        let ok = agent.get(format!("{base}/readyz")).call().is_ok();
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    });
+    assert!(up, "serve did not start");
+    let body = json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string();
+    assert_eq!(
+        call(
+            &agent,
+            "POST",
+            &format!("{base}/v1/capacity-requests"),
+            Some(&body)
+        )
+        .status,
+        201
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    child.wait().unwrap();
+
+    let mut spans: Vec<(String, String)> = Vec::new(); // (trace id, name)
+    for text in bodies.lock().unwrap().iter() {
+        let Ok(doc) = serde_json::from_str::<Value>(text) else {
+            continue;
+        };
+        for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for span in ss["spans"].as_array().into_iter().flatten() {
+                    spans.push((
+                        span["traceId"].as_str().unwrap_or("").to_string(),
+                        span["name"].as_str().unwrap_or("").to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    let api = spans
+        .iter()
+        .find(|(_, name)| name == "api.create_capacity_request")
+        .unwrap_or_else(|| panic!("no API span exported: {spans:?}"));
+    let in_trace: std::collections::BTreeSet<&str> = spans
+        .iter()
+        .filter(|(t, _)| *t == api.0)
+        .map(|(_, n)| n.as_str())
+        .collect();
+    for name in ["engine.action", "ledger.admit", "cloud.call"] {
+        assert!(
+            in_trace.contains(name),
+            "{name} is not in the request's trace: {in_trace:?}"
+        );
+    }
+}

@@ -176,6 +176,7 @@ struct CreateCapacityRequest {
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
 #[utoipa::path(post, path = "/v1/capacity-requests", request_body = CreateCapacityRequest, params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first request")), responses((status = 201, description = "Created", body = Object), (status = 200, description = "The request this Idempotency-Key already made", body = Object), (status = 409, description = "Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "api.create_capacity_request", skip_all)]
 async fn create_capacity_request(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -242,6 +243,9 @@ async fn create_capacity_request(
     let ledger = state.engine.ledger();
     let (request, created) = ledger.record_capacity_request(&new).await?;
     let outcome = if created {
+        state
+            .engine
+            .remember_request_span(&request.id, tracing::Span::current());
         state.engine.wake();
         // Nothing can have happened to a request this new: skip three reads on the hot path.
         headroom_ledger::RequestOutcome {

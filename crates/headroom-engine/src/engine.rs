@@ -23,6 +23,7 @@ use headroom_ledger::{Admission, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
 use thiserror::Error;
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use crate::config::Config;
 
@@ -138,6 +139,9 @@ pub struct Engine {
     state: Mutex<LoopState>,
     tick_lock: tokio::sync::Mutex<()>,
     wake: Notify,
+    /// API spans of recent capacity requests, ordered by id (ids are random, so eviction is
+    /// arbitrary but bounded).
+    request_spans: Mutex<BTreeMap<RequestId, tracing::Span>>,
     metrics: Arc<crate::metrics::Metrics>,
 }
 
@@ -166,6 +170,9 @@ pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
     }
 }
 
+/// API spans kept for linking launches to their capacity request's trace.
+const MAX_REQUEST_SPANS: usize = 10_000;
+
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
 /// pool can need one round per offering plus one.
 const MAX_FALLBACK_ROUNDS: usize = 16;
@@ -191,6 +198,7 @@ impl Engine {
             clock,
             state: Mutex::new(LoopState::default()),
             tick_lock: tokio::sync::Mutex::new(()),
+            request_spans: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
         });
         let now = engine.clock.now();
@@ -1026,13 +1034,18 @@ impl Engine {
                     );
                     // Intent first, with its hold, in the transaction that checks the budget: if
                     // we die after the cloud call, the restart finds this row.
+                    let span = self.action_span("launch", pool, request.as_ref(), &intent.node);
                     if !self
                         .admit_or_refuse(pool, &intent, &mut pool_refusal)
+                        .instrument(span.clone())
                         .await?
                     {
                         break;
                     }
-                    if let Some(err) = self.launch_for_intent(pool, &offering, &intent).await?
+                    if let Some(err) = self
+                        .launch_for_intent(pool, &offering, &intent)
+                        .instrument(span)
+                        .await?
                         && err.class().falls_back()
                     {
                         // The rest of this plan assumed an offering that is gone: plan again.
@@ -1055,10 +1068,15 @@ impl Engine {
                     e.request = request.clone();
                     e.destination = Destination::Serve;
                     e.hold = *hold;
-                    if !self.admit_or_refuse(pool, &e, &mut pool_refusal).await? {
+                    let span = self.action_span("wake", pool, request.as_ref(), node);
+                    if !self
+                        .admit_or_refuse(pool, &e, &mut pool_refusal)
+                        .instrument(span.clone())
+                        .await?
+                    {
                         break;
                     }
-                    if let Err(err) = self.cloud.start(&instance).await {
+                    if let Err(err) = self.cloud.start(&instance).instrument(span).await {
                         let back = e.next(NodeState::Warm, err.code(), self.clock.now());
                         self.ledger
                             .append_node_event(&NodeEvent {
@@ -1128,6 +1146,44 @@ impl Engine {
         Ok(fell_back)
     }
 
+    /// Remembers the span of the API call that created a capacity request, so the launches made
+    /// for it later join the same trace. Bounded: the oldest are forgotten first.
+    pub fn remember_request_span(&self, request: &RequestId, span: tracing::Span) {
+        let mut spans = self.request_spans.lock().unwrap_or_else(|e| e.into_inner());
+        if spans.len() >= MAX_REQUEST_SPANS
+            && let Some(oldest) = spans.keys().next().cloned()
+        {
+            spans.remove(&oldest);
+        }
+        spans.insert(request.clone(), span);
+    }
+
+    /// A span for one action; a child of its capacity request's API span when there is one.
+    fn action_span(
+        &self,
+        action: &'static str,
+        pool: &PoolSpec,
+        request: Option<&RequestId>,
+        node: &NodeId,
+    ) -> tracing::Span {
+        let parent = request.and_then(|r| {
+            self.request_spans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(r)
+                .cloned()
+        });
+        let request = request.map(|r| r.0.clone()).unwrap_or_default();
+        match parent {
+            Some(parent) => {
+                tracing::info_span!(parent: &parent, "engine.action", action, pool = %pool.name, request, node = %node)
+            }
+            None => {
+                tracing::info_span!("engine.action", action, pool = %pool.name, request, node = %node)
+            }
+        }
+    }
+
     /// Writes an event that places a hold if its budget can carry it (one transaction), or
     /// records a budget refusal. Returns whether it was admitted.
     async fn admit_or_refuse(
@@ -1136,7 +1192,12 @@ impl Engine {
         event: &NodeEvent,
         pool_refusal: &mut Option<(RefusalReason, u32)>,
     ) -> Result<bool, EngineError> {
-        match self.ledger.admit_node_event(event).await? {
+        let admitted = self
+            .ledger
+            .admit_node_event(event)
+            .instrument(tracing::info_span!("ledger.admit", node = %event.node))
+            .await?;
+        match admitted {
             Admission::Admitted => Ok(true),
             Admission::OverBudget(standing) => {
                 let detail =

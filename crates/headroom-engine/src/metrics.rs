@@ -198,15 +198,19 @@ impl InstrumentedCloud {
         call: impl std::future::Future<Output = Result<T, CloudError>>,
     ) -> Result<T, CloudError> {
         let started = start_timer();
-        let result = match tokio::time::timeout(self.timeout, call).await {
-            Ok(r) => r,
-            Err(_) => Err(CloudError::Refused {
-                provider: self.inner.kind(),
-                class: headroom_core::ErrorClass::Transient,
-                code: "Timeout".to_string(),
-                message: format!("{method} did not answer within {:?}", self.timeout),
-            }),
-        };
+        let span = tracing::info_span!("cloud.call", method, provider = %self.inner.kind());
+        let result =
+            match tracing::Instrument::instrument(tokio::time::timeout(self.timeout, call), span)
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(CloudError::Refused {
+                    provider: self.inner.kind(),
+                    class: headroom_core::ErrorClass::Transient,
+                    code: "Timeout".to_string(),
+                    message: format!("{method} did not answer within {:?}", self.timeout),
+                }),
+            };
         self.observe(method, started, &result);
         result
     }
