@@ -9,6 +9,17 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 
+/// Polls `check` up to `polls` times, 100 ms apart, until it holds: a bounded wait.
+fn eventually(polls: usize, mut check: impl FnMut() -> bool) -> bool {
+    (0..polls).any(|_| {
+        let ok = check();
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok
+    })
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -99,13 +110,7 @@ fn demo_serves_the_api_while_it_runs_and_prints_a_json_summary() {
 
     let agent = agent();
     // Bounded wait for the listener: 300 polls, 100 ms apart.
-    let up = (0..300).any(|_| {
-        let ok = agent.get(format!("{base}/healthz")).call().is_ok();
-        if !ok {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        ok
-    });
+    let up = eventually(300, || agent.get(format!("{base}/healthz")).call().is_ok());
     assert!(up, "demo did not start listening within 30 s");
 
     let pools = call(&agent, "GET", &format!("{base}/v1/pools"), None);
@@ -425,13 +430,7 @@ fn start_serve_with(config: &str, db: &str) -> (std::process::Child, String, Str
         .spawn()
         .unwrap();
     let agent = agent();
-    let up = (0..300).any(|_| {
-        let ok = agent.get(format!("{base}/readyz")).call().is_ok();
-        if !ok {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        ok
-    });
+    let up = eventually(300, || agent.get(format!("{base}/readyz")).call().is_ok());
     assert!(up, "serve did not become ready");
     (child, base, token)
 }
@@ -510,18 +509,14 @@ replica_throughput_rps = 5.0
             == true
     };
     let wait_delivered = |url: &str, id: &str| {
-        (0..150).any(|_| {
+        eventually(150, || {
             let r = call(
                 &agent,
                 "GET",
                 &format!("{url}/v1/capacity-requests/{id}"),
                 None,
             );
-            let done = r.body["state"] == "delivered";
-            if !done {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            done
+            r.body["state"] == "delivered"
         })
     };
 
@@ -545,13 +540,7 @@ replica_throughput_rps = 5.0
 
     owner.kill().unwrap(); // SIGKILL
     owner.wait().unwrap();
-    let taken_over = (0..100).any(|_| {
-        let owns = owner_of(&survivor_url);
-        if !owns {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        owns
-    });
+    let taken_over = eventually(100, || owner_of(&survivor_url));
     assert!(
         taken_over,
         "the surviving replica did not take the pool over within 10 s"
@@ -1211,12 +1200,8 @@ fn a_database_outage_answers_503_pauses_the_loop_and_loses_nothing() {
     );
 
     proxy.restore();
-    let back = (0..150).any(|_| {
-        let ok = call(&agent, "GET", &format!("{base}/readyz"), None).status == 200;
-        if !ok {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        ok
+    let back = eventually(150, || {
+        call(&agent, "GET", &format!("{base}/readyz"), None).status == 200
     });
     assert!(back, "serve did not recover when the database came back");
     let read = call(
@@ -1237,22 +1222,18 @@ fn a_database_outage_answers_503_pauses_the_loop_and_loses_nothing() {
     );
     assert_eq!(after.status, 201);
     // The control loop resumed: the pool is being worked on again.
-    let resumed = (0..100).any(|_| {
+    let resumed = eventually(100, || {
         let pool = call(
             &agent,
             "GET",
             &format!("{base}/v1/pools/mistral-7b-batch"),
             None,
         );
-        let working = pool.body["reconciled_here"] == true
+        pool.body["reconciled_here"] == true
             && pool.body["requested"].as_u64().unwrap_or(0)
                 + pool.body["starting"].as_u64().unwrap_or(0)
                 + pool.body["ready"].as_u64().unwrap_or(0)
-                >= 2;
-        if !working {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        working
+                >= 2
     });
     child.kill().unwrap();
     child.wait().unwrap();
@@ -1323,13 +1304,7 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         .spawn()
         .unwrap();
     let agent = agent_with(&token);
-    let up = (0..300).any(|_| {
-        let ok = agent.get(format!("{base}/readyz")).call().is_ok();
-        if !ok {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        ok
-    });
+    let up = eventually(300, || agent.get(format!("{base}/readyz")).call().is_ok());
     assert!(up, "serve did not start");
     let body = json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string();
     assert_eq!(
