@@ -405,6 +405,22 @@ pub fn decide(
     let unclamped = raw;
     let wanted = raw.clamp(floor, pool.max_replicas);
     let max_limited = (raw > pool.max_replicas).then_some(Limit::MaxReplicas);
+    // Every answer past the holds carries the same inputs; only these parts vary.
+    let answer = |target: u32,
+                  rule: Rule,
+                  reason: String,
+                  limited: Option<Limit>,
+                  memory: ControllerMemory| Decision {
+        target,
+        unclamped,
+        rule,
+        reason,
+        hold: None,
+        limited,
+        classification,
+        proposals: answers.clone(),
+        memory: ControllerMemory { target, ..memory },
+    };
 
     let recent_change = |direction| {
         memory
@@ -424,25 +440,13 @@ pub fn decide(
                 now,
             );
             if memory.breach_windows < policy.scale_up_breaches {
-                return Decision {
-                    target: current,
-                    unclamped,
-                    rule,
-                    reason: format!(
-                        "{why}; breach {} of {} windows of {}s before scaling up",
-                        memory.breach_windows,
-                        policy.scale_up_breaches,
-                        policy.breach_window.as_secs()
-                    ),
-                    hold: None,
-                    limited: Some(Limit::BreachWindow),
-                    classification,
-                    proposals: answers.clone(),
-                    memory: ControllerMemory {
-                        target: current,
-                        ..memory
-                    },
-                };
+                let reason = format!(
+                    "{why}; breach {} of {} windows of {}s before scaling up",
+                    memory.breach_windows,
+                    policy.scale_up_breaches,
+                    policy.breach_window.as_secs()
+                );
+                return answer(current, rule, reason, Some(Limit::BreachWindow), memory);
             }
         }
         if recent_change(Direction::Up) {
@@ -468,22 +472,13 @@ pub fn decide(
             memory.scale_ups.push((now, step));
             memory.last_change = Some((now, Direction::Up));
         }
-        return Decision {
-            target,
-            unclamped,
-            rule,
-            reason: format!("{why}; target {current} → {target}"),
-            hold: None,
-            limited,
-            classification,
-            proposals: answers.clone(),
-            memory: ControllerMemory {
-                target,
-                breach_windows: 0,
-                breach_window_at: None,
-                ..memory
-            },
+        let memory = ControllerMemory {
+            breach_windows: 0,
+            breach_window_at: None,
+            ..memory
         };
+        let reason = format!("{why}; target {current} → {target}");
+        return answer(target, rule, reason, limited, memory);
     }
 
     memory.breach_windows = 0;
@@ -500,20 +495,8 @@ pub fn decide(
     let low = wanted < current && hpa_low && age_low;
     if !low {
         memory.low_since = None;
-        return Decision {
-            target: current,
-            unclamped,
-            rule: Rule::Steady,
-            reason: format!("{why}; target stays {current}"),
-            hold: None,
-            limited: max_limited,
-            classification,
-            proposals: answers.clone(),
-            memory: ControllerMemory {
-                target: current,
-                ..memory
-            },
-        };
+        let reason = format!("{why}; target stays {current}");
+        return answer(current, Rule::Steady, reason, max_limited, memory);
     }
     let since = *memory.low_since.get_or_insert(now);
     let stabilized = elapsed(since, now) >= policy.scale_down_stabilization;
@@ -521,24 +504,12 @@ pub fn decide(
         .last_scale_down_at
         .is_none_or(|at| elapsed(at, now) >= policy.scale_down_period);
     if !(stabilized && period_passed) {
-        return Decision {
-            target: current,
-            unclamped,
-            rule: Rule::Steady,
-            reason: format!(
-                "{why}; low for {}s of the {}s stabilisation window, target stays {current}",
-                elapsed(since, now).as_secs(),
-                policy.scale_down_stabilization.as_secs()
-            ),
-            hold: None,
-            limited: None,
-            classification,
-            proposals: answers.clone(),
-            memory: ControllerMemory {
-                target: current,
-                ..memory
-            },
-        };
+        let reason = format!(
+            "{why}; low for {}s of the {}s stabilisation window, target stays {current}",
+            elapsed(since, now).as_secs(),
+            policy.scale_down_stabilization.as_secs()
+        );
+        return answer(current, Rule::Steady, reason, None, memory);
     }
     if recent_change(Direction::Down) {
         let why = format!(
@@ -550,20 +521,11 @@ pub fn decide(
     let target = current - 1;
     memory.last_scale_down_at = Some(now);
     memory.last_change = Some((now, Direction::Down));
-    Decision {
-        target,
-        unclamped,
-        rule: Rule::ScaleDown,
-        reason: format!(
-            "{why}; low for {}s, one replica goes: target {current} → {target}",
-            elapsed(since, now).as_secs()
-        ),
-        hold: None,
-        limited: None,
-        classification,
-        proposals: answers,
-        memory: ControllerMemory { target, ..memory },
-    }
+    let reason = format!(
+        "{why}; low for {}s, one replica goes: target {current} → {target}",
+        elapsed(since, now).as_secs()
+    );
+    answer(target, Rule::ScaleDown, reason, None, memory)
 }
 
 #[cfg(test)]
