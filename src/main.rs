@@ -1,6 +1,7 @@
 //! The `headroom` command.
 
 mod bench;
+mod cloud;
 mod demo;
 mod report;
 mod telemetry;
@@ -17,7 +18,7 @@ use std::future::IntoFuture;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use headroom_cloud::{Clock, SystemClock};
-use headroom_engine::{Config, Engine, sim_cloud_for};
+use headroom_engine::{Config, Engine};
 use headroom_ledger::{Ledger, PostgresLedger, SqliteLedger};
 
 /// The built-in configuration `demo` runs: the documented example.
@@ -233,7 +234,7 @@ async fn serve(
         .unwrap_or_else(|| "sqlite://headroom.db".to_string());
     let ledger = open_ledger(&url).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
+    let cloud = cloud::cloud_for(&config, clock.clone()).await?;
     let engine = Engine::new(config.clone(), ledger, cloud, clock);
     let addr = listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(addr)

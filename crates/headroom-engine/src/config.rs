@@ -43,6 +43,10 @@ pub struct Config {
     pub age_classes: BTreeMap<PoolName, Vec<String>>,
     /// Pools whose signals are scraped from a Prometheus text endpoint.
     pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
+    /// The `[aws]` table, parsed by the AWS provider crate.
+    pub aws: Option<toml::Table>,
+    /// The `[gcp]` table, parsed by the GCP provider crate.
+    pub gcp: Option<toml::Table>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -97,6 +101,11 @@ impl Config {
             .iter()
             .map(|o| &o.offering)
             .find(|o| &o.id == id)
+    }
+
+    /// The clouds the offerings name, each once, in a stable order.
+    pub fn providers(&self) -> BTreeSet<ProviderKind> {
+        self.offerings.iter().map(|o| o.offering.provider).collect()
     }
 
     pub fn budget(&self, account: &AccountName) -> Option<&Budget> {
@@ -166,6 +175,9 @@ struct RawConfig {
     alerts: RawAlerts,
     #[serde(default)]
     api: RawApi,
+    /// `[aws]` and `[gcp]` belong to the provider crates, which parse and check them.
+    aws: Option<toml::Table>,
+    gcp: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -812,6 +824,8 @@ impl RawConfig {
                 api,
                 age_classes,
                 scrape,
+                aws: self.aws,
+                gcp: self.gcp,
             })
         } else {
             Err(ConfigErrors(p.lines))

@@ -1,0 +1,44 @@
+//! Chooses the cloud a configuration runs against: the simulated cloud unless its offerings name
+//! AWS or GCP. The provider crates are behind cargo features (`aws`, `gcp`) so that the default
+//! build, which `headroom demo` needs, stays short.
+
+use std::sync::Arc;
+
+use anyhow::bail;
+use headroom_cloud::{Clock, CloudProvider};
+use headroom_core::ProviderKind;
+use headroom_engine::{Config, sim_cloud_for};
+
+/// The provider for `config`'s offerings. One deployment talks to one cloud.
+pub async fn cloud_for(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Arc<dyn CloudProvider>> {
+    let providers = config.providers();
+    if providers.len() > 1 {
+        let names: Vec<&str> = providers.iter().map(|p| p.as_str()).collect();
+        bail!(
+            "offerings: they name several clouds ({}); run one Headroom deployment per cloud",
+            names.join(", ")
+        );
+    }
+    match providers.first().copied().unwrap_or(ProviderKind::Sim) {
+        ProviderKind::Sim => Ok(Arc::new(sim_cloud_for(config, clock))),
+        ProviderKind::Aws => aws(config, clock).await,
+        ProviderKind::Gcp => gcp(config, clock).await,
+    }
+}
+
+#[cfg(not(feature = "aws"))]
+async fn aws(_: &Config, _: Arc<dyn Clock>) -> anyhow::Result<Arc<dyn CloudProvider>> {
+    bail!(
+        "offerings: provider \"aws\" needs a build with the aws feature; rebuild with `cargo build --release --features aws`"
+    )
+}
+
+#[cfg(not(feature = "gcp"))]
+async fn gcp(_: &Config, _: Arc<dyn Clock>) -> anyhow::Result<Arc<dyn CloudProvider>> {
+    bail!(
+        "offerings: provider \"gcp\" needs a build with the gcp feature; rebuild with `cargo build --release --features gcp`"
+    )
+}
