@@ -35,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pools/{name}/signals", post(push_signal))
         .route("/v1/pools/{name}/ledger", get(pool_ledger))
         .route("/v1/pools/{name}/decisions", get(pool_decisions))
+        .route("/v1/pools/{name}/admission", get(pool_admission))
         .route("/v1/budgets", get(list_budgets))
         .route("/v1/alerts", get(list_alerts))
         .route("/v1/reports/budget", get(budget_report))
@@ -380,6 +381,39 @@ async fn get_pool(
         .pool_status(&name)
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))
+}
+
+/// What the serving layer should admit for one pool, per priority tier.
+#[derive(Debug, serde::Serialize)]
+struct AdmissionView {
+    pool: PoolName,
+    /// True while any tier is shed.
+    shedding: bool,
+    ready: u32,
+    /// Ready replicas measured demand calls for.
+    demand: u32,
+    /// Lowest tier first: `{priority, admit, retry_after_s}`.
+    tiers: Vec<headroom_core::admission::TierAdmission>,
+}
+
+#[utoipa::path(get, path = "/v1/pools/{name}/admission", params(("name" = String, Path)), responses((status = 200, description = "Admit or shed, per priority tier, with retry_after_s for shed tiers", body = Object), (status = 400, description = "Invalid input", body = Problem, content_type = "application/problem+json"), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope or account", body = Problem, content_type = "application/problem+json"), (status = 404, description = "Not found, or another account's", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
+async fn pool_admission(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<AdmissionView>, ApiError> {
+    let name = pool_from_path(&state, &principal, path)?;
+    let status = state
+        .engine
+        .pool_status(&name)
+        .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))?;
+    Ok(Json(AdmissionView {
+        pool: name,
+        shedding: status.admission.iter().any(|t| !t.admit),
+        ready: status.ready,
+        demand: status.demand,
+        tiers: status.admission,
+    }))
 }
 
 /// A pool's signals at one instant; only `queue_depth` is required.
@@ -914,6 +948,7 @@ async fn openapi_json() -> Response {
         get_pool,
         push_signal,
         pool_decisions,
+        pool_admission,
         pool_ledger,
         list_budgets,
         get_budget,

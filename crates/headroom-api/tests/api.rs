@@ -546,7 +546,19 @@ async fn requested_versus_delivered_is_accounted_per_request_and_pool() {
     assert_eq!(ledger.body["capacity_requests"]["delivered"], 2);
     assert_eq!(ledger.body["capacity_requests"]["pending"], 0);
     // min_replicas = 2: the controller's own launches are accounted apart from requests.
-    assert_eq!(ledger.body["organic"]["requested"], 2);
+    // The seeded spot interruption gives notice at 09:02:55 on a node still booting: its
+    // replacement is launched at once, so three organic launches, two delivered.
+    let decisions = api.get("/v1/pools/mistral-7b-batch/decisions").await;
+    assert!(
+        decisions.body["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["event"] == "interruption_notice"),
+        "{:?}",
+        decisions.body
+    );
+    assert_eq!(ledger.body["organic"]["requested"], 3);
     assert_eq!(ledger.body["organic"]["delivered"], 2);
     assert_eq!(ledger.body["organic"]["time_to_capacity_p95_s"], 240.0);
     // use2-g6-spot holds three nodes: the fourth launch was refused there and fell back.
@@ -695,10 +707,11 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
     assert_eq!(nodes, 5.0);
     assert!(value(r#"headroom_pool_replicas{pool="mistral-7b-batch",state="ready"}"#) >= 3.0);
     assert!(value(r#"headroom_decisions_total{pool="mistral-7b-batch",rule="hold"}"#) >= 1.0);
-    // use2-g6-spot holds three nodes: the fourth launch fell back.
+    // use2-g6-spot holds three nodes: every launch past them went to the other region — the
+    // fourth replica, the warm refill and the replacement for the seeded interruption.
     assert_eq!(
-        value(r#"headroom_fallbacks_total{pool="mistral-7b-batch",class="capacity"}"#),
-        1.0
+        value(r#"headroom_fallbacks_total{pool="mistral-7b-batch",kind="region"}"#),
+        3.0
     );
     assert_eq!(
         value(

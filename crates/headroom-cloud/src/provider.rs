@@ -79,6 +79,10 @@ pub struct Instance {
     pub tags: OwnershipTags,
     pub phase: InstancePhase,
     pub launched_at: Timestamp,
+    /// Set once the cloud has announced it will reclaim this (spot) instance at the instant
+    /// given (AWS's two-minute warning, a GCE preemption notice): the planner replaces it now.
+    #[serde(default)]
+    pub interruption_notice: Option<Timestamp>,
 }
 
 /// A provider call that failed, classified once for every cloud.

@@ -245,6 +245,27 @@ impl SimCloud {
         }
     }
 
+    /// Schedules the reclaim of up to `count` running instances of `offering` at `at` (a wave
+    /// of spot interruptions); they get the usual notice before. Returns how many were chosen.
+    pub fn interrupt(&self, offering: &OfferingId, count: u32, at: Timestamp) -> u32 {
+        let mut state = self.state();
+        let mut chosen = 0;
+        let mut ids: Vec<InstanceId> = state
+            .instances
+            .iter()
+            .filter(|(_, s)| &s.instance.offering == offering && matches!(s.life, Life::Running { .. }))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        for id in ids.into_iter().take(count as usize) {
+            if let Some(sim) = state.instances.get_mut(&id) {
+                sim.interrupt_at = Some(sim.interrupt_at.map_or(at, |t| t.min(at)));
+                chosen += 1;
+            }
+        }
+        chosen
+    }
+
     /// Every call made so far, as `method target` lines.
     pub fn calls(&self) -> Vec<String> {
         self.state().calls.clone()
@@ -262,6 +283,9 @@ impl SimCloud {
     }
 }
 
+/// Seconds of warning before a spot interruption, as on AWS.
+pub const INTERRUPTION_NOTICE_S: i64 = 120;
+
 /// Brings one instance's phase up to `now` and returns its description.
 fn refresh(
     state: &mut SimState,
@@ -275,6 +299,15 @@ fn refresh(
     {
         sim.life = Life::Interrupted;
     }
+    // Like AWS, the cloud warns two minutes before it reclaims a running spot instance.
+    sim.instance.interruption_notice = match (sim.life, sim.interrupt_at) {
+        (Life::Running { .. } | Life::Interrupted, Some(at))
+            if now + chrono::Duration::seconds(INTERRUPTION_NOTICE_S) >= at =>
+        {
+            Some(at)
+        }
+        _ => None,
+    };
     sim.instance.phase = match sim.life {
         Life::Running {
             since,
@@ -422,6 +455,7 @@ impl CloudProvider for SimCloud {
             tags: spec.tags.clone(),
             phase: InstancePhase::Pending,
             launched_at: now,
+            interruption_notice: None,
         };
         state.instances.insert(
             id.clone(),

@@ -562,6 +562,7 @@ mod tests {
                 warmup: Duration::from_secs(10),
             },
             scaling,
+            supply: crate::pool::SupplyPolicy::default(),
         }
     }
 

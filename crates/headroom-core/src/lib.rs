@@ -4,6 +4,7 @@
 //! parameter), no global state. The same code runs in `headroom serve`, in the simulator and in
 //! tests, so any decision can be replayed from the ledger.
 
+pub mod admission;
 pub mod budget;
 pub mod controller;
 pub mod cost;
@@ -23,7 +24,7 @@ pub use money::Money;
 pub use names::{AccountName, OfferingId, PoolName};
 pub use node::{LadderRung, NodeId, NodeState};
 pub use offering::{Market, Offering, ProviderKind};
-pub use pool::{ColdStartLadder, PoolSpec};
+pub use pool::{ColdStartLadder, PoolSpec, SupplyPolicy, WarmMode};
 pub use refusal::{ErrorClass, RefusalReason};
 pub use request::{CapacityRequest, Priority, RequestId, RequestState};
 

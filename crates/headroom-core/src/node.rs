@@ -22,7 +22,8 @@ impl fmt::Display for NodeId {
 ///
 /// ```text
 /// requested → launching → booting → warm ⇄ serving → draining → terminated
-///          ↘ refused    ↘ failed    ↘ interrupted (spot) → terminated
+///          ↘ refused    ↘ failed    ↘ standby ⇄ serving
+///                                   ↘ interrupted (spot) → terminated
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -33,8 +34,10 @@ pub enum NodeState {
     Launching,
     /// Climbing the cold-start ladder (see [`LadderRung`]).
     Booting,
-    /// Past the ladder but idle: stopped, or running without traffic.
+    /// Past the ladder, stopped: a warm node that costs only its disk.
     Warm,
+    /// Past the ladder, running without traffic: a warm node that serves the moment it is woken.
+    Standby,
     /// Ready: the only state that counts as capacity.
     Serving,
     /// Being taken out of service.
@@ -49,11 +52,12 @@ pub enum NodeState {
 }
 
 impl NodeState {
-    pub const ALL: [NodeState; 10] = [
+    pub const ALL: [NodeState; 11] = [
         NodeState::Requested,
         NodeState::Launching,
         NodeState::Booting,
         NodeState::Warm,
+        NodeState::Standby,
         NodeState::Serving,
         NodeState::Draining,
         NodeState::Terminated,
@@ -68,6 +72,7 @@ impl NodeState {
             NodeState::Launching => "launching",
             NodeState::Booting => "booting",
             NodeState::Warm => "warm",
+            NodeState::Standby => "standby",
             NodeState::Serving => "serving",
             NodeState::Draining => "draining",
             NodeState::Terminated => "terminated",
@@ -84,7 +89,7 @@ impl NodeState {
             .ok_or_else(|| CoreError::UnknownVariant {
                 kind: "node state",
                 value: s.to_string(),
-                expected: "requested, launching, booting, warm, serving, draining, terminated, refused, failed, interrupted",
+                expected: "requested, launching, booting, warm, standby, serving, draining, terminated, refused, failed, interrupted",
             })
     }
 
@@ -101,13 +106,18 @@ impl NodeState {
         )
     }
 
-    /// Compute is billed in this state. Warm nodes are stopped instances in this version, so
-    /// their compute is not billed (disks are, and are not modelled yet).
+    /// Compute is billed in this state. Stopped warm nodes are not (their disks are, and are
+    /// not modelled yet); running ones (standby) are.
     pub fn is_billable(self) -> bool {
         matches!(
             self,
-            NodeState::Booting | NodeState::Serving | NodeState::Draining
+            NodeState::Booting | NodeState::Standby | NodeState::Serving | NodeState::Draining
         )
+    }
+
+    /// Parked past the ladder, stopped or running: a warm node the planner can wake.
+    pub fn is_warm(self) -> bool {
+        matches!(self, NodeState::Warm | NodeState::Standby)
     }
 
     /// Whether the lifecycle allows going from `self` to `next`.
@@ -117,10 +127,11 @@ impl NodeState {
             (self, next),
             (Requested, Launching | Refused | Failed)
                 | (Launching, Booting | Failed | Interrupted | Terminated)
-                | (Booting, Warm | Serving | Failed | Interrupted | Terminated)
+                | (Booting, Warm | Standby | Serving | Failed | Interrupted | Terminated)
                 | (Warm, Booting | Serving | Interrupted | Terminated | Failed)
+                | (Standby, Serving | Draining | Interrupted | Terminated | Failed)
                 | (Serving, Draining | Interrupted | Failed | Terminated)
-                | (Draining, Warm | Terminated | Interrupted | Failed)
+                | (Draining, Warm | Standby | Terminated | Interrupted | Failed)
                 | (Failed | Interrupted, Terminated)
         )
     }

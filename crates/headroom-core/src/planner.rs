@@ -1,21 +1,26 @@
 //! The planner: "pool P needs N more ready replicas" in, a [`Plan`] (plain data) out.
 //!
-//! Supply order: wake warm nodes first (they skip node acquisition and image pull), then launch
-//! on the cheapest available allowed offering. The governor's checks — max replicas, the per-step
-//! scale-up limit and the budget — are applied as the plan is built, so every unit of demand ends
-//! as exactly one action: a wake, a launch, a deferral to the next step, or a refusal with a
-//! reason. The executor applies the plan; the planner changes nothing.
+//! Order of supply, per replica: a running warm node (instant), a stopped warm node (skips node
+//! acquisition and image pull), a free slot of a reservation the pool may use, then new capacity
+//! split between on-demand and spot by the pool's market policy (an on-demand base, then a
+//! percentage of the rest on spot), on the offering with the best price for its recent
+//! availability. The governor's checks — max replicas, the global ceiling, the per-step and
+//! per-period launch limits, the spot price cap and the budget — are applied as the plan is
+//! built, so every unit of demand ends as exactly one action: a wake, a launch, a deferral to a
+//! later step, or a refusal with a reason. The executor applies the plan; the planner changes
+//! nothing.
 
+use std::cmp::Reverse;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetStanding, HardAction};
+use crate::pool::WarmMode;
 use crate::{
-    Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, RefusalReason, RequestId,
-    Timestamp,
+    Market, Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, RefusalReason,
+    RequestId, Timestamp,
 };
-
 /// What a node is being made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,29 +54,62 @@ pub struct NodeView {
     pub id: NodeId,
     pub state: NodeState,
     pub offering: OfferingId,
+    pub market: Market,
     pub request: Option<RequestId>,
     pub destination: Destination,
     pub price_usd_per_hour: Money,
+    /// The cloud has given notice that it will reclaim this (spot) node: it still serves, but
+    /// no longer counts, so its replacement is planned now, before it is gone.
+    pub reclaiming: bool,
 }
 
 impl NodeView {
-    /// Counts toward the pool's replicas: ready or on its way to serving.
+    /// Counts toward the pool's replicas: ready or on its way to serving, and staying.
     fn is_active_replica(&self) -> bool {
         self.destination == Destination::Serve
+            && !self.reclaiming
             && (self.state.is_starting() || self.state == NodeState::Serving)
     }
 
     fn is_warm_or_warming(&self) -> bool {
-        self.state == NodeState::Warm
-            || (self.destination == Destination::Warm && self.state.is_starting())
+        self.state.is_warm() || (self.destination == Destination::Warm && self.state.is_starting())
+    }
+
+    /// On-demand and reserved nodes make up the on-demand base.
+    fn is_on_demand(&self) -> bool {
+        self.market != Market::Spot
     }
 }
 
-/// An allowed offering and whether it may be tried now (recently refused ones may not).
+/// An allowed offering and what the planner knows about it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OfferingChoice {
     pub offering: Offering,
+    /// False while a recent refusal (capacity, quota, price) bars it.
     pub available: bool,
+    /// Refusals in the recent window: an offering that keeps refusing ranks as if dearer
+    /// (price-capacity-optimised, not cheapest-only).
+    pub recent_refusals: u32,
+    /// For a reservation or capacity block: nodes it can still take, across every pool.
+    pub reservation_free: Option<u32>,
+}
+
+impl OfferingChoice {
+    /// A plain offering, available, never refused.
+    pub fn new(offering: Offering) -> OfferingChoice {
+        OfferingChoice {
+            offering,
+            available: true,
+            recent_refusals: 0,
+            reservation_free: None,
+        }
+    }
+
+    /// The price the planner ranks by: each recent refusal adds half the list price.
+    fn rank_price(&self) -> i128 {
+        let price = self.offering.price_usd_per_hour.micros() as i128;
+        price * (2 + self.recent_refusals as i128) / 2
+    }
 }
 
 /// An open capacity request of this pool.
@@ -93,6 +131,9 @@ pub struct PlanInput<'a> {
     pub nodes: &'a [NodeView],
     /// Ready replicas the controller wants for organic traffic.
     pub controller_target: u32,
+    /// Replicas other pools could not supply and hand to this one (this pool is their
+    /// smaller-model fallback).
+    pub borrowed: u32,
     pub requests: &'a [OpenRequest],
     /// The pool's account, if it has a budget.
     pub budget: Option<BudgetStanding>,
@@ -102,13 +143,61 @@ pub struct PlanInput<'a> {
     pub budget_action: HardAction,
     /// Each wake or launch holds this much running time against the budget.
     pub hold_horizon: Duration,
+    /// Launches already made in the current `launch_period` (the per-period limit's count).
+    pub launches_in_period: u32,
+    /// Nodes the deployment-wide ceiling still allows, if there is one.
+    pub global_room: Option<u32>,
+}
+
+/// Why a launch went somewhere other than the pool's first choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FallbackKind {
+    InstanceType,
+    Zone,
+    Region,
+    /// Another pool (a smaller model) serves the traffic.
+    SmallerModel,
+}
+
+impl FallbackKind {
+    pub const ALL: [FallbackKind; 4] = [
+        FallbackKind::InstanceType,
+        FallbackKind::Zone,
+        FallbackKind::Region,
+        FallbackKind::SmallerModel,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FallbackKind::InstanceType => "instance_type",
+            FallbackKind::Zone => "zone",
+            FallbackKind::Region => "region",
+            FallbackKind::SmallerModel => "smaller_model",
+        }
+    }
+
+    /// How `chosen` differs from `first`: the widest step the fallback took.
+    pub fn between(first: &Offering, chosen: &Offering) -> Option<FallbackKind> {
+        if first.id == chosen.id {
+            None
+        } else if first.region != chosen.region {
+            Some(FallbackKind::Region)
+        } else if first.zone != chosen.zone {
+            Some(FallbackKind::Zone)
+        } else if first.instance_type != chosen.instance_type {
+            Some(FallbackKind::InstanceType)
+        } else {
+            None
+        }
+    }
 }
 
 /// One step of a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
-    /// Start a warm node and put it into service.
+    /// Put a warm node into service: start a stopped one, or route traffic to a running one.
     Wake {
         node: NodeId,
         request: Option<RequestId>,
@@ -120,8 +209,11 @@ pub enum Action {
         request: Option<RequestId>,
         destination: Destination,
         hold: Money,
+        /// Set when the pool's first choice was unavailable or refused.
+        fallback: Option<FallbackKind>,
     },
-    /// Take a serving node out of service: back to the warm pool, or terminated.
+    /// Take a node out of service: back to the warm pool, or terminated (drained first when it
+    /// is serving).
     Release { node: NodeId, to_warm: bool },
     /// Demand that will not be supplied, and why.
     Refuse {
@@ -135,8 +227,23 @@ pub enum Action {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     pub actions: Vec<Action>,
-    /// Demand left for a later step because of the per-step scale-up limit.
+    /// Demand left for a later step because of the per-step or per-period limit.
     pub deferred: u32,
+    /// Organic replicas no offering could supply: the pool's fallback pool may take them.
+    pub unserved: u32,
+}
+
+impl Plan {
+    /// Replicas refused for `reason` in this plan.
+    pub fn refused(&self, reason: RefusalReason) -> u32 {
+        self.actions
+            .iter()
+            .map(|a| match a {
+                Action::Refuse { count, reason: r, .. } if *r == reason => *count,
+                _ => 0,
+            })
+            .sum()
+    }
 }
 
 #[derive(Clone)]
@@ -144,10 +251,19 @@ struct Builder<'a> {
     input: &'a PlanInput<'a>,
     plan: Plan,
     step_left: u32,
+    period_left: u32,
     replica_room: u32,
+    global_room: Option<u32>,
+    /// Warm nodes that can be woken, the next to wake last.
     warm: Vec<&'a NodeView>,
-    /// Available offerings, cheapest first.
-    offerings: Vec<&'a Offering>,
+    /// Available offerings, best rank first, with reservation slots left.
+    offerings: Vec<(&'a OfferingChoice, Option<u32>)>,
+    /// The pool's first choice per market, whatever is available: what a fallback is measured
+    /// against.
+    first_on_demand: Option<&'a Offering>,
+    first_spot: Option<&'a Offering>,
+    on_demand_have: u32,
+    spot_have: u32,
     budget: Option<BudgetStanding>,
 }
 
@@ -173,13 +289,115 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Supplies one ready replica for `request`, or says why not.
-    fn supply_one(&mut self, request: Option<&RequestId>) -> Supply {
-        if self.replica_room == 0 {
-            return Supply::Refused(RefusalReason::MaxReplicas);
+    /// The governor's limits on one more node, in the order an operator reads them.
+    fn governor(&self, counts_as_replica: bool) -> Option<Supply> {
+        if counts_as_replica && self.replica_room == 0 {
+            return Some(Supply::Refused(RefusalReason::MaxReplicas));
+        }
+        if self.global_room == Some(0) {
+            return Some(Supply::Refused(RefusalReason::GlobalCeiling));
         }
         if self.step_left == 0 {
-            return Supply::Deferred;
+            return Some(Supply::Deferred);
+        }
+        None
+    }
+
+    fn spend_limits(&mut self, counts_as_replica: bool, launched: bool) {
+        self.step_left -= 1;
+        if counts_as_replica {
+            self.replica_room -= 1;
+        }
+        if let Some(room) = &mut self.global_room
+            && launched
+        {
+            *room -= 1;
+        }
+        if launched {
+            self.period_left -= 1;
+        }
+    }
+
+    /// Whether the next new replica should be spot, by the pool's market policy.
+    fn wants_spot(&self) -> bool {
+        let policy = &self.input.pool.supply;
+        if self.on_demand_have < policy.on_demand_base {
+            return false;
+        }
+        let above = self.on_demand_have - policy.on_demand_base + self.spot_have;
+        (self.spot_have as u64) * 100 < policy.spot_percent_above_base as u64 * (above as u64 + 1)
+    }
+
+    /// The best available offering for a new node: a reservation slot, else the wanted market,
+    /// else the other one (on-demand when spot is refused, and the other way round).
+    fn choose(&self, destination: Destination) -> Option<usize> {
+        let slot = self
+            .offerings
+            .iter()
+            .position(|(c, free)| c.offering.market == Market::Reserved && free.is_some_and(|f| f > 0));
+        // Reservations serve; warm nodes wait on capacity bought by the hour.
+        if destination == Destination::Serve && slot.is_some() {
+            return slot;
+        }
+        let first = if self.wants_spot() { Market::Spot } else { Market::OnDemand };
+        let second = if first == Market::Spot { Market::OnDemand } else { Market::Spot };
+        [first, second].into_iter().find_map(|market| {
+            self.offerings
+                .iter()
+                .position(|(c, _)| c.offering.market == market)
+        })
+    }
+
+    fn first_choice(&self, market: Market) -> Option<&'a Offering> {
+        match market {
+            Market::Spot => self.first_spot,
+            _ => self.first_on_demand,
+        }
+    }
+
+    /// Launches one node on the best offering, or says why not.
+    fn launch(&mut self, request: Option<&RequestId>, destination: Destination) -> Supply {
+        let Some(index) = self.choose(destination) else {
+            return Supply::Refused(RefusalReason::NoOffering);
+        };
+        let (choice, free) = self.offerings[index];
+        let offering = &choice.offering;
+        let hold = self.hold_for(offering.price_usd_per_hour);
+        if !self.admit(hold) {
+            return Supply::Refused(RefusalReason::Budget);
+        }
+        if let Some(free) = free {
+            self.offerings[index].1 = Some(free - 1);
+        }
+        let wanted = if self.wants_spot() { Market::Spot } else { Market::OnDemand };
+        let fallback = match offering.market {
+            Market::Reserved => None,
+            _ => self
+                .first_choice(wanted)
+                .or(self.first_choice(offering.market))
+                .and_then(|first| FallbackKind::between(first, offering)),
+        };
+        if destination == Destination::Serve {
+            if offering.market == Market::Spot {
+                self.spot_have += 1;
+            } else {
+                self.on_demand_have += 1;
+            }
+        }
+        self.plan.actions.push(Action::Launch {
+            offering: offering.id.clone(),
+            request: request.cloned(),
+            destination,
+            hold,
+            fallback,
+        });
+        Supply::Supplied
+    }
+
+    /// Supplies one ready replica for `request`, or says why not.
+    fn supply_one(&mut self, request: Option<&RequestId>) -> Supply {
+        if let Some(stop) = self.governor(true) {
+            return stop;
         }
         if let Some(node) = self.warm.last().copied() {
             let hold = self.hold_for(node.price_usd_per_hour);
@@ -187,50 +405,43 @@ impl<'a> Builder<'a> {
                 return Supply::Refused(RefusalReason::Budget);
             }
             self.warm.pop();
+            if node.is_on_demand() {
+                self.on_demand_have += 1;
+            } else {
+                self.spot_have += 1;
+            }
             self.plan.actions.push(Action::Wake {
                 node: node.id.clone(),
                 request: request.cloned(),
                 hold,
             });
-        } else {
-            let Some(offering) = self.offerings.first().copied() else {
-                return Supply::Refused(RefusalReason::NoOffering);
-            };
-            let hold = self.hold_for(offering.price_usd_per_hour);
-            if !self.admit(hold) {
-                return Supply::Refused(RefusalReason::Budget);
-            }
-            self.plan.actions.push(Action::Launch {
-                offering: offering.id.clone(),
-                request: request.cloned(),
-                destination: Destination::Serve,
-                hold,
-            });
+            self.spend_limits(true, false);
+            return Supply::Supplied;
         }
-        self.step_left -= 1;
-        self.replica_room -= 1;
-        Supply::Supplied
+        if self.period_left == 0 {
+            return Supply::Deferred;
+        }
+        match self.launch(request, Destination::Serve) {
+            Supply::Supplied => {
+                self.spend_limits(true, true);
+                Supply::Supplied
+            }
+            other => other,
+        }
     }
 
     /// Supplies a capacity request, all or nothing when the budget's hard action is `Refuse`.
     fn supply_request(&mut self, request: &RequestId, count: u32) {
         if self.input.budget_action != HardAction::Refuse {
-            return self.supply(Some(request), count);
+            self.supply(Some(request), count);
+            return;
         }
         let before = self.clone();
         self.supply(Some(request), count);
-        let over_budget = self.plan.actions[before.plan.actions.len()..]
+        if self.plan.actions[before.plan.actions.len()..]
             .iter()
-            .any(|a| {
-                matches!(
-                    a,
-                    Action::Refuse {
-                        reason: RefusalReason::Budget,
-                        ..
-                    }
-                )
-            });
-        if over_budget {
+            .any(|a| matches!(a, Action::Refuse { reason: RefusalReason::Budget, .. }))
+        {
             *self = before;
             self.plan.actions.push(Action::Refuse {
                 request: Some(request.clone()),
@@ -240,14 +451,15 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Supplies `count` replicas; the first refusal covers the rest of the count.
-    fn supply(&mut self, request: Option<&RequestId>, count: u32) {
+    /// Supplies `count` replicas; the first refusal covers the rest of the count. Returns the
+    /// count refused for want of any offering.
+    fn supply(&mut self, request: Option<&RequestId>, count: u32) -> u32 {
         for supplied in 0..count {
             match self.supply_one(request) {
                 Supply::Supplied => {}
                 Supply::Deferred => {
                     self.plan.deferred += count - supplied;
-                    return;
+                    return 0;
                 }
                 Supply::Refused(reason) => {
                     self.plan.actions.push(Action::Refuse {
@@ -255,113 +467,140 @@ impl<'a> Builder<'a> {
                         count: count - supplied,
                         reason,
                     });
-                    return;
+                    return if reason == RefusalReason::NoOffering {
+                        count - supplied
+                    } else {
+                        0
+                    };
                 }
             }
         }
+        0
     }
+}
+
+/// Scale-in order: the dearest capacity goes first — on-demand, then spot, then reserved (already
+/// paid for) — and the most expensive within each.
+fn release_rank(node: &NodeView) -> (u8, Reverse<Money>) {
+    let market = match node.market {
+        Market::OnDemand => 0,
+        Market::Spot => 1,
+        Market::Reserved => 2,
+    };
+    (market, Reverse(node.price_usd_per_hour))
 }
 
 /// Plans one step for one pool.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
     let pool = input.pool;
-    let active = input.nodes.iter().filter(|n| n.is_active_replica()).count() as u32;
-    let mut offerings: Vec<&Offering> = input
+    let policy = &pool.supply;
+    let active: Vec<&NodeView> = input.nodes.iter().filter(|n| n.is_active_replica()).collect();
+    let allowed = |c: &&OfferingChoice| {
+        pool.offerings.contains(&c.offering.id)
+            && !(c.offering.market == Market::Spot
+                && policy
+                    .spot_max_price
+                    .is_some_and(|cap| c.offering.price_usd_per_hour > cap))
+    };
+    let mut offerings: Vec<(&OfferingChoice, Option<u32>)> = input
         .offerings
         .iter()
-        .filter(|c| c.available && pool.offerings.contains(&c.offering.id))
-        .map(|c| &c.offering)
+        .filter(allowed)
+        .filter(|c| c.available)
+        .filter(|c| c.offering.market != Market::Reserved || c.reservation_free.is_some())
+        .map(|c| (c, c.reservation_free))
         .collect();
-    // Cheapest first; ties keep the pool's preference order (stable sort).
-    offerings.sort_by_key(|o| o.price_usd_per_hour);
-    // Wake the cheapest warm node last-popped: sort most expensive first.
+    // Best rank first; ties keep the pool's preference order (stable sort).
+    offerings.sort_by_key(|(c, _)| c.rank_price());
+    let first = |market: Market| {
+        input
+            .offerings
+            .iter()
+            .filter(allowed)
+            .filter(|c| c.offering.market == market)
+            .min_by_key(|c| c.offering.price_usd_per_hour)
+            .map(|c| &c.offering)
+    };
+
+    // Wake order: running warm nodes first (instant), then stopped ones, cheapest first within
+    // each; the vector is popped from the back.
     let mut warm: Vec<&NodeView> = input
         .nodes
         .iter()
-        .filter(|n| n.state == NodeState::Warm)
+        .filter(|n| n.state.is_warm() && !n.reclaiming)
         // A warm node of a refused offering may meet the same stockout when started.
         .filter(|n| {
-            input
-                .offerings
-                .iter()
-                .any(|c| c.offering.id == n.offering && c.available)
+            n.state == NodeState::Standby
+                || input
+                    .offerings
+                    .iter()
+                    .any(|c| c.offering.id == n.offering && c.available)
         })
         .collect();
-    warm.sort_by_key(|n| std::cmp::Reverse(n.price_usd_per_hour));
+    warm.sort_by_key(|n| (n.state == NodeState::Standby, Reverse(n.price_usd_per_hour)));
 
+    let period_left = policy
+        .max_launches_per_period
+        .map_or(u32::MAX, |max| max.saturating_sub(input.launches_in_period));
     let mut b = Builder {
         input,
         plan: Plan::default(),
         step_left: pool.max_scale_up_per_step,
-        replica_room: pool.max_replicas.saturating_sub(active),
+        period_left,
+        replica_room: pool.max_replicas.saturating_sub(active.len() as u32),
+        global_room: input.global_room,
         warm,
         offerings,
+        first_on_demand: first(Market::OnDemand),
+        first_spot: first(Market::Spot),
+        on_demand_have: active.iter().filter(|n| n.is_on_demand()).count() as u32,
+        spot_have: active.iter().filter(|n| !n.is_on_demand()).count() as u32,
         budget: input.budget,
     };
 
     // Capacity requests first, highest priority then oldest.
     let mut requests: Vec<&OpenRequest> = input.requests.iter().collect();
-    requests.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.created_at.cmp(&b.created_at))
-    });
+    requests.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)));
     for request in requests {
-        let have = input
-            .nodes
+        let have = active
             .iter()
-            .filter(|n| n.is_active_replica() && n.request.as_ref() == Some(&request.id))
+            .filter(|n| n.request.as_ref() == Some(&request.id))
             .count() as u32;
         b.supply_request(&request.id, request.replicas.saturating_sub(have));
     }
 
-    // Then organic demand from the controller.
-    let organic_target = input.controller_target.max(pool.min_replicas);
-    let organic: Vec<&NodeView> = input
-        .nodes
-        .iter()
-        .filter(|n| n.is_active_replica() && n.request.is_none())
-        .collect();
+    // Then organic demand: the controller's, at least the minimum, plus what other pools hand
+    // over.
+    let organic_target = input.controller_target.max(pool.min_replicas) + input.borrowed;
+    let organic: Vec<&NodeView> = active.iter().copied().filter(|n| n.request.is_none()).collect();
     let organic_have = organic.len() as u32;
-    b.supply(None, organic_target.saturating_sub(organic_have));
+    b.plan.unserved = b.supply(None, organic_target.saturating_sub(organic_have));
 
-    // Warm-pool bookkeeping: refill below the floor, and keep released nodes when it is short.
+    // Warm-pool bookkeeping: what is left after the wakes above.
     let woken = b
         .plan
         .actions
         .iter()
         .filter(|a| matches!(a, Action::Wake { .. }))
         .count() as u32;
-    let mut warm_have = (input
-        .nodes
-        .iter()
-        .filter(|n| n.is_warm_or_warming())
-        .count() as u32)
+    let mut warm_have = (input.nodes.iter().filter(|n| n.is_warm_or_warming()).count() as u32)
         .saturating_sub(woken);
 
-    // Scale in: release surplus organic nodes. Nodes still climbing the ladder go first (they
-    // serve nobody yet) and are terminated, since a half-built node makes a poor warm node;
-    // then serving nodes, most expensive first, into the warm pool while it is short.
+    // Scale in: only serving nodes go (a node still climbing the ladder finishes first), the
+    // dearest first; into the warm pool while it is below its floor, if the pool reuses them.
     if organic_have > organic_target {
         let mut releasable: Vec<&NodeView> = organic
             .iter()
             .copied()
-            .filter(|n| {
-                matches!(
-                    n.state,
-                    NodeState::Launching | NodeState::Booting | NodeState::Serving
-                )
-            })
+            .filter(|n| n.state == NodeState::Serving)
             .collect();
-        releasable.sort_by_key(|n| {
-            (
-                n.state == NodeState::Serving,
-                std::cmp::Reverse(n.price_usd_per_hour),
-            )
-        });
-        let surplus = (organic_have - organic_target) as usize;
+        releasable.sort_by_key(|n| release_rank(n));
+        // Nodes still on the ladder are surplus too but cannot go yet; keep enough serving ones
+        // to meet the target meanwhile.
+        let surplus = ((organic_have - organic_target) as usize)
+            .min(releasable.len().saturating_sub(organic_target as usize));
         for node in releasable.into_iter().take(surplus) {
-            let to_warm = node.state == NodeState::Serving && warm_have < pool.warm_pool_size;
+            let to_warm = policy.reuse_on_scale_in && warm_have < pool.warm_pool_size;
             if to_warm {
                 warm_have += 1;
             }
@@ -372,25 +611,33 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
     }
 
-    // Refill the warm pool with whatever step is left. Warm nodes do not count as replicas.
-    while warm_have < pool.warm_pool_size && b.step_left > 0 {
-        let Some(offering) = b.offerings.first().copied() else {
-            break;
-        };
-        let hold = b.hold_for(offering.price_usd_per_hour);
-        if !b.admit(hold) {
+    // A warm pool above its floor (the floor was lowered) gives back its dearest nodes.
+    if warm_have > pool.warm_pool_size {
+        let mut parked: Vec<&NodeView> = b.warm.clone();
+        parked.sort_by_key(|n| release_rank(n));
+        for node in parked.into_iter().take((warm_have - pool.warm_pool_size) as usize) {
+            b.plan.actions.push(Action::Release {
+                node: node.id.clone(),
+                to_warm: false,
+            });
+            warm_have -= 1;
+        }
+    }
+
+    // Refill the warm pool with whatever the limits leave. Warm nodes do not count as replicas.
+    while warm_have < pool.warm_pool_size && b.governor(false).is_none() && b.period_left > 0 {
+        if !matches!(b.launch(None, Destination::Warm), Supply::Supplied) {
             break;
         }
-        b.plan.actions.push(Action::Launch {
-            offering: offering.id.clone(),
-            request: None,
-            destination: Destination::Warm,
-            hold,
-        });
-        b.step_left -= 1;
+        b.spend_limits(false, true);
         warm_have += 1;
     }
     b.plan
+}
+
+/// Whether a pool in `WarmMode::Running` keeps its warm nodes running (no stop on parking).
+pub fn parks_running(pool: &PoolSpec) -> bool {
+    pool.supply.warm_mode == WarmMode::Running
 }
 
 #[cfg(test)]
@@ -398,7 +645,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::pool::{ColdStartLadder, ScalingPolicy};
+    use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
     use crate::{Market, ProviderKind};
 
     fn pool(max: u32, step: u32, warm: u32) -> PoolSpec {
@@ -421,6 +668,7 @@ mod tests {
                 replica_throughput_rps: 10.0,
                 ..ScalingPolicy::default()
             },
+            supply: SupplyPolicy::default(),
         }
     }
 
@@ -437,6 +685,8 @@ mod tests {
                 gpus_per_node: 1,
             },
             available,
+            recent_refusals: 0,
+            reservation_free: None,
         }
     }
 
@@ -445,9 +695,11 @@ mod tests {
             id: NodeId(id.into()),
             state,
             offering: "cheap".parse().unwrap(),
+            market: Market::OnDemand,
             request: None,
             destination,
             price_usd_per_hour: "1".parse().unwrap(),
+            reclaiming: false,
         }
     }
 
@@ -462,10 +714,13 @@ mod tests {
             offerings,
             nodes,
             controller_target: target,
+            borrowed: 0,
             requests: &[],
             budget: None,
             budget_action: HardAction::Clamp,
             hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: None,
         }
     }
 
@@ -621,7 +876,7 @@ mod budget_action_tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::pool::{ColdStartLadder, ScalingPolicy};
+    use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
     use crate::{Market, ProviderKind};
 
     fn plan_with(action: HardAction) -> Plan {
@@ -644,6 +899,7 @@ mod budget_action_tests {
                 replica_throughput_rps: 1.0,
                 ..ScalingPolicy::default()
             },
+            supply: SupplyPolicy::default(),
         };
         let offerings = [OfferingChoice {
             offering: Offering {
@@ -657,6 +913,8 @@ mod budget_action_tests {
                 gpus_per_node: 1,
             },
             available: true,
+            recent_refusals: 0,
+            reservation_free: None,
         }];
         let requests = [OpenRequest {
             id: RequestId("r".into()),
@@ -669,6 +927,7 @@ mod budget_action_tests {
             offerings: &offerings,
             nodes: &[],
             controller_target: 0,
+            borrowed: 0,
             requests: &requests,
             // Two of the three one-dollar holds fit.
             budget: Some(BudgetStanding {
@@ -678,6 +937,8 @@ mod budget_action_tests {
             }),
             budget_action: action,
             hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: None,
         })
     }
 
@@ -701,6 +962,293 @@ mod budget_action_tests {
                 count: 1,
                 reason: RefusalReason::Budget
             }
+        );
+    }
+}
+
+#[cfg(test)]
+mod supply_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
+    use crate::ProviderKind;
+
+    fn pool(offerings: &[String], supply: SupplyPolicy) -> PoolSpec {
+        PoolSpec {
+            name: "llama".parse().unwrap(),
+            account: "ml".parse().unwrap(),
+            offerings: offerings.iter().map(|o| o.parse().unwrap()).collect(),
+            min_replicas: 0,
+            max_replicas: 100,
+            max_scale_up_per_step: 100,
+            warm_pool_size: 0,
+            ladder: ColdStartLadder {
+                node_acquisition: Duration::from_secs(60),
+                image_pull: Duration::from_secs(30),
+                weight_load: Duration::from_secs(60),
+                compile: Duration::from_secs(30),
+                warmup: Duration::from_secs(10),
+            },
+            scaling: ScalingPolicy::default(),
+            supply,
+        }
+    }
+
+    /// `id` is "<region>/<zone>/<type>/<market>".
+    fn offering(id: &str, price: &str) -> OfferingChoice {
+        let parts: Vec<&str> = id.split('/').collect();
+        OfferingChoice::new(Offering {
+            id: id.replace('/', "-").parse().unwrap(),
+            provider: ProviderKind::Sim,
+            region: parts[0].into(),
+            zone: parts[1].into(),
+            instance_type: parts[2].into(),
+            market: Market::parse(parts[3]).unwrap(),
+            price_usd_per_hour: price.parse().unwrap(),
+            gpus_per_node: 8,
+        })
+    }
+
+    fn ids(choices: &[OfferingChoice]) -> Vec<String> {
+        choices.iter().map(|c| c.offering.id.to_string()).collect()
+    }
+
+    fn node(id: &str, state: NodeState, market: Market, price: &str) -> NodeView {
+        NodeView {
+            id: NodeId(id.into()),
+            state,
+            offering: "any".parse().unwrap(),
+            market,
+            request: None,
+            destination: if state.is_warm() { Destination::Warm } else { Destination::Serve },
+            price_usd_per_hour: price.parse().unwrap(),
+            reclaiming: false,
+        }
+    }
+
+    fn run(pool: &PoolSpec, offerings: &[OfferingChoice], nodes: &[NodeView], target: u32) -> Plan {
+        plan(&PlanInput {
+            pool,
+            offerings,
+            nodes,
+            controller_target: target,
+            borrowed: 0,
+            requests: &[],
+            budget: None,
+            budget_action: HardAction::Clamp,
+            hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: None,
+        })
+    }
+
+    fn launched(plan: &Plan) -> Vec<(String, Option<FallbackKind>)> {
+        plan.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Launch { offering, fallback, .. } => Some((offering.to_string(), *fallback)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reservations_come_before_new_capacity_and_stop_when_full() {
+        let mut reserved = offering("r1/z1/p5/reserved", "30");
+        reserved.reservation_free = Some(2);
+        let offerings = [offering("r1/z1/p5/on-demand", "55"), reserved];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let got: Vec<String> = launched(&run(&p, &offerings, &[], 3)).into_iter().map(|l| l.0).collect();
+        assert_eq!(got, ["r1-z1-p5-reserved", "r1-z1-p5-reserved", "r1-z1-p5-on-demand"]);
+    }
+
+    #[test]
+    fn on_demand_base_then_spot_share_like_a_mixed_instances_policy() {
+        let offerings = [offering("r1/z1/g6/on-demand", "0.80"), offering("r1/z1/g6/spot", "0.30")];
+        let supply = SupplyPolicy {
+            on_demand_base: 2,
+            spot_percent_above_base: 50,
+            ..SupplyPolicy::default()
+        };
+        let p = pool(&ids(&offerings), supply);
+        let got = launched(&run(&p, &offerings, &[], 6));
+        let spot = got.iter().filter(|l| l.0.ends_with("spot")).count();
+        assert_eq!(got.len(), 6);
+        // Two on-demand for the base, then half of the remaining four on spot.
+        assert!(got[..2].iter().all(|l| l.0.ends_with("on-demand")), "{got:?}");
+        assert_eq!(spot, 2, "{got:?}");
+    }
+
+    #[test]
+    fn spot_refused_falls_back_to_on_demand_and_the_price_cap_excludes_dear_spot() {
+        let mut spot = offering("r1/z1/g6/spot", "0.30");
+        spot.available = false;
+        let offerings = [spot, offering("r1/z1/g6/on-demand", "0.80")];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let got = launched(&run(&p, &offerings, &[], 1));
+        assert_eq!(got[0].0, "r1-z1-g6-on-demand");
+
+        let offerings = [offering("r1/z1/g6/spot", "0.60"), offering("r1/z1/g6/on-demand", "0.80")];
+        let capped = SupplyPolicy {
+            spot_max_price: Some("0.50".parse().unwrap()),
+            ..SupplyPolicy::default()
+        };
+        let got = launched(&run(&pool(&ids(&offerings), capped), &offerings, &[], 1));
+        assert_eq!(got[0].0, "r1-z1-g6-on-demand", "spot above the cap is not bought");
+    }
+
+    #[test]
+    fn recent_refusals_outrank_a_small_price_difference() {
+        let mut cheap = offering("r1/z1/p4d/on-demand", "20");
+        cheap.recent_refusals = 2;
+        let offerings = [cheap, offering("r1/z2/p4d/on-demand", "22")];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let got = launched(&run(&p, &offerings, &[], 1));
+        assert_eq!(got, [("r1-z2-p4d-on-demand".to_string(), Some(FallbackKind::Zone))]);
+    }
+
+    #[test]
+    fn each_fallback_is_named_by_the_widest_step_it_took() {
+        let first = offering("r1/z1/p4d/on-demand", "20");
+        for (other, kind) in [
+            ("r1/z1/p5/on-demand", FallbackKind::InstanceType),
+            ("r1/z2/p4d/on-demand", FallbackKind::Zone),
+            ("r2/z9/p4d/on-demand", FallbackKind::Region),
+        ] {
+            let mut gone = first.clone();
+            gone.available = false;
+            let offerings = [gone, offering(other, "30")];
+            let p = pool(&ids(&offerings), SupplyPolicy::default());
+            assert_eq!(launched(&run(&p, &offerings, &[], 1))[0].1, Some(kind), "{other}");
+        }
+    }
+
+    #[test]
+    fn no_offering_left_is_unserved_for_the_fallback_pool() {
+        let mut gone = offering("r1/z1/p4d/on-demand", "20");
+        gone.available = false;
+        let offerings = [gone];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let planned = run(&p, &offerings, &[], 3);
+        assert_eq!(planned.unserved, 3);
+        assert_eq!(planned.refused(RefusalReason::NoOffering), 3);
+    }
+
+    #[test]
+    fn the_global_ceiling_and_the_period_limit_clamp() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let mut input = PlanInput {
+            pool: &p,
+            offerings: &offerings,
+            nodes: &[],
+            controller_target: 5,
+            borrowed: 0,
+            requests: &[],
+            budget: None,
+            budget_action: HardAction::Clamp,
+            hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: Some(2),
+        };
+        let ceiling = plan(&input);
+        assert_eq!(launched(&ceiling).len(), 2);
+        assert_eq!(ceiling.refused(RefusalReason::GlobalCeiling), 3);
+
+        let limited = PlanInput {
+            pool: &pool(
+                &ids(&offerings),
+                SupplyPolicy {
+                    max_launches_per_period: Some(4),
+                    ..SupplyPolicy::default()
+                },
+            ),
+            ..input.clone()
+        };
+        input = PlanInput {
+            launches_in_period: 3,
+            global_room: None,
+            ..limited
+        };
+        let period = plan(&input);
+        assert_eq!(launched(&period).len(), 1, "four per period, three already made");
+        assert_eq!(period.deferred, 4);
+    }
+
+    #[test]
+    fn running_warm_nodes_wake_before_stopped_ones() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let mut nodes = [
+            node("stopped", NodeState::Warm, Market::OnDemand, "20"),
+            node("running", NodeState::Standby, Market::OnDemand, "20"),
+        ];
+        for n in &mut nodes {
+            n.offering = offerings[0].offering.id.clone();
+        }
+        let mut p = pool(&ids(&offerings), SupplyPolicy::default());
+        p.warm_pool_size = 2;
+        let planned = run(&p, &offerings, &nodes, 1);
+        assert!(matches!(&planned.actions[0], Action::Wake { node, .. } if node.0 == "running"));
+        // The stopped node stays parked; the floor of two is refilled with a new warm node.
+        assert!(matches!(
+            &planned.actions[1..],
+            [Action::Launch { destination: Destination::Warm, .. }]
+        ));
+    }
+
+    #[test]
+    fn a_reclaimed_node_is_replaced_before_it_is_gone() {
+        let offerings = [offering("r1/z1/g6/spot", "0.3"), offering("r1/z1/g6/on-demand", "0.8")];
+        let mut doomed = node("doomed", NodeState::Serving, Market::Spot, "0.3");
+        doomed.reclaiming = true;
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let planned = run(&p, &offerings, &[doomed], 1);
+        assert_eq!(launched(&planned).len(), 1, "the replacement is planned at once");
+        assert!(!planned.actions.iter().any(|a| matches!(a, Action::Release { .. })));
+    }
+
+    #[test]
+    fn scale_in_releases_on_demand_before_reserved_and_never_a_booting_node() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let nodes = [
+            node("reserved", NodeState::Serving, Market::Reserved, "12"),
+            node("on-demand", NodeState::Serving, Market::OnDemand, "20"),
+            node("spot", NodeState::Serving, Market::Spot, "8"),
+            node("booting", NodeState::Booting, Market::OnDemand, "30"),
+        ];
+        let mut p = pool(&ids(&offerings), SupplyPolicy::default());
+        p.min_replicas = 1;
+        let planned = run(&p, &offerings, &nodes, 0);
+        let released: Vec<&str> = planned
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Release { node, .. } => Some(node.0.as_str()),
+                _ => None,
+            })
+            .collect();
+        // Four active, min one: three are surplus, but the booting node may not go, and one
+        // serving node stays until it is ready.
+        assert_eq!(released, ["on-demand", "spot"]);
+    }
+
+    #[test]
+    fn a_lowered_warm_floor_gives_back_parked_nodes() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let mut nodes = [
+            node("w1", NodeState::Warm, Market::OnDemand, "20"),
+            node("w2", NodeState::Warm, Market::OnDemand, "20"),
+        ];
+        for n in &mut nodes {
+            n.offering = offerings[0].offering.id.clone();
+        }
+        let mut p = pool(&ids(&offerings), SupplyPolicy::default());
+        p.warm_pool_size = 1;
+        let planned = run(&p, &offerings, &nodes, 0);
+        assert_eq!(
+            planned.actions.iter().filter(|a| matches!(a, Action::Release { to_warm: false, .. })).count(),
+            1
         );
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AccountName, LadderRung, OfferingId, PoolName};
+use crate::{AccountName, LadderRung, Money, OfferingId, PoolName};
 
 /// How long each rung of the cold-start ladder takes on this pool's nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,4 +130,61 @@ pub struct PoolSpec {
     pub warm_pool_size: u32,
     pub ladder: ColdStartLadder,
     pub scaling: ScalingPolicy,
+    pub supply: SupplyPolicy,
+}
+
+/// How a warm node waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarmMode {
+    /// Stopped: costs only its disk; waking skips node acquisition and image pull.
+    #[default]
+    Stopped,
+    /// Running without traffic: billed by the hour, serves the moment it is woken.
+    Running,
+}
+
+impl WarmMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarmMode::Stopped => "stopped",
+            WarmMode::Running => "running",
+        }
+    }
+}
+
+/// Where a pool's capacity comes from and what the governor allows it to buy: the order of
+/// supply after warm nodes and reservations, and the limits that stop a stampede.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupplyPolicy {
+    /// New replicas up to this count are on-demand (reservations count toward it)...
+    pub on_demand_base: u32,
+    /// ...and of the replicas above the base, this percentage goes to spot (0..=100), like an
+    /// auto scaling group's mixed instances policy.
+    pub spot_percent_above_base: u32,
+    /// Spot offerings priced above this are not bought (the cap is also the bid).
+    pub spot_max_price: Option<Money>,
+    pub warm_mode: WarmMode,
+    /// Serving nodes released by scale-in refill the warm pool instead of terminating.
+    pub reuse_on_scale_in: bool,
+    /// A pool that serves this pool's traffic when no offering of its own can (a smaller model).
+    pub fallback_pool: Option<PoolName>,
+    /// At most this many launches per `launch_period`, whatever asks for them.
+    pub max_launches_per_period: Option<u32>,
+    pub launch_period: Duration,
+}
+
+impl Default for SupplyPolicy {
+    fn default() -> Self {
+        SupplyPolicy {
+            on_demand_base: 0,
+            spot_percent_above_base: 100,
+            spot_max_price: None,
+            warm_mode: WarmMode::Stopped,
+            reuse_on_scale_in: true,
+            fallback_pool: None,
+            max_launches_per_period: None,
+            launch_period: Duration::from_secs(60),
+        }
+    }
 }

@@ -64,6 +64,8 @@ pub enum RefusalReason {
     Budget,
     /// The pool is at its maximum replica count.
     MaxReplicas,
+    /// Every pool together is at the deployment's ceiling.
+    GlobalCeiling,
     /// Every allowed offering is unavailable.
     NoOffering,
 }
@@ -74,6 +76,7 @@ impl RefusalReason {
             RefusalReason::Cloud(class) => format!("cloud_{}", class.as_str()),
             RefusalReason::Budget => "budget".to_string(),
             RefusalReason::MaxReplicas => "max_replicas".to_string(),
+            RefusalReason::GlobalCeiling => "global_ceiling".to_string(),
             RefusalReason::NoOffering => "no_offering".to_string(),
         }
     }
@@ -82,6 +85,7 @@ impl RefusalReason {
         Some(match code {
             "budget" => RefusalReason::Budget,
             "max_replicas" => RefusalReason::MaxReplicas,
+            "global_ceiling" => RefusalReason::GlobalCeiling,
             "no_offering" => RefusalReason::NoOffering,
             other => {
                 let class = other.strip_prefix("cloud_")?;
@@ -126,6 +130,7 @@ mod tests {
             RefusalReason::Cloud(ErrorClass::InvalidRequest),
             RefusalReason::Budget,
             RefusalReason::MaxReplicas,
+            RefusalReason::GlobalCeiling,
             RefusalReason::NoOffering,
         ] {
             assert_eq!(RefusalReason::parse(&reason.code()), Some(reason));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use headroom_core::pool::{ColdStartLadder, ScalingPolicy};
 use headroom_core::{
     AccountName, Budget, BudgetPeriod, HardAction, Market, Money, Offering, OfferingId, PoolName,
-    PoolSpec, ProviderKind,
+    PoolSpec, ProviderKind, SupplyPolicy, WarmMode,
 };
 use serde::Deserialize;
 
@@ -59,6 +59,8 @@ pub struct EngineSettings {
     pub offering_cooldown: Duration,
     /// A cloud call still unanswered after this is abandoned as a transient error.
     pub provider_timeout: Duration,
+    /// The governor's ceiling across every pool: nodes that exist (starting, serving, warm).
+    pub global_max_nodes: Option<u32>,
 }
 
 /// `[api]`: limits every request meets.
@@ -89,6 +91,17 @@ pub struct OfferingConfig {
     pub sim_ladder: ColdStartLadder,
     /// Simulated cloud only: mean interruptions per spot instance-hour.
     pub sim_spot_interruptions_per_hour: f64,
+    /// For market "reserved": the reservation or capacity block behind the offering.
+    pub reservation: Option<Reservation>,
+}
+
+/// A reservation (or capacity block): nodes already committed to, usable by the pools that list
+/// its offering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    pub nodes: u32,
+    /// When it ends, if it does: alerts warn before.
+    pub ends_at: Option<headroom_core::Timestamp>,
 }
 
 impl Config {
@@ -212,6 +225,7 @@ struct RawEngine {
     offering_cooldown: String,
     #[serde(default = "default_provider_timeout")]
     provider_timeout: String,
+    global_max_nodes: Option<u32>,
 }
 
 fn default_provider_timeout() -> String {
@@ -225,7 +239,7 @@ fn default_hold_horizon() -> String {
     "1h".into()
 }
 fn default_cooldown() -> String {
-    "5m".into()
+    "3m".into()
 }
 
 impl Default for RawEngine {
@@ -235,6 +249,7 @@ impl Default for RawEngine {
             hold_horizon: default_hold_horizon(),
             offering_cooldown: default_cooldown(),
             provider_timeout: default_provider_timeout(),
+            global_max_nodes: None,
         }
     }
 }
@@ -275,6 +290,8 @@ struct RawOffering {
     sim_ladder: Option<RawLadder>,
     #[serde(default)]
     sim_spot_interruptions_per_hour: f64,
+    reserved_nodes: Option<u32>,
+    reservation_ends: Option<String>,
 }
 
 fn default_sim_capacity() -> u32 {
@@ -322,7 +339,24 @@ struct RawPool {
     warm_pool_size: u32,
     ladder: RawLadder,
     scaling: RawScaling,
+    #[serde(default)]
+    supply: RawSupply,
     scrape: Option<RawScrape>,
+}
+
+/// `[pools.supply]`: the order of supply and the governor's per-pool limits; see
+/// `SupplyPolicy`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSupply {
+    on_demand_base: Option<u32>,
+    spot_percent_above_base: Option<u32>,
+    spot_max_price_usd_per_hour: Option<Money>,
+    warm_mode: Option<String>,
+    reuse_on_scale_in: Option<bool>,
+    fallback_pool: Option<PoolName>,
+    max_launches_per_period: Option<u32>,
+    launch_period: Option<String>,
 }
 
 /// `[pools.scrape]`: where to read the pool's signals, and `[pools.scrape.series]`: which series.
@@ -368,6 +402,61 @@ impl Problems<'_> {
     fn add(&mut self, key: &str, what: impl fmt::Display, fix: impl fmt::Display) {
         self.lines
             .push(format!("{}: key `{key}`: {what}; fix: {fix}", self.origin));
+    }
+
+    fn supply(&mut self, key: &str, raw: &RawSupply, pool: &PoolName) -> SupplyPolicy {
+        let d = SupplyPolicy::default();
+        let percent = raw.spot_percent_above_base.unwrap_or(d.spot_percent_above_base);
+        if percent > 100 {
+            self.add(
+                &format!("{key}.spot_percent_above_base"),
+                format!("{percent} is above 100"),
+                "use a percentage from 0 (all on-demand) to 100 (all spot)",
+            );
+        }
+        let warm_mode = match raw.warm_mode.as_deref() {
+            None | Some("stopped") => WarmMode::Stopped,
+            Some("running") => WarmMode::Running,
+            Some(other) => {
+                self.add(
+                    &format!("{key}.warm_mode"),
+                    format!("{other:?} is not a warm mode"),
+                    "use \"stopped\" or \"running\"",
+                );
+                WarmMode::Stopped
+            }
+        };
+        if raw.fallback_pool.as_ref() == Some(pool) {
+            self.add(
+                &format!("{key}.fallback_pool"),
+                "names the pool itself",
+                "name another pool (a smaller model) or remove it",
+            );
+        }
+        if raw.max_launches_per_period == Some(0) {
+            self.add(
+                &format!("{key}.max_launches_per_period"),
+                "must be at least 1",
+                "raise it, or remove it for no per-period limit",
+            );
+        }
+        let launch_period = match &raw.launch_period {
+            Some(text) => self.duration(&format!("{key}.launch_period"), text),
+            None => d.launch_period,
+        };
+        if launch_period.is_zero() {
+            self.add(&format!("{key}.launch_period"), "must be more than zero", "use e.g. \"60s\"");
+        }
+        SupplyPolicy {
+            on_demand_base: raw.on_demand_base.unwrap_or(d.on_demand_base),
+            spot_percent_above_base: percent.min(100),
+            spot_max_price: raw.spot_max_price_usd_per_hour,
+            warm_mode,
+            reuse_on_scale_in: raw.reuse_on_scale_in.unwrap_or(d.reuse_on_scale_in),
+            fallback_pool: raw.fallback_pool.clone(),
+            max_launches_per_period: raw.max_launches_per_period,
+            launch_period,
+        }
     }
 
     fn duration(&mut self, key: &str, text: &str) -> Duration {
@@ -542,7 +631,15 @@ impl RawConfig {
             offering_cooldown: p
                 .duration("engine.offering_cooldown", &self.engine.offering_cooldown),
             provider_timeout: p.duration("engine.provider_timeout", &self.engine.provider_timeout),
+            global_max_nodes: self.engine.global_max_nodes,
         };
+        if engine.global_max_nodes == Some(0) {
+            p.add(
+                "engine.global_max_nodes",
+                "must be at least 1",
+                "raise it, or remove it for no ceiling",
+            );
+        }
         if engine.tick < Duration::from_millis(50) || engine.tick > Duration::from_secs(300) {
             p.add(
                 "engine.tick",
@@ -592,6 +689,41 @@ impl RawConfig {
                     p.add(&format!("{key}.{field}"), "must not be empty", "fill it in");
                 }
             }
+            let reservation = match (o.market, o.reserved_nodes) {
+                (Market::Reserved, Some(nodes)) if nodes > 0 => Some(Reservation {
+                    nodes,
+                    ends_at: o.reservation_ends.as_deref().and_then(|text| {
+                        match text.parse::<headroom_core::Timestamp>() {
+                            Ok(t) => Some(t),
+                            Err(_) => {
+                                p.add(
+                                    &format!("{key}.reservation_ends"),
+                                    format!("{text:?} is not a timestamp"),
+                                    "write RFC 3339, e.g. \"2026-12-31T00:00:00Z\"",
+                                );
+                                None
+                            }
+                        }
+                    }),
+                }),
+                (Market::Reserved, _) => {
+                    p.add(
+                        &format!("{key}.reserved_nodes"),
+                        "a reserved offering needs the number of nodes reserved",
+                        "set reserved_nodes = N (at least 1)",
+                    );
+                    None
+                }
+                (_, Some(_)) => {
+                    p.add(
+                        &format!("{key}.reserved_nodes"),
+                        "only a reserved offering has reserved nodes",
+                        "set market = \"reserved\" or remove reserved_nodes",
+                    );
+                    None
+                }
+                (_, None) => None,
+            };
             let sim_ladder = match &o.sim_ladder {
                 Some(l) => p.ladder(&format!("{key}.sim_ladder"), l),
                 None => DEFAULT_SIM_LADDER,
@@ -610,6 +742,7 @@ impl RawConfig {
                 sim_capacity: o.sim_capacity,
                 sim_ladder,
                 sim_spot_interruptions_per_hour: o.sim_spot_interruptions_per_hour,
+                reservation,
             });
         }
 
@@ -716,6 +849,7 @@ impl RawConfig {
                 );
             }
             let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
+            let supply = p.supply(&format!("{key}.supply"), &raw.supply, &raw.name);
             pools.push(PoolSpec {
                 name: raw.name,
                 account: raw.account,
@@ -726,7 +860,27 @@ impl RawConfig {
                 warm_pool_size: raw.warm_pool_size,
                 ladder,
                 scaling,
+                supply,
             });
+        }
+        for (i, pool) in pools.iter().enumerate() {
+            let Some(target) = &pool.supply.fallback_pool else {
+                continue;
+            };
+            let key = format!("pools[{i}].supply.fallback_pool");
+            match pools.iter().find(|q| &q.name == target) {
+                None => p.add(
+                    &key,
+                    format!("names unknown pool {target}"),
+                    "name a pool defined in this file",
+                ),
+                Some(q) if q.supply.fallback_pool.is_some() => p.add(
+                    &key,
+                    format!("pool {target} has a fallback pool of its own"),
+                    "fall back one step only: point at a pool without fallback_pool",
+                ),
+                Some(_) => {}
+            }
         }
 
         let mut budgets = Vec::new();

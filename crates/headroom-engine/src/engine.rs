@@ -1,6 +1,6 @@
 //! The executor and its reconcile loop.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use headroom_cloud::{
@@ -12,12 +12,13 @@ use headroom_core::controller::{
     self, Classification, ControllerMemory, Decision, HoldReason, Limit, ReplicaCounts, Rule,
     Signals,
 };
+use headroom_core::admission::{self, AdmissionInput, TierAdmission};
 use headroom_core::planner::{
-    self, Action, Destination, NodeView, OfferingChoice, OpenRequest, PlanInput,
+    self, Action, Destination, FallbackKind, NodeView, OfferingChoice, OpenRequest, PlanInput,
 };
 use headroom_core::{
-    CapacityRequest, HardAction, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
-    PoolSpec, RefusalReason, RequestId, Timestamp,
+    CapacityRequest, ErrorClass, HardAction, Money, NodeId, NodeState, Offering, OfferingId,
+    PoolName, PoolSpec, RefusalReason, RequestId, Timestamp,
 };
 use headroom_ledger::{Admission, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
@@ -105,6 +106,30 @@ pub struct PoolStatus {
     /// Decisions are recorded but not executed.
     pub shadow: bool,
     pub last_signal: Option<Signals>,
+    /// Warm nodes that are running (standby), included in `warm`.
+    pub warm_running: u32,
+    /// The governor's last clamp of this pool's demand, if it still stands: the reason
+    /// (`max_replicas`, `global_ceiling`, `budget`, `no_offering`) and the replicas refused.
+    pub clamped: Option<Clamp>,
+    /// Set when a cloud said the pool's request is invalid or not permitted: the pool launches
+    /// nothing until the configuration is fixed and Headroom restarted.
+    pub halted: Option<String>,
+    /// Replicas this pool runs for pools that fell back to it (it is their smaller model).
+    pub serving_for_others: u32,
+    /// Replicas this pool could not supply and handed to its fallback pool.
+    pub handed_to_fallback: u32,
+    /// Ready replicas measured demand calls for (0 while the pool holds), which shedding compares
+    /// with what can serve in time.
+    pub demand: u32,
+    /// What the serving layer should admit, per priority tier (also `GET .../admission`).
+    pub admission: Vec<TierAdmission>,
+}
+
+/// A standing clamp of a pool's demand (the HPA's ScalingLimited, made visible).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Clamp {
+    pub reason: String,
+    pub replicas: u32,
 }
 
 #[derive(Debug, Default)]
@@ -126,7 +151,29 @@ struct LoopState {
     /// The controller's last answer per pool, for status.
     decisions: HashMap<PoolName, controller::Decision>,
     status: BTreeMap<PoolName, PoolStatus>,
+    /// When each offering was refused recently, for the planner's price-capacity ranking.
+    refusal_log: HashMap<OfferingId, VecDeque<Timestamp>>,
+    /// Launch intents per pool in the current launch period (the governor's per-period limit).
+    launch_log: HashMap<PoolName, VecDeque<Timestamp>>,
+    /// Replicas handed to a fallback pool: fallback pool → (pool that fell back → replicas).
+    borrowed: HashMap<PoolName, BTreeMap<PoolName, u32>>,
+    /// Pools stopped by an invalid-request or permission refusal, with the cloud's message.
+    halted: HashMap<PoolName, String>,
+    /// Client tokens of instances under an interruption notice, from the last inventory.
+    reclaiming: HashSet<String>,
+    /// Nodes whose interruption notice has been recorded.
+    noticed: HashSet<NodeId>,
+    /// Reservations with no node on them, since when.
+    reservation_idle_since: HashMap<OfferingId, Timestamp>,
 }
+
+/// A reservation unused this long raises an alert...
+const RESERVATION_IDLE_ALERT: chrono::Duration = chrono::Duration::minutes(30);
+/// ...and so does one ending within this.
+const RESERVATION_ENDING_ALERT: chrono::Duration = chrono::Duration::days(7);
+
+/// How far back refusals count against an offering in the planner's ranking.
+const RECENT_REFUSALS: chrono::Duration = chrono::Duration::minutes(15);
 
 /// Applies the core's decisions. One `tick` at a time (the loop is the only caller that mutates
 /// the cloud); API handlers only read status and append capacity requests.
@@ -176,6 +223,9 @@ const MAX_REQUEST_SPANS: usize = 10_000;
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
 /// pool can need one round per offering plus one.
 const MAX_FALLBACK_ROUNDS: usize = 16;
+
+/// Extra attempts at a throttled launch within one tick (100 ms .. 2 s apart, jittered).
+const THROTTLE_RETRIES: usize = 3;
 
 impl Engine {
     pub fn new(
@@ -254,6 +304,13 @@ impl Engine {
             classification: None,
             shadow: pool.scaling.shadow,
             last_signal: None,
+            warm_running: 0,
+            clamped: None,
+            halted: None,
+            serving_for_others: 0,
+            handed_to_fallback: 0,
+            demand: 0,
+            admission: Vec::new(),
         }
     }
 
@@ -357,6 +414,36 @@ impl Engine {
                 )),
                 _ => {}
             }
+            if let Some(why) = &status.halted {
+                holding.push(Alert::new(
+                    "PoolHalted",
+                    "critical",
+                    &[("pool", pool.clone())],
+                    format!("pool {pool} launches nothing: the cloud refused its request as invalid or not permitted ({why}); fix the configuration or permissions and restart"),
+                ));
+            }
+            if status.handed_to_fallback > 0 {
+                holding.push(Alert::new(
+                    "PoolServedByFallback",
+                    "warning",
+                    &[("pool", pool.clone())],
+                    format!("pool {pool}: no offering can supply {} replicas; its fallback pool (a smaller model) serves that traffic", status.handed_to_fallback),
+                ));
+            }
+            let shed: Vec<&str> = status
+                .admission
+                .iter()
+                .filter(|t| !t.admit)
+                .map(|t| t.priority.as_str())
+                .collect();
+            if !shed.is_empty() {
+                holding.push(Alert::new(
+                    "PoolShedding",
+                    "warning",
+                    &[("pool", pool.clone())],
+                    format!("pool {pool} is shedding tiers {} until capacity lands ({} ready of {} wanted)", shed.join(", "), status.ready, status.unclamped_desired),
+                ));
+            }
             if status.warm_pool_size > 0 && status.warm == 0 {
                 holding.push(Alert::new(
                     "WarmPoolDepleted",
@@ -402,6 +489,43 @@ impl Engine {
             holding.push(alert);
         }
         if owns_budgets {
+            let live = self.ledger.live_nodes().await?;
+            for o in &self.config.offerings {
+                let Some(reservation) = o.reservation else {
+                    continue;
+                };
+                let used = live.iter().filter(|e| e.offering == o.offering.id).count() as u32;
+                let labels = [("offering", o.offering.id.to_string())];
+                let idle_since = {
+                    let mut st = self.state();
+                    if used > 0 {
+                        st.reservation_idle_since.remove(&o.offering.id);
+                        None
+                    } else {
+                        Some(*st.reservation_idle_since.entry(o.offering.id.clone()).or_insert(now))
+                    }
+                };
+                if let Some(since) = idle_since
+                    && now - since >= RESERVATION_IDLE_ALERT
+                {
+                    holding.push(Alert::new(
+                        "ReservationIdle",
+                        "warning",
+                        &labels,
+                        format!("reservation {} ({} nodes) has been unused since {since}: it is paid for either way; route a pool to it or release it", o.offering.id, reservation.nodes),
+                    ));
+                }
+                if let Some(ends) = reservation.ends_at
+                    && ends - now <= RESERVATION_ENDING_ALERT
+                {
+                    holding.push(Alert::new(
+                        "ReservationEnding",
+                        "warning",
+                        &labels,
+                        format!("reservation {} ends at {ends} with {used} of {} nodes in use; renew it or make room on other offerings", o.offering.id, reservation.nodes),
+                    ));
+                }
+            }
             for budget in self.ledger.budgets().await? {
                 let s = self.ledger.budget_standing(&budget, now).await?;
                 let committed = s.spent + s.held;
@@ -627,6 +751,24 @@ impl Engine {
             .collect();
         let known: std::collections::HashSet<&str> =
             live.iter().map(|e| e.client_token.as_str()).collect();
+        self.state().reclaiming = inventory
+            .iter()
+            .filter(|i| i.interruption_notice.is_some() && i.phase != InstancePhase::Interrupted)
+            .map(|i| i.client_token.clone())
+            .collect();
+        {
+            let live_ids: HashSet<&NodeId> = live.iter().map(|e| &e.node).collect();
+            self.state().noticed.retain(|n| live_ids.contains(n));
+        }
+        for last in live.iter().filter(|e| owned.contains(&e.pool)) {
+            if let Some(instance) = by_token.get(last.client_token.as_str())
+                && let Some(reclaim_at) = instance.interruption_notice
+                && instance.phase != InstancePhase::Interrupted
+                && !last.state.is_warm()
+            {
+                self.record_interruption_notice(last, reclaim_at).await?;
+            }
+        }
 
         for last in live.iter().filter(|e| owned.contains(&e.pool)) {
             let instance = by_token.get(last.client_token.as_str()).copied();
@@ -658,6 +800,46 @@ impl Engine {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Records an interruption notice once per node: the decision log says what happened and
+    /// when the node goes, the metric counts it, and the offering ranks lower for a while. The
+    /// planner, which no longer counts the node, launches its replacement in this same tick.
+    async fn record_interruption_notice(
+        &self,
+        last: &NodeEvent,
+        reclaim_at: Timestamp,
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        {
+            let mut st = self.state();
+            if !st.noticed.insert(last.node.clone()) {
+                return Ok(());
+            }
+            st.refusal_log
+                .entry(last.offering.clone())
+                .or_default()
+                .push_back(now);
+        }
+        tracing::warn!(pool = %last.pool, node = %last.node, offering = %last.offering, %reclaim_at, "spot interruption notice; replacing the node now");
+        self.metrics
+            .interruption_notices
+            .get_or_create(&crate::metrics::PoolLabels {
+                pool: last.pool.to_string(),
+            })
+            .inc();
+        let entry = serde_json::json!({
+            "at": now,
+            "event": "interruption_notice",
+            "node": last.node,
+            "offering": last.offering,
+            "reclaim_at": reclaim_at,
+            "reason": "the cloud will reclaim this spot node; a replacement is planned now",
+        });
+        self.ledger
+            .append_decision(&last.pool, now, &entry.to_string())
+            .await?;
         Ok(())
     }
 
@@ -700,7 +882,11 @@ impl Engine {
                 }
             }
             (
-                NodeState::Launching | NodeState::Booting | NodeState::Serving | NodeState::Warm,
+                NodeState::Launching
+                | NodeState::Booting
+                | NodeState::Serving
+                | NodeState::Warm
+                | NodeState::Standby,
                 Some(InstancePhase::Interrupted),
             ) => {
                 append(NodeState::Interrupted, "spot_interruption").await?;
@@ -726,11 +912,19 @@ impl Engine {
         Ok(())
     }
 
-    /// Stops the node's instance (it keeps its disk) and parks it warm, detached from any request.
+    /// Parks the node warm, detached from any request: running (standby) when its pool keeps
+    /// warm nodes running, else stopped (it keeps its disk).
     async fn stop_to_warm(&self, last: &NodeEvent, reason: &str) -> Result<(), EngineError> {
         let Some(id) = last.instance.clone().map(InstanceId) else {
             return self.terminate_node(last, reason).await;
         };
+        if self.config.pool(&last.pool).is_some_and(planner::parks_running) {
+            let mut e = last.next(NodeState::Standby, reason, self.clock.now());
+            e.request = None;
+            e.destination = Destination::Warm;
+            self.ledger.append_node_event(&e).await?;
+            return Ok(());
+        }
         match self.cloud.stop(&id).await {
             Ok(_) => {
                 let mut e = last.next(NodeState::Warm, reason, self.clock.now());
@@ -779,7 +973,21 @@ impl Engine {
                 request: intent.request.as_ref().map(|r| r.0.clone()),
             },
         };
-        let result = self.cloud.launch(&spec).await;
+        // Throttling is retried here, a few times with jittered backoff, within the tick; past
+        // that the intent stays and the next tick repeats it with the same client token.
+        let result = {
+            use backon::{ExponentialBuilder, Retryable};
+            (|| self.cloud.launch(&spec))
+                .retry(
+                    ExponentialBuilder::default()
+                        .with_min_delay(std::time::Duration::from_millis(100))
+                        .with_max_delay(std::time::Duration::from_secs(2))
+                        .with_max_times(THROTTLE_RETRIES)
+                        .with_jitter(),
+                )
+                .when(|e: &CloudError| e.class() == ErrorClass::Throttled)
+                .await
+        };
         let now = self.clock.now();
         match result {
             Ok(instance) => {
@@ -821,14 +1029,14 @@ impl Engine {
                     })
                     .inc();
                 if class.falls_back() {
-                    self.metrics
-                        .fallbacks
-                        .get_or_create(&crate::metrics::FallbackLabels {
-                            pool: pool.name.to_string(),
-                            class: class.as_str().to_string(),
-                        })
-                        .inc();
                     self.mark_unavailable(&offering.id);
+                } else if class == ErrorClass::InvalidRequest {
+                    // Our request is wrong or not permitted: every retry would fail the same way
+                    // (and may spam the cloud's audit log). Stop the pool and alert.
+                    tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused as invalid or not permitted; pool halted");
+                    self.state()
+                        .halted
+                        .insert(pool.name.clone(), format!("{} on {}: {err}", err.code(), offering.id));
                 } else {
                     tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused; not falling back for this class");
                 }
@@ -837,14 +1045,19 @@ impl Engine {
         }
     }
 
-    /// Skips `offering` in plans for the configured cooldown.
+    /// Skips `offering` in plans for the configured cooldown, and remembers the refusal for
+    /// the ranking after that.
     fn mark_unavailable(&self, offering: &OfferingId) {
-        let until = self.clock.now()
+        let now = self.clock.now();
+        let until = now
             + chrono::Duration::from_std(self.config.engine.offering_cooldown)
-                .unwrap_or(chrono::Duration::minutes(5));
-        self.state()
-            .unavailable_until
-            .insert(offering.clone(), until);
+                .unwrap_or(chrono::Duration::minutes(3));
+        let mut st = self.state();
+        st.unavailable_until.insert(offering.clone(), until);
+        st.refusal_log
+            .entry(offering.clone())
+            .or_default()
+            .push_back(now);
     }
 
     async fn reconcile_pool(&self, pool: &PoolSpec) -> Result<(), EngineError> {
@@ -945,39 +1158,80 @@ impl Engine {
             }
         }
 
+        if let Some(why) = self.state().halted.get(&pool.name) {
+            tracing::debug!(pool = %pool.name, %why, "pool halted; not planning");
+            return Ok(());
+        }
+        let mut unserved = 0;
         for _round in 0..MAX_FALLBACK_ROUNDS {
-            let live: Vec<NodeEvent> = self
-                .ledger
-                .live_nodes()
-                .await?
-                .into_iter()
-                .filter(|e| e.pool == pool.name)
-                .collect();
-            let nodes: Vec<NodeView> = live
+            let all_live = self.ledger.live_nodes().await?;
+            let live: Vec<NodeEvent> = all_live
                 .iter()
-                .map(|e| NodeView {
-                    id: e.node.clone(),
-                    state: e.state,
-                    offering: e.offering.clone(),
-                    request: e.request.clone().filter(|r| !cancelled.contains(r)),
-                    destination: e.destination,
-                    price_usd_per_hour: e.price_usd_per_hour,
-                })
+                .filter(|e| e.pool == pool.name)
+                .cloned()
                 .collect();
-            let offerings: Vec<OfferingChoice> = {
-                let st = self.state();
-                pool.offerings
+            let (nodes, offerings, launches_in_period, borrowed) = {
+                let mut st = self.state();
+                let nodes: Vec<NodeView> = live
                     .iter()
-                    .filter_map(|id| self.config.offering(id))
-                    .map(|o| OfferingChoice {
-                        offering: o.clone(),
-                        available: st
-                            .unavailable_until
-                            .get(&o.id)
-                            .is_none_or(|until| *until <= now),
+                    .map(|e| NodeView {
+                        id: e.node.clone(),
+                        state: e.state,
+                        offering: e.offering.clone(),
+                        market: e.market,
+                        request: e.request.clone().filter(|r| !cancelled.contains(r)),
+                        destination: e.destination,
+                        price_usd_per_hour: e.price_usd_per_hour,
+                        reclaiming: st.reclaiming.contains(&e.client_token),
                     })
-                    .collect()
+                    .collect();
+                let since = now - RECENT_REFUSALS;
+                let offerings: Vec<OfferingChoice> = pool
+                    .offerings
+                    .iter()
+                    .filter_map(|id| self.config.offerings.iter().find(|o| &o.offering.id == id))
+                    .map(|o| {
+                        let log = st.refusal_log.entry(o.offering.id.clone()).or_default();
+                        while log.front().is_some_and(|t| *t < since) {
+                            log.pop_front();
+                        }
+                        let recent_refusals = log.len() as u32;
+                        OfferingChoice {
+                            offering: o.offering.clone(),
+                            available: st
+                                .unavailable_until
+                                .get(&o.offering.id)
+                                .is_none_or(|until| *until <= now),
+                            recent_refusals,
+                            // A reservation is shared by every pool that lists it.
+                            reservation_free: o.reservation.map(|r| {
+                                let used = all_live
+                                    .iter()
+                                    .filter(|e| e.offering == o.offering.id)
+                                    .count() as u32;
+                                r.nodes.saturating_sub(used)
+                            }),
+                        }
+                    })
+                    .collect();
+                let period = chrono::Duration::from_std(pool.supply.launch_period)
+                    .unwrap_or(chrono::Duration::minutes(1));
+                let log = st.launch_log.entry(pool.name.clone()).or_default();
+                while log.front().is_some_and(|t| *t <= now - period) {
+                    log.pop_front();
+                }
+                let launches_in_period = log.len() as u32;
+                let borrowed: u32 = st
+                    .borrowed
+                    .get(&pool.name)
+                    .map_or(0, |from| from.values().sum());
+                (nodes, offerings, launches_in_period, borrowed)
             };
+            let global_room = self
+                .config
+                .engine
+                .global_max_nodes
+                .map(|max| max.saturating_sub(all_live.len() as u32));
             let budget_in_force = self.ledger.budget(&pool.account).await?;
             let budget = match &budget_in_force {
                 Some(b) => Some(self.ledger.budget_standing(b, now).await?),
@@ -988,16 +1242,47 @@ impl Engine {
                 offerings: &offerings,
                 nodes: &nodes,
                 controller_target,
+                borrowed,
                 requests: &open,
                 budget,
                 budget_action: budget_in_force.map_or(HardAction::Clamp, |b| b.hard_action),
                 hold_horizon: self.config.engine.hold_horizon,
+                launches_in_period,
+                global_room,
             });
+            unserved = plan.unserved;
             if !self.apply(pool, &plan.actions, &live, &requests).await? {
                 break;
             }
         }
+        self.hand_to_fallback(pool, unserved);
         Ok(())
+    }
+
+    /// Hands the organic replicas no offering of `pool` could supply to its fallback pool (a
+    /// smaller model), or takes them back once the pool can supply them again.
+    fn hand_to_fallback(&self, pool: &PoolSpec, unserved: u32) {
+        let Some(fallback) = &pool.supply.fallback_pool else {
+            return;
+        };
+        let mut st = self.state();
+        let from = st.borrowed.entry(fallback.clone()).or_default();
+        let before = from.get(&pool.name).copied().unwrap_or(0);
+        if unserved == 0 {
+            from.remove(&pool.name);
+        } else {
+            from.insert(pool.name.clone(), unserved);
+        }
+        if unserved > before {
+            tracing::warn!(pool = %pool.name, fallback = %fallback, replicas = unserved, "no offering left; the fallback pool serves the traffic");
+            self.metrics
+                .fallbacks
+                .get_or_create(&crate::metrics::FallbackLabels {
+                    pool: pool.name.to_string(),
+                    kind: FallbackKind::SmallerModel.as_str().to_string(),
+                })
+                .inc_by((unserved - before) as u64);
+        }
     }
 
     /// Applies a plan. Returns whether a cloud refused a launch, so the caller re-plans at once.
@@ -1018,6 +1303,7 @@ impl Engine {
                     request,
                     destination,
                     hold,
+                    fallback,
                 } => {
                     let Some(offering) = self.config.offering(offering).cloned() else {
                         continue;
@@ -1042,15 +1328,34 @@ impl Engine {
                     {
                         break;
                     }
-                    if let Some(err) = self
+                    self.state()
+                        .launch_log
+                        .entry(pool.name.clone())
+                        .or_default()
+                        .push_back(now);
+                    match self
                         .launch_for_intent(pool, &offering, &intent)
                         .instrument(span)
                         .await?
-                        && err.class().falls_back()
                     {
-                        // The rest of this plan assumed an offering that is gone: plan again.
-                        fell_back = true;
-                        break;
+                        Some(err) if err.class().falls_back() => {
+                            // The rest of this plan assumed an offering that is gone: plan again.
+                            fell_back = true;
+                            break;
+                        }
+                        Some(err) if err.class() == ErrorClass::InvalidRequest => break,
+                        Some(_) => {}
+                        None => {
+                            if let Some(kind) = fallback {
+                                self.metrics
+                                    .fallbacks
+                                    .get_or_create(&crate::metrics::FallbackLabels {
+                                        pool: pool.name.to_string(),
+                                        kind: kind.as_str().to_string(),
+                                    })
+                                    .inc();
+                            }
+                        }
                     }
                 }
                 Action::Wake {
@@ -1064,6 +1369,22 @@ impl Engine {
                     let Some(instance) = last.instance.clone().map(InstanceId) else {
                         continue;
                     };
+                    if last.state == NodeState::Standby {
+                        // Running warm: it serves the moment traffic is routed to it.
+                        let mut e = last.next(NodeState::Serving, "wake", now);
+                        e.request = request.clone();
+                        e.destination = Destination::Serve;
+                        e.hold = *hold;
+                        let span = self.action_span("wake", pool, request.as_ref(), node);
+                        if !self
+                            .admit_or_refuse(pool, &e, &mut pool_refusal)
+                            .instrument(span)
+                            .await?
+                        {
+                            break;
+                        }
+                        continue;
+                    }
                     let mut e = last.next(NodeState::Booting, "wake", now);
                     e.request = request.clone();
                     e.destination = Destination::Serve;
@@ -1107,6 +1428,11 @@ impl Engine {
                     let Some(last) = live.iter().find(|e| &e.node == node) else {
                         continue;
                     };
+                    if last.state.is_warm() {
+                        // A warm node above the floor serves nobody: nothing to drain.
+                        self.terminate_node(last, "warm_surplus").await?;
+                        continue;
+                    }
                     let reason = if *to_warm {
                         "release_to_warm"
                     } else {
@@ -1284,16 +1610,79 @@ impl Engine {
                 s.classification = decision.classification;
             }
             s.last_signal = st.signals.get(&pool.name).copied();
+            // Capacity that lands within the drain objective counts against the shortfall.
+            let objective = chrono::Duration::from_std(pool.scaling.backlog_drain)
+                .unwrap_or(chrono::Duration::minutes(1));
+            let mut arriving_in_time = 0;
+            let mut next_capacity: Option<chrono::Duration> = None;
             for e in live.iter().filter(|e| e.pool == pool.name) {
                 match e.state {
                     NodeState::Requested | NodeState::Launching => s.requested += 1,
                     NodeState::Booting => s.starting += 1,
-                    NodeState::Serving => s.ready += 1,
+                    NodeState::Serving if !st.reclaiming.contains(&e.client_token) => {
+                        s.ready += 1
+                    }
+                    NodeState::Serving => {}
                     NodeState::Warm => s.warm += 1,
+                    NodeState::Standby => {
+                        s.warm += 1;
+                        s.warm_running += 1;
+                    }
                     NodeState::Draining => s.draining += 1,
                     _ => {}
                 }
+                if e.state.is_starting() && e.destination == Destination::Serve {
+                    let remaining = remaining_ladder(pool, e, now);
+                    if remaining <= objective {
+                        arriving_in_time += 1;
+                    }
+                    next_capacity = Some(next_capacity.map_or(remaining, |n| n.min(remaining)));
+                }
             }
+            s.clamped = st.last_pool_refusal.get(&pool.name).map(|(reason, n)| Clamp {
+                reason: reason.code(),
+                replicas: *n,
+            });
+            s.halted = st.halted.get(&pool.name).cloned();
+            s.serving_for_others = st
+                .borrowed
+                .get(&pool.name)
+                .map_or(0, |from| from.values().sum());
+            s.handed_to_fallback = pool
+                .supply
+                .fallback_pool
+                .as_ref()
+                .and_then(|f| st.borrowed.get(f))
+                .and_then(|from| from.get(&pool.name))
+                .copied()
+                .unwrap_or(0);
+            // A shed client should come back when capacity is due; with none on its way, when a
+            // refused offering may be tried again, else after a cold start.
+            let retry = next_capacity
+                .or_else(|| {
+                    pool.offerings
+                        .iter()
+                        .filter_map(|o| st.unavailable_until.get(o))
+                        .filter(|until| **until > now)
+                        .min()
+                        .map(|until| *until - now)
+                })
+                .and_then(|d| d.to_std().ok())
+                .unwrap_or(pool.ladder.cold_total());
+            // Shedding follows measured demand only: with no usable signal the pool holds and
+            // admits everything (its own alert says the signal is missing).
+            let demand = st
+                .decisions
+                .get(&pool.name)
+                .filter(|d| d.hold.is_none())
+                .map_or(0, |d| d.unclamped);
+            s.demand = demand;
+            s.admission = admission::admission(&AdmissionInput {
+                wanted: demand.saturating_sub(s.handed_to_fallback),
+                ready: s.ready,
+                arriving_in_time,
+                next_capacity_in: retry,
+            });
             let label = |state: &str| crate::metrics::PoolStateLabels {
                 pool: pool.name.to_string(),
                 state: state.to_string(),
@@ -1405,6 +1794,21 @@ fn record_decision(
     )
 }
 
+/// How long a starting node still has to climb, by the pool's ladder estimates: a launch climbs
+/// the whole ladder, a woken stopped node only the rungs after its disk.
+fn remaining_ladder(pool: &PoolSpec, e: &NodeEvent, now: Timestamp) -> chrono::Duration {
+    let total = match (e.state, e.reason.as_deref()) {
+        (NodeState::Booting, Some("wake")) => pool.ladder.from_stopped_total(),
+        (NodeState::Booting, _) => pool
+            .ladder
+            .cold_total()
+            .saturating_sub(pool.ladder.node_acquisition),
+        _ => pool.ladder.cold_total(),
+    };
+    let total = chrono::Duration::from_std(total).unwrap_or(chrono::Duration::zero());
+    (total - (now - e.at)).max(chrono::Duration::zero())
+}
+
 fn refusal_detail(
     pool: &PoolSpec,
     reason: RefusalReason,
@@ -1420,6 +1824,9 @@ fn refusal_detail(
         RefusalReason::MaxReplicas => format!(
             "{whose} refused: pool {} is at max_replicas {}; raise max_replicas or lower demand",
             pool.name, pool.max_replicas
+        ),
+        RefusalReason::GlobalCeiling => format!(
+            "{whose} refused: every pool together is at engine.global_max_nodes; raise it or release capacity elsewhere"
         ),
         RefusalReason::Budget => format!(
             "{whose} refused: account {} has no budget left for the hold; raise its ceiling or wait for the next period",

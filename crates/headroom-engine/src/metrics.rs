@@ -41,7 +41,8 @@ pub struct RefusalLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FallbackLabels {
     pub pool: String,
-    pub class: String,
+    /// instance_type, zone, region or smaller_model.
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,6 +74,7 @@ pub struct Metrics {
     pub decisions: Family<RuleLabels, Counter>,
     pub refusals: Family<RefusalLabels, Counter>,
     pub fallbacks: Family<FallbackLabels, Counter>,
+    pub interruption_notices: Family<PoolLabels, Counter>,
     pub provider_call_seconds: Family<CallLabels, Histogram>,
     pub provider_errors: Family<CallErrorLabels, Counter>,
     pub budget_ceiling_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -91,6 +93,7 @@ impl Default for Metrics {
             decisions: Family::default(),
             refusals: Family::default(),
             fallbacks: Family::default(),
+            interruption_notices: Family::default(),
             provider_call_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
@@ -132,8 +135,13 @@ impl Default for Metrics {
         );
         registry.register(
             "fallbacks",
-            "Launches a cloud refused after which the planner fell back, by error class",
+            "Replicas supplied by a fallback, by the widest step taken: instance_type, zone, region or smaller_model",
             m.fallbacks.clone(),
+        );
+        registry.register(
+            "spot_interruption_notices",
+            "Spot interruption notices received; each node is replaced before it is reclaimed",
+            m.interruption_notices.clone(),
         );
         registry.register(
             "provider_call_duration_seconds",
