@@ -253,7 +253,9 @@ impl SimCloud {
         let mut ids: Vec<InstanceId> = state
             .instances
             .iter()
-            .filter(|(_, s)| &s.instance.offering == offering && matches!(s.life, Life::Running { .. }))
+            .filter(|(_, s)| {
+                &s.instance.offering == offering && matches!(s.life, Life::Running { .. })
+            })
             .map(|(id, _)| id.clone())
             .collect();
         ids.sort();

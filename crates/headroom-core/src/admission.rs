@@ -89,7 +89,10 @@ mod tests {
     #[test]
     fn enough_capacity_admits_everyone() {
         assert!(shed(8, 8, 0).is_empty());
-        assert!(shed(10, 6, 4).is_empty(), "capacity arriving in time counts");
+        assert!(
+            shed(10, 6, 4).is_empty(),
+            "capacity arriving in time counts"
+        );
         assert!(shed(0, 0, 0).is_empty());
     }
 
@@ -97,7 +100,10 @@ mod tests {
     fn lowest_tier_goes_first_and_interactive_last() {
         assert_eq!(shed(10, 9, 0), [Priority::Low]);
         assert_eq!(shed(10, 6, 0), [Priority::Low, Priority::Normal]);
-        assert_eq!(shed(10, 4, 0), [Priority::Low, Priority::Normal, Priority::High]);
+        assert_eq!(
+            shed(10, 4, 0),
+            [Priority::Low, Priority::Normal, Priority::High]
+        );
         assert_eq!(shed(10, 2, 0).len(), 4);
     }
 

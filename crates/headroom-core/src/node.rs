@@ -127,9 +127,15 @@ impl NodeState {
             (self, next),
             (Requested, Launching | Refused | Failed)
                 | (Launching, Booting | Failed | Interrupted | Terminated)
-                | (Booting, Warm | Standby | Serving | Failed | Interrupted | Terminated)
+                | (
+                    Booting,
+                    Warm | Standby | Serving | Failed | Interrupted | Terminated
+                )
                 | (Warm, Booting | Serving | Interrupted | Terminated | Failed)
-                | (Standby, Serving | Draining | Interrupted | Terminated | Failed)
+                | (
+                    Standby,
+                    Serving | Draining | Interrupted | Terminated | Failed
+                )
                 | (Serving, Draining | Interrupted | Failed | Terminated)
                 | (Draining, Warm | Standby | Terminated | Interrupted | Failed)
                 | (Failed | Interrupted, Terminated)

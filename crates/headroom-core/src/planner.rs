@@ -239,7 +239,9 @@ impl Plan {
         self.actions
             .iter()
             .map(|a| match a {
-                Action::Refuse { count, reason: r, .. } if *r == reason => *count,
+                Action::Refuse {
+                    count, reason: r, ..
+                } if *r == reason => *count,
                 _ => 0,
             })
             .sum()
@@ -331,16 +333,23 @@ impl<'a> Builder<'a> {
     /// The best available offering for a new node: a reservation slot, else the wanted market,
     /// else the other one (on-demand when spot is refused, and the other way round).
     fn choose(&self, destination: Destination) -> Option<usize> {
-        let slot = self
-            .offerings
-            .iter()
-            .position(|(c, free)| c.offering.market == Market::Reserved && free.is_some_and(|f| f > 0));
+        let slot = self.offerings.iter().position(|(c, free)| {
+            c.offering.market == Market::Reserved && free.is_some_and(|f| f > 0)
+        });
         // Reservations serve; warm nodes wait on capacity bought by the hour.
         if destination == Destination::Serve && slot.is_some() {
             return slot;
         }
-        let first = if self.wants_spot() { Market::Spot } else { Market::OnDemand };
-        let second = if first == Market::Spot { Market::OnDemand } else { Market::Spot };
+        let first = if self.wants_spot() {
+            Market::Spot
+        } else {
+            Market::OnDemand
+        };
+        let second = if first == Market::Spot {
+            Market::OnDemand
+        } else {
+            Market::Spot
+        };
         [first, second].into_iter().find_map(|market| {
             self.offerings
                 .iter()
@@ -369,7 +378,11 @@ impl<'a> Builder<'a> {
         if let Some(free) = free {
             self.offerings[index].1 = Some(free - 1);
         }
-        let wanted = if self.wants_spot() { Market::Spot } else { Market::OnDemand };
+        let wanted = if self.wants_spot() {
+            Market::Spot
+        } else {
+            Market::OnDemand
+        };
         let fallback = match offering.market {
             Market::Reserved => None,
             _ => self
@@ -440,7 +453,15 @@ impl<'a> Builder<'a> {
         self.supply(Some(request), count);
         if self.plan.actions[before.plan.actions.len()..]
             .iter()
-            .any(|a| matches!(a, Action::Refuse { reason: RefusalReason::Budget, .. }))
+            .any(|a| {
+                matches!(
+                    a,
+                    Action::Refuse {
+                        reason: RefusalReason::Budget,
+                        ..
+                    }
+                )
+            })
         {
             *self = before;
             self.plan.actions.push(Action::Refuse {
@@ -494,7 +515,11 @@ fn release_rank(node: &NodeView) -> (u8, Reverse<Money>) {
 pub fn plan(input: &PlanInput<'_>) -> Plan {
     let pool = input.pool;
     let policy = &pool.supply;
-    let active: Vec<&NodeView> = input.nodes.iter().filter(|n| n.is_active_replica()).collect();
+    let active: Vec<&NodeView> = input
+        .nodes
+        .iter()
+        .filter(|n| n.is_active_replica())
+        .collect();
     let allowed = |c: &&OfferingChoice| {
         pool.offerings.contains(&c.offering.id)
             && !(c.offering.market == Market::Spot
@@ -560,7 +585,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 
     // Capacity requests first, highest priority then oldest.
     let mut requests: Vec<&OpenRequest> = input.requests.iter().collect();
-    requests.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.created_at.cmp(&b.created_at)));
+    requests.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.created_at.cmp(&b.created_at))
+    });
     for request in requests {
         let have = active
             .iter()
@@ -572,7 +601,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     // Then organic demand: the controller's, at least the minimum, plus what other pools hand
     // over.
     let organic_target = input.controller_target.max(pool.min_replicas) + input.borrowed;
-    let organic: Vec<&NodeView> = active.iter().copied().filter(|n| n.request.is_none()).collect();
+    let organic: Vec<&NodeView> = active
+        .iter()
+        .copied()
+        .filter(|n| n.request.is_none())
+        .collect();
     let organic_have = organic.len() as u32;
     b.plan.unserved = b.supply(None, organic_target.saturating_sub(organic_have));
 
@@ -583,7 +616,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .iter()
         .filter(|a| matches!(a, Action::Wake { .. }))
         .count() as u32;
-    let mut warm_have = (input.nodes.iter().filter(|n| n.is_warm_or_warming()).count() as u32)
+    let mut warm_have = (input
+        .nodes
+        .iter()
+        .filter(|n| n.is_warm_or_warming())
+        .count() as u32)
         .saturating_sub(woken);
 
     // Scale in: only serving nodes go (a node still climbing the ladder finishes first), the
@@ -615,7 +652,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     if warm_have > pool.warm_pool_size {
         let mut parked: Vec<&NodeView> = b.warm.clone();
         parked.sort_by_key(|n| release_rank(n));
-        for node in parked.into_iter().take((warm_have - pool.warm_pool_size) as usize) {
+        for node in parked
+            .into_iter()
+            .take((warm_have - pool.warm_pool_size) as usize)
+        {
             b.plan.actions.push(Action::Release {
                 node: node.id.clone(),
                 to_warm: false,
@@ -971,8 +1011,8 @@ mod supply_tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
     use crate::ProviderKind;
+    use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
 
     fn pool(offerings: &[String], supply: SupplyPolicy) -> PoolSpec {
         PoolSpec {
@@ -1021,7 +1061,11 @@ mod supply_tests {
             offering: "any".parse().unwrap(),
             market,
             request: None,
-            destination: if state.is_warm() { Destination::Warm } else { Destination::Serve },
+            destination: if state.is_warm() {
+                Destination::Warm
+            } else {
+                Destination::Serve
+            },
             price_usd_per_hour: price.parse().unwrap(),
             reclaiming: false,
         }
@@ -1047,7 +1091,9 @@ mod supply_tests {
         plan.actions
             .iter()
             .filter_map(|a| match a {
-                Action::Launch { offering, fallback, .. } => Some((offering.to_string(), *fallback)),
+                Action::Launch {
+                    offering, fallback, ..
+                } => Some((offering.to_string(), *fallback)),
                 _ => None,
             })
             .collect()
@@ -1059,13 +1105,26 @@ mod supply_tests {
         reserved.reservation_free = Some(2);
         let offerings = [offering("r1/z1/p5/on-demand", "55"), reserved];
         let p = pool(&ids(&offerings), SupplyPolicy::default());
-        let got: Vec<String> = launched(&run(&p, &offerings, &[], 3)).into_iter().map(|l| l.0).collect();
-        assert_eq!(got, ["r1-z1-p5-reserved", "r1-z1-p5-reserved", "r1-z1-p5-on-demand"]);
+        let got: Vec<String> = launched(&run(&p, &offerings, &[], 3))
+            .into_iter()
+            .map(|l| l.0)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "r1-z1-p5-reserved",
+                "r1-z1-p5-reserved",
+                "r1-z1-p5-on-demand"
+            ]
+        );
     }
 
     #[test]
     fn on_demand_base_then_spot_share_like_a_mixed_instances_policy() {
-        let offerings = [offering("r1/z1/g6/on-demand", "0.80"), offering("r1/z1/g6/spot", "0.30")];
+        let offerings = [
+            offering("r1/z1/g6/on-demand", "0.80"),
+            offering("r1/z1/g6/spot", "0.30"),
+        ];
         let supply = SupplyPolicy {
             on_demand_base: 2,
             spot_percent_above_base: 50,
@@ -1076,7 +1135,10 @@ mod supply_tests {
         let spot = got.iter().filter(|l| l.0.ends_with("spot")).count();
         assert_eq!(got.len(), 6);
         // Two on-demand for the base, then half of the remaining four on spot.
-        assert!(got[..2].iter().all(|l| l.0.ends_with("on-demand")), "{got:?}");
+        assert!(
+            got[..2].iter().all(|l| l.0.ends_with("on-demand")),
+            "{got:?}"
+        );
         assert_eq!(spot, 2, "{got:?}");
     }
 
@@ -1089,13 +1151,19 @@ mod supply_tests {
         let got = launched(&run(&p, &offerings, &[], 1));
         assert_eq!(got[0].0, "r1-z1-g6-on-demand");
 
-        let offerings = [offering("r1/z1/g6/spot", "0.60"), offering("r1/z1/g6/on-demand", "0.80")];
+        let offerings = [
+            offering("r1/z1/g6/spot", "0.60"),
+            offering("r1/z1/g6/on-demand", "0.80"),
+        ];
         let capped = SupplyPolicy {
             spot_max_price: Some("0.50".parse().unwrap()),
             ..SupplyPolicy::default()
         };
         let got = launched(&run(&pool(&ids(&offerings), capped), &offerings, &[], 1));
-        assert_eq!(got[0].0, "r1-z1-g6-on-demand", "spot above the cap is not bought");
+        assert_eq!(
+            got[0].0, "r1-z1-g6-on-demand",
+            "spot above the cap is not bought"
+        );
     }
 
     #[test]
@@ -1105,7 +1173,10 @@ mod supply_tests {
         let offerings = [cheap, offering("r1/z2/p4d/on-demand", "22")];
         let p = pool(&ids(&offerings), SupplyPolicy::default());
         let got = launched(&run(&p, &offerings, &[], 1));
-        assert_eq!(got, [("r1-z2-p4d-on-demand".to_string(), Some(FallbackKind::Zone))]);
+        assert_eq!(
+            got,
+            [("r1-z2-p4d-on-demand".to_string(), Some(FallbackKind::Zone))]
+        );
     }
 
     #[test]
@@ -1120,7 +1191,11 @@ mod supply_tests {
             gone.available = false;
             let offerings = [gone, offering(other, "30")];
             let p = pool(&ids(&offerings), SupplyPolicy::default());
-            assert_eq!(launched(&run(&p, &offerings, &[], 1))[0].1, Some(kind), "{other}");
+            assert_eq!(
+                launched(&run(&p, &offerings, &[], 1))[0].1,
+                Some(kind),
+                "{other}"
+            );
         }
     }
 
@@ -1172,7 +1247,11 @@ mod supply_tests {
             ..limited
         };
         let period = plan(&input);
-        assert_eq!(launched(&period).len(), 1, "four per period, three already made");
+        assert_eq!(
+            launched(&period).len(),
+            1,
+            "four per period, three already made"
+        );
         assert_eq!(period.deferred, 4);
     }
 
@@ -1193,19 +1272,34 @@ mod supply_tests {
         // The stopped node stays parked; the floor of two is refilled with a new warm node.
         assert!(matches!(
             &planned.actions[1..],
-            [Action::Launch { destination: Destination::Warm, .. }]
+            [Action::Launch {
+                destination: Destination::Warm,
+                ..
+            }]
         ));
     }
 
     #[test]
     fn a_reclaimed_node_is_replaced_before_it_is_gone() {
-        let offerings = [offering("r1/z1/g6/spot", "0.3"), offering("r1/z1/g6/on-demand", "0.8")];
+        let offerings = [
+            offering("r1/z1/g6/spot", "0.3"),
+            offering("r1/z1/g6/on-demand", "0.8"),
+        ];
         let mut doomed = node("doomed", NodeState::Serving, Market::Spot, "0.3");
         doomed.reclaiming = true;
         let p = pool(&ids(&offerings), SupplyPolicy::default());
         let planned = run(&p, &offerings, &[doomed], 1);
-        assert_eq!(launched(&planned).len(), 1, "the replacement is planned at once");
-        assert!(!planned.actions.iter().any(|a| matches!(a, Action::Release { .. })));
+        assert_eq!(
+            launched(&planned).len(),
+            1,
+            "the replacement is planned at once"
+        );
+        assert!(
+            !planned
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Release { .. }))
+        );
     }
 
     #[test]
@@ -1247,7 +1341,11 @@ mod supply_tests {
         p.warm_pool_size = 1;
         let planned = run(&p, &offerings, &nodes, 0);
         assert_eq!(
-            planned.actions.iter().filter(|a| matches!(a, Action::Release { to_warm: false, .. })).count(),
+            planned
+                .actions
+                .iter()
+                .filter(|a| matches!(a, Action::Release { to_warm: false, .. }))
+                .count(),
             1
         );
     }

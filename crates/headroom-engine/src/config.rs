@@ -406,7 +406,9 @@ impl Problems<'_> {
 
     fn supply(&mut self, key: &str, raw: &RawSupply, pool: &PoolName) -> SupplyPolicy {
         let d = SupplyPolicy::default();
-        let percent = raw.spot_percent_above_base.unwrap_or(d.spot_percent_above_base);
+        let percent = raw
+            .spot_percent_above_base
+            .unwrap_or(d.spot_percent_above_base);
         if percent > 100 {
             self.add(
                 &format!("{key}.spot_percent_above_base"),
@@ -445,7 +447,11 @@ impl Problems<'_> {
             None => d.launch_period,
         };
         if launch_period.is_zero() {
-            self.add(&format!("{key}.launch_period"), "must be more than zero", "use e.g. \"60s\"");
+            self.add(
+                &format!("{key}.launch_period"),
+                "must be more than zero",
+                "use e.g. \"60s\"",
+            );
         }
         SupplyPolicy {
             on_demand_base: raw.on_demand_base.unwrap_or(d.on_demand_base),

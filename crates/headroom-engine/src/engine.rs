@@ -7,12 +7,12 @@ use headroom_cloud::{
     Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
     OwnershipTags, SimCloud, SimConfig, SimOffering,
 };
+use headroom_core::admission::{self, AdmissionInput, TierAdmission};
 use headroom_core::budget::BudgetStanding;
 use headroom_core::controller::{
     self, Classification, ControllerMemory, Decision, HoldReason, Limit, ReplicaCounts, Rule,
     Signals,
 };
-use headroom_core::admission::{self, AdmissionInput, TierAdmission};
 use headroom_core::planner::{
     self, Action, Destination, FallbackKind, NodeView, OfferingChoice, OpenRequest, PlanInput,
 };
@@ -502,7 +502,11 @@ impl Engine {
                         st.reservation_idle_since.remove(&o.offering.id);
                         None
                     } else {
-                        Some(*st.reservation_idle_since.entry(o.offering.id.clone()).or_insert(now))
+                        Some(
+                            *st.reservation_idle_since
+                                .entry(o.offering.id.clone())
+                                .or_insert(now),
+                        )
                     }
                 };
                 if let Some(since) = idle_since
@@ -918,7 +922,11 @@ impl Engine {
         let Some(id) = last.instance.clone().map(InstanceId) else {
             return self.terminate_node(last, reason).await;
         };
-        if self.config.pool(&last.pool).is_some_and(planner::parks_running) {
+        if self
+            .config
+            .pool(&last.pool)
+            .is_some_and(planner::parks_running)
+        {
             let mut e = last.next(NodeState::Standby, reason, self.clock.now());
             e.request = None;
             e.destination = Destination::Warm;
@@ -1034,9 +1042,10 @@ impl Engine {
                     // Our request is wrong or not permitted: every retry would fail the same way
                     // (and may spam the cloud's audit log). Stop the pool and alert.
                     tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused as invalid or not permitted; pool halted");
-                    self.state()
-                        .halted
-                        .insert(pool.name.clone(), format!("{} on {}: {err}", err.code(), offering.id));
+                    self.state().halted.insert(
+                        pool.name.clone(),
+                        format!("{} on {}: {err}", err.code(), offering.id),
+                    );
                 } else {
                     tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused; not falling back for this class");
                 }
@@ -1619,9 +1628,7 @@ impl Engine {
                 match e.state {
                     NodeState::Requested | NodeState::Launching => s.requested += 1,
                     NodeState::Booting => s.starting += 1,
-                    NodeState::Serving if !st.reclaiming.contains(&e.client_token) => {
-                        s.ready += 1
-                    }
+                    NodeState::Serving if !st.reclaiming.contains(&e.client_token) => s.ready += 1,
                     NodeState::Serving => {}
                     NodeState::Warm => s.warm += 1,
                     NodeState::Standby => {
@@ -1639,10 +1646,13 @@ impl Engine {
                     next_capacity = Some(next_capacity.map_or(remaining, |n| n.min(remaining)));
                 }
             }
-            s.clamped = st.last_pool_refusal.get(&pool.name).map(|(reason, n)| Clamp {
-                reason: reason.code(),
-                replicas: *n,
-            });
+            s.clamped = st
+                .last_pool_refusal
+                .get(&pool.name)
+                .map(|(reason, n)| Clamp {
+                    reason: reason.code(),
+                    replicas: *n,
+                });
             s.halted = st.halted.get(&pool.name).cloned();
             s.serving_for_others = st
                 .borrowed

@@ -743,3 +743,428 @@ async fn a_hanging_webhook_blocks_neither_the_loop_nor_loses_the_alert() {
         "kept for the next attempt"
     );
 }
+
+/// An offering block for the supply tests: `id`, region, zone, type, market, price, capacity.
+fn offering(
+    id: &str,
+    region: &str,
+    zone: &str,
+    kind: &str,
+    market: &str,
+    price: &str,
+    cap: u32,
+) -> String {
+    format!(
+        "[[offerings]]\nid = \"{id}\"\nprovider = \"sim\"\nregion = \"{region}\"\nzone = \"{zone}\"\ninstance_type = \"{kind}\"\nmarket = \"{market}\"\nprice_usd_per_hour = \"{price}\"\ngpus = 8\nsim_capacity = {cap}\n"
+    )
+}
+
+const LADDER: &str = "[pools.ladder]\nnode_acquisition = \"60s\"\nimage_pull = \"45s\"\nweight_load = \"90s\"\ncompile = \"30s\"\nwarmup = \"15s\"\n[pools.scaling]\nreplica_throughput_rps = 5.0\n";
+
+fn pool_block(name: &str, offerings: &str, extra: &str, supply: &str) -> String {
+    format!(
+        "[[pools]]\nname = \"{name}\"\naccount = \"ml\"\nofferings = [{offerings}]\n{extra}\n{LADDER}[pools.supply]\n{supply}\n"
+    )
+}
+
+fn count_metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn refusal_reasons(h: &Harness) -> Vec<RefusalReason> {
+    h.ledger
+        .refusals_between(
+            "2026-11-30T00:00:00Z".parse().unwrap(),
+            "2026-12-01T00:00:00Z".parse().unwrap(),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.reason)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stockout_falls_back_type_zone_region_then_to_the_smaller_model_in_one_tick() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}{}{}{}{}{}{}",
+        offering(
+            "a",
+            "us-east-1",
+            "use1-az1",
+            "p4d.24xlarge",
+            "on-demand",
+            "20",
+            1
+        ),
+        offering(
+            "b",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "on-demand",
+            "21",
+            1
+        ),
+        offering(
+            "c",
+            "us-east-1",
+            "use1-az2",
+            "p4d.24xlarge",
+            "on-demand",
+            "22",
+            1
+        ),
+        offering(
+            "d",
+            "us-west-2",
+            "usw2-az1",
+            "p4d.24xlarge",
+            "on-demand",
+            "23",
+            1
+        ),
+        offering(
+            "s",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "on-demand",
+            "0.8",
+            8
+        ),
+        pool_block(
+            "llama-70b",
+            "\"a\", \"b\", \"c\", \"d\"",
+            "min_replicas = 5\nmax_replicas = 8\nmax_scale_up_per_step = 8",
+            "fallback_pool = \"llama-8b\""
+        ),
+        pool_block(
+            "llama-8b",
+            "\"s\"",
+            "max_replicas = 8\nmax_scale_up_per_step = 8",
+            ""
+        ),
+    );
+    let h = harness(&config).await;
+    h.engine.tick().await.unwrap();
+
+    let mut by_offering: Vec<String> = h
+        .cloud
+        .list_owned("engine-test")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.offering.to_string())
+        .collect();
+    by_offering.sort();
+    // One node on each of the four offerings, found within one tick, and the fifth replica on
+    // the smaller model.
+    assert_eq!(by_offering, ["a", "b", "c", "d", "s"]);
+    let big = h.engine.pool_status(&"llama-70b".parse().unwrap()).unwrap();
+    assert_eq!(big.handed_to_fallback, 1);
+    assert_eq!(
+        big.clamped.as_ref().map(|c| c.reason.as_str()),
+        Some("no_offering")
+    );
+    let small = h.engine.pool_status(&"llama-8b".parse().unwrap()).unwrap();
+    assert_eq!(small.serving_for_others, 1);
+
+    let reasons = refusal_reasons(&h).await;
+    let capacity = reasons
+        .iter()
+        .filter(|r| **r == RefusalReason::Cloud(ErrorClass::Capacity))
+        .count();
+    assert_eq!(
+        capacity, 4,
+        "each offering refused once, then skipped: {reasons:?}"
+    );
+    let metrics = h.engine.metrics().encode();
+    for kind in ["instance_type", "zone", "region", "smaller_model"] {
+        assert_eq!(
+            count_metric(
+                &metrics,
+                &format!("headroom_fallbacks_total{{pool=\"llama-70b\",kind=\"{kind}\"}}")
+            ),
+            1.0,
+            "{kind}\n{metrics}"
+        );
+    }
+    assert!(
+        h.engine
+            .active_alerts()
+            .iter()
+            .any(|a| a.alert.name == "PoolServedByFallback")
+    );
+}
+
+#[tokio::test]
+async fn quota_falls_back_throttling_is_retried_and_an_invalid_request_halts_the_pool() {
+    let h = harness(CONFIG).await;
+    let cheap = "cheap".parse().unwrap();
+    h.cloud.inject_launch_fault(&cheap, ErrorClass::Quota, 1);
+    h.request(1).await;
+    h.engine.tick().await.unwrap();
+    let offerings: Vec<String> = h
+        .cloud
+        .list_owned("engine-test")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.offering.to_string())
+        .collect();
+    assert_eq!(
+        offerings,
+        ["dear"],
+        "quota on cheap: fell back in the same tick"
+    );
+
+    // Throttled twice: retried with backoff inside the tick, not left for the next one.
+    let h = harness(CONFIG).await;
+    h.cloud
+        .inject_launch_fault(&cheap, ErrorClass::Throttled, 2);
+    h.request(1).await;
+    h.engine.tick().await.unwrap();
+    assert_eq!(h.live_instances().await, 1);
+    let launches = h
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("launch"))
+        .count();
+    assert_eq!(launches, 3, "two throttled attempts, then the launch");
+
+    // Invalid request: the pool stops launching and on-call hears of it.
+    let h = harness(CONFIG).await;
+    h.cloud
+        .inject_launch_fault(&cheap, ErrorClass::InvalidRequest, 1);
+    h.request(2).await;
+    h.run_for(30).await;
+    assert_eq!(h.live_instances().await, 0);
+    let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    assert!(status.halted.is_some(), "{status:?}");
+    assert!(
+        h.engine
+            .active_alerts()
+            .iter()
+            .any(|a| a.alert.name == "PoolHalted")
+    );
+}
+
+#[tokio::test]
+async fn reservations_first_then_the_global_ceiling_clamps_visibly() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n[engine]\nglobal_max_nodes = 3\n{}reserved_nodes = 2\n{}{}",
+        offering(
+            "rsv",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "reserved",
+            "30",
+            8
+        ),
+        offering(
+            "od",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "on-demand",
+            "55",
+            8
+        ),
+        pool_block(
+            "llm",
+            "\"od\", \"rsv\"",
+            "max_replicas = 8\nmax_scale_up_per_step = 8",
+            ""
+        ),
+    );
+    let h = harness(&config).await;
+    h.request(4).await;
+    h.engine.tick().await.unwrap();
+    let mut offerings: Vec<String> = h
+        .cloud
+        .list_owned("engine-test")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.offering.to_string())
+        .collect();
+    offerings.sort();
+    assert_eq!(
+        offerings,
+        ["od", "rsv", "rsv"],
+        "both reserved slots, then on-demand"
+    );
+    assert!(
+        refusal_reasons(&h)
+            .await
+            .contains(&RefusalReason::GlobalCeiling)
+    );
+}
+
+#[tokio::test]
+async fn a_running_warm_node_serves_in_the_same_tick_it_is_woken() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}{}",
+        offering(
+            "od",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "on-demand",
+            "0.8",
+            8
+        ),
+        pool_block(
+            "llm",
+            "\"od\"",
+            "max_replicas = 8\nmax_scale_up_per_step = 8\nwarm_pool_size = 1",
+            "warm_mode = \"running\""
+        ),
+    );
+    let h = harness(&config).await;
+    h.run_for(300).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!((status.warm, status.warm_running), (1, 1));
+    let warm = h.ledger.live_nodes().await.unwrap();
+    assert_eq!(
+        warm[0].state,
+        NodeState::Standby,
+        "parked running, not stopped"
+    );
+
+    h.request(1).await;
+    h.engine.tick().await.unwrap();
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!(status.ready, 1, "no ladder to climb: {status:?}");
+}
+
+#[tokio::test]
+async fn an_interruption_notice_is_replaced_before_the_node_is_gone() {
+    let h = harness(CONFIG).await;
+    h.request(2).await;
+    h.run_for(300).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    assert_eq!(h.engine.pool_status(&pool).unwrap().ready, 2);
+
+    let reclaim_at = h.clock.now() + chrono::Duration::seconds(120);
+    assert_eq!(
+        h.cloud.interrupt(&"cheap".parse().unwrap(), 1, reclaim_at),
+        1
+    );
+    h.clock.advance(Duration::from_secs(1));
+    h.engine.tick().await.unwrap();
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!(status.ready, 1, "the doomed node no longer counts");
+    assert_eq!(
+        status.requested + status.starting,
+        1,
+        "its replacement is on the way"
+    );
+    assert_eq!(
+        h.live_instances().await,
+        3,
+        "before the reclaim: old and new both exist"
+    );
+    assert_eq!(
+        count_metric(
+            &h.engine.metrics().encode(),
+            "headroom_spot_interruption_notices_total{pool=\"llm\"}"
+        ),
+        1.0
+    );
+    h.run_for(300).await;
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!(status.ready, 2);
+    assert_eq!(
+        h.live_instances().await,
+        2,
+        "the reclaimed instance is cleaned up"
+    );
+}
+
+#[tokio::test]
+async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n[engine]\noffering_cooldown = \"1m\"\n{}{}",
+        offering(
+            "od",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "on-demand",
+            "0.8",
+            2
+        ),
+        pool_block(
+            "llm",
+            "\"od\"",
+            "max_replicas = 8\nmax_scale_up_per_step = 8",
+            ""
+        )
+        .replace(
+            "[pools.scaling]\n",
+            "[pools.scaling]\nbreach_window = \"5s\"\n"
+        ),
+    );
+    let h = harness(&config).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let push = |depth: u64, departures: f64| {
+        h.engine.push_signal(
+            &pool,
+            SignalInput {
+                queue_depth: depth,
+                oldest_age_s: Some(30.0),
+                arrival_rate_rps: Some(20.0),
+                departure_rate_rps: Some(departures),
+                ..SignalInput::default()
+            },
+        )
+    };
+    let shed = |h: &Harness| -> Vec<Priority> {
+        h.engine
+            .pool_status(&"llm".parse().unwrap())
+            .unwrap()
+            .admission
+            .iter()
+            .filter(|t| !t.admit)
+            .map(|t| t.priority)
+            .collect()
+    };
+    // 20 req/s at 5 per replica, plus 1200 waiting drained within 60 s: eight replicas wanted;
+    // the offering holds two.
+    for _ in 0..60 {
+        push(1200, 10.0);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+    }
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!((status.ready, status.demand), (2, 8), "{status:?}");
+    assert_eq!(
+        shed(&h),
+        [Priority::Low, Priority::Normal, Priority::High],
+        "a quarter of the demand covered: only interactive traffic is admitted"
+    );
+    let retry = status.admission[0].retry_after_s.unwrap();
+    assert!(
+        retry > 0 && retry <= 60,
+        "retry when the refused offering may be tried: {retry}"
+    );
+
+    h.cloud.set_capacity(&"od".parse().unwrap(), 8);
+    // The queue drains as the new replicas serve.
+    for i in 0..80u64 {
+        push(1200u64.saturating_sub(i * 40), 40.0);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+    }
+    assert_eq!(h.engine.pool_status(&pool).unwrap().ready, 8);
+    assert!(shed(&h).is_empty(), "capacity landed: everyone is admitted");
+}
