@@ -267,11 +267,51 @@ async fn create_capacity_request(
         StatusCode::OK
     };
     let location = format!("/v1/capacity-requests/{}", outcome.request.id);
-    let mut response = (status, Json(outcome)).into_response();
+    let warnings = state
+        .engine
+        .pool_status(&outcome.request.pool)
+        .map(|s| limit_warnings(&s, outcome.request.replicas))
+        .unwrap_or_default();
+    let mut response = (status, Json(CreatedView { outcome, warnings })).into_response();
     if let Ok(location) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
+}
+
+/// A created (or replayed) capacity request, with what already limits its pool.
+#[derive(Debug, serde::Serialize)]
+struct CreatedView {
+    #[serde(flatten)]
+    outcome: headroom_ledger::RequestOutcome,
+    /// Conditions of the pool that will clamp or delay this request (the HPA's ScalingLimited,
+    /// made visible up front); the refusals themselves appear on the request once recorded.
+    warnings: Vec<String>,
+}
+
+fn limit_warnings(status: &PoolStatus, replicas: u32) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(why) = &status.halted {
+        warnings.push(format!(
+            "pool {} is halted and launches nothing: {why}",
+            status.name
+        ));
+    }
+    let active = status.requested + status.starting + status.ready;
+    let room = status.max_replicas.saturating_sub(active);
+    if replicas > room {
+        warnings.push(format!(
+            "pool {} has room for {room} more replicas below max_replicas {}: the rest will be refused (max_replicas)",
+            status.name, status.max_replicas
+        ));
+    }
+    if let Some(clamp) = &status.clamped {
+        warnings.push(format!(
+            "pool {} is clamped: {} replicas refused for {} at the last step",
+            status.name, clamp.replicas, clamp.reason
+        ));
+    }
+    warnings
 }
 
 fn request_id_from_path(path: Result<Path<String>, PathRejection>) -> Result<RequestId, ApiError> {

@@ -1135,3 +1135,42 @@ async fn the_committed_openapi_document_matches_the_code() {
     }
     assert_eq!(served.body, doc);
 }
+
+#[tokio::test]
+async fn a_request_beyond_the_pool_s_room_says_so_and_admission_is_per_tier() {
+    let api = api().await;
+    api.engine.tick().await.unwrap();
+    // mistral-7b-batch keeps min_replicas 2 of max 12: room for 10.
+    let created = api
+        .post(
+            "/v1/capacity-requests",
+            None,
+            json!({"pool": "mistral-7b-batch", "replicas": 12}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    let warnings = created.body["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("room for 10")),
+        "{warnings:?}"
+    );
+
+    let admission = api.get("/v1/pools/mistral-7b-batch/admission").await;
+    assert_eq!(admission.status, StatusCode::OK);
+    let tiers: Vec<&str> = admission.body["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["priority"].as_str().unwrap())
+        .collect();
+    assert_eq!(tiers, ["low", "normal", "high", "critical"]);
+    // No signal yet: the pool holds and sheds nothing.
+    assert_eq!(admission.body["shedding"], false);
+    assert_problem(
+        &api.get("/v1/pools/nope/admission").await,
+        StatusCode::NOT_FOUND,
+        "nope",
+    );
+}

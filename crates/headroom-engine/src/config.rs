@@ -880,7 +880,7 @@ impl RawConfig {
                     format!("names unknown pool {target}"),
                     "name a pool defined in this file",
                 ),
-                Some(q) if q.supply.fallback_pool.is_some() => p.add(
+                Some(q) if q.supply.fallback_pool.is_some() && q.name != pool.name => p.add(
                     &key,
                     format!("pool {target} has a fallback pool of its own"),
                     "fall back one step only: point at a pool without fallback_pool",
@@ -1016,6 +1016,60 @@ mod tests {
                 .price_usd_per_hour,
             "55.04".parse().unwrap()
         );
+    }
+
+    #[test]
+    fn supply_mistakes_name_the_key_and_the_fix() {
+        let with_supply = |supply: &str| {
+            EXAMPLE.replacen(
+                "\n[pools.ladder]\n",
+                &format!("\n[pools.supply]\n{supply}\n[pools.ladder]\n"),
+                1,
+            )
+        };
+        for (supply, key) in [
+            (
+                "spot_percent_above_base = 150",
+                "pools[0].supply.spot_percent_above_base",
+            ),
+            ("warm_mode = \"tepid\"", "pools[0].supply.warm_mode"),
+            ("fallback_pool = \"nope\"", "pools[0].supply.fallback_pool"),
+            (
+                "fallback_pool = \"llama-70b-interactive\"",
+                "pools[0].supply.fallback_pool",
+            ),
+            (
+                "max_launches_per_period = 0",
+                "pools[0].supply.max_launches_per_period",
+            ),
+        ] {
+            let e = errors(&with_supply(supply));
+            assert!(
+                e.len() == 1 && e[0].contains(key) && e[0].contains("fix:"),
+                "{supply}: {e:?}"
+            );
+        }
+        let ok = Config::parse(
+            &with_supply("on_demand_base = 2\nspot_percent_above_base = 50\nwarm_mode = \"running\"\nfallback_pool = \"mistral-7b-batch\""),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.pools[0].supply.on_demand_base, 2);
+        assert_eq!(ok.pools[0].supply.warm_mode, WarmMode::Running);
+
+        let reserved = EXAMPLE.replacen("market = \"on-demand\"", "market = \"reserved\"", 1);
+        let e = errors(&reserved);
+        assert!(e[0].contains("offerings[0].reserved_nodes"), "{e:?}");
+        let ok = Config::parse(
+            &reserved.replacen(
+                "gpus = 8",
+                "gpus = 8\nreserved_nodes = 4\nreservation_ends = \"2027-01-01T00:00:00Z\"",
+                1,
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.offerings[0].reservation.map(|r| r.nodes), Some(4));
     }
 
     #[test]

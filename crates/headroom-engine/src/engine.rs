@@ -108,6 +108,8 @@ pub struct PoolStatus {
     pub last_signal: Option<Signals>,
     /// Warm nodes that are running (standby), included in `warm`.
     pub warm_running: u32,
+    /// New nodes climbing the ladder to refill the warm pool (not replicas, not yet warm).
+    pub warming: u32,
     /// The governor's last clamp of this pool's demand, if it still stands: the reason
     /// (`max_replicas`, `global_ceiling`, `budget`, `no_offering`) and the replicas refused.
     pub clamped: Option<Clamp>,
@@ -305,6 +307,7 @@ impl Engine {
             shadow: pool.scaling.shadow,
             last_signal: None,
             warm_running: 0,
+            warming: 0,
             clamped: None,
             halted: None,
             serving_for_others: 0,
@@ -1626,6 +1629,9 @@ impl Engine {
             let mut next_capacity: Option<chrono::Duration> = None;
             for e in live.iter().filter(|e| e.pool == pool.name) {
                 match e.state {
+                    _ if e.state.is_starting() && e.destination == Destination::Warm => {
+                        s.warming += 1
+                    }
                     NodeState::Requested | NodeState::Launching => s.requested += 1,
                     NodeState::Booting => s.starting += 1,
                     NodeState::Serving if !st.reclaiming.contains(&e.client_token) => s.ready += 1,
@@ -1702,6 +1708,7 @@ impl Engine {
                 ("starting", s.starting),
                 ("ready", s.ready),
                 ("warm", s.warm),
+                ("warming", s.warming),
                 ("draining", s.draining),
             ] {
                 self.metrics

@@ -105,7 +105,7 @@ impl Default for Metrics {
         };
         registry.register(
             "pool_replicas",
-            "Nodes per pool by state (requested, starting, ready, warm, draining)",
+            "Nodes per pool by state (requested, starting, ready, warm, warming, draining)",
             m.replicas.clone(),
         );
         registry.register(
