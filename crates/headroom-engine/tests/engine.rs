@@ -1168,3 +1168,66 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
     assert_eq!(h.engine.pool_status(&pool).unwrap().ready, 8);
     assert!(shed(&h).is_empty(), "capacity landed: everyone is admitted");
 }
+
+#[tokio::test]
+async fn an_idle_reservation_and_one_nearing_its_end_alert() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}reserved_nodes = 2\nreservation_ends = \"2026-12-04T00:00:00Z\"\n{}{}",
+        offering(
+            "rsv",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "reserved",
+            "30",
+            8
+        ),
+        offering(
+            "od",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "on-demand",
+            "55",
+            8
+        ),
+        pool_block(
+            "llm",
+            "\"od\", \"rsv\"",
+            "max_replicas = 8\nmax_scale_up_per_step = 8",
+            ""
+        ),
+    );
+    let h = harness(&config).await;
+    let names = |h: &Harness| -> Vec<String> {
+        h.engine
+            .active_alerts()
+            .iter()
+            .map(|a| a.alert.name.clone())
+            .collect()
+    };
+    h.engine.tick().await.unwrap();
+    assert!(
+        names(&h).contains(&"ReservationEnding".to_string()),
+        "ends within 7 days"
+    );
+    assert!(
+        !names(&h).contains(&"ReservationIdle".to_string()),
+        "not idle long enough yet"
+    );
+    h.run_for(31 * 60).await;
+    assert!(
+        names(&h).contains(&"ReservationIdle".to_string()),
+        "{:?}",
+        names(&h)
+    );
+
+    // Putting it to use clears the idle alert.
+    h.request(1).await;
+    h.run_for(10).await;
+    assert!(
+        !names(&h).contains(&"ReservationIdle".to_string()),
+        "{:?}",
+        names(&h)
+    );
+}
