@@ -443,9 +443,6 @@ def example_inputs(example):
     for (name,), body in blocks(load_hcl(example / "variables.tf"), "variable"):
         if "default" in body:
             defaults[name] = unquote(body["default"])
-    missing = [v for v in args if v not in defaults]
-    if missing:
-        raise Fail(f"{rel(example / 'variables.tf')}: variable {missing[0]!r} feeds the configuration template but has no default; give it one")
     return args, defaults
 
 
@@ -472,12 +469,17 @@ def check_configs(headroom_cmd):
             nodes = parse_template(template.read_text())
         except TemplateError as e:
             raise Fail(f"{rel(template)}: {e}")
-        variants = [("defaults", {})]
+        # The defaults alone when they cover every template input, then check.tfvars on top.
+        variants = [("defaults", {})] if all(v in defaults for v in args.values()) else []
         fixture = example / "check.tfvars"
         if fixture.exists():
             variants.append(("check.tfvars", {k: unquote(v) for k, v in load_hcl(fixture).items()}))
         for label, overrides in variants:
-            scope = {k: overrides.get(v, defaults[v]) for k, v in args.items()}
+            values = dict(defaults, **overrides)
+            missing = [v for v in args.values() if v not in values]
+            if missing:
+                raise Fail(f"{rel(example)}: variable {missing[0]!r} feeds the configuration template but has no default; give it one or set it in check.tfvars")
+            scope = {k: values[v] for k, v in args.items()}
             try:
                 text = render(nodes, scope)
             except TemplateError as e:
@@ -496,6 +498,8 @@ def check_configs(headroom_cmd):
                 )
             os.unlink(f.name)
             results.append(f"{example.name}/{label}: {proc.stdout.strip().split(': ', 1)[-1]}")
+        if not variants:
+            raise Fail(f"{rel(example)}: some template inputs have no default; add a check.tfvars that sets them")
     if not results:
         raise Fail("no terraform/examples/*/headroom.toml.tftpl found")
     via = "renderer = Terraform's output" if shutil.which("terraform") else "terraform not installed: renderer not cross-checked"
@@ -506,7 +510,9 @@ def check_dockerfile():
     path = ROOT / "Dockerfile"
     if not path.exists():
         raise Fail("Dockerfile is missing at the repository root")
-    lines = [l.strip() for l in path.read_text().splitlines() if l.strip() and not l.strip().startswith("#")]
+    # Instructions, with continuation lines joined.
+    text = re.sub(r"\\\n", " ", "\n".join(l for l in path.read_text().splitlines() if not l.strip().startswith("#")))
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
     froms = [i for i, l in enumerate(lines) if l.upper().startswith("FROM ")]
     if len(froms) < 2:
         raise Fail("Dockerfile: build in one stage and copy the binary into a slim runtime stage (multi-stage)")
@@ -522,8 +528,8 @@ def check_dockerfile():
     ):
         if not any(needle in l for l in (final if needle != "--locked" else lines)):
             raise Fail(f"Dockerfile: {fix}")
-    if not any(l.upper().startswith("HEALTHCHECK") or "readyz" in l for l in final):
-        raise Fail("Dockerfile: add a HEALTHCHECK or document /readyz for the orchestrator's probe")
+    if not any(l.upper().startswith("HEALTHCHECK") and "/readyz" in l for l in final):
+        raise Fail("Dockerfile: add a HEALTHCHECK that asks GET /readyz in the runtime stage")
     ignore = ROOT / ".dockerignore"
     if not ignore.exists() or "target" not in ignore.read_text():
         raise Fail(".dockerignore: exclude target/ (and .git) from the build context")
