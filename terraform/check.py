@@ -439,18 +439,20 @@ def example_inputs(example):
         if not a or a.group(1) != a.group(2):
             raise Fail(f"{rel(main_tf)}: templatefile argument {line.strip()!r}: write each as `name = var.name` so the check can render the template")
         args[a.group(1)] = a.group(2)
-    defaults = {}
+    defaults, types = {}, {}
     for (name,), body in blocks(load_hcl(example / "variables.tf"), "variable"):
+        types[name] = re.sub(r"^\$\{(.*)\}$", r"\1", str(body.get("type", "any")), flags=re.S)
         if "default" in body:
             defaults[name] = unquote(body["default"])
-    return args, defaults
+    return args, defaults, types
 
 
-def terraform_render(example, scope):
-    """The same template through Terraform itself, when a terraform binary happens to be around."""
+def terraform_render(example, scope, types):
+    """The same template through Terraform itself, when a terraform binary happens to be around;
+    the variables keep their declared types, so Terraform's conversions show up as differences."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "vars.auto.tfvars.json").write_text(json.dumps(scope))
-        Path(tmp, "main.tf").write_text("".join(f'variable "{k}" {{}}\n' for k in scope))
+        Path(tmp, "main.tf").write_text("".join(f'variable "{k}" {{\n  type = {types[k]}\n}}\n' for k in scope))
         call = ", ".join(f"{k} = var.{k}" for k in scope)
         expr = f'jsonencode(templatefile("{example}/headroom.toml.tftpl", {{ {call} }}))\n'
         proc = subprocess.run(["terraform", "console"], input=expr, capture_output=True, text=True, cwd=tmp,
@@ -463,7 +465,7 @@ def terraform_render(example, scope):
 def check_configs(headroom_cmd):
     results = []
     for example in sorted(p for p in (TF / "examples").iterdir() if (p / "headroom.toml.tftpl").exists()):
-        args, defaults = example_inputs(example)
+        args, defaults, types = example_inputs(example)
         template = example / "headroom.toml.tftpl"
         try:
             nodes = parse_template(template.read_text())
@@ -485,9 +487,9 @@ def check_configs(headroom_cmd):
             except TemplateError as e:
                 raise Fail(f"{rel(template)} ({label}): {e}")
             if shutil.which("terraform"):
-                expected = terraform_render(example, scope)
+                expected = terraform_render(example, scope, {k: types[v] for k, v in args.items()})
                 if expected != text:
-                    raise Fail(f"{rel(template)} ({label}): the check's renderer and Terraform disagree; keep the template to the supported subset (see check.py)")
+                    raise Fail(f"{rel(template)} ({label}): the check's renderer and Terraform disagree; keep the template to the supported subset (see check.py) and defaults to their declared types (Terraform converts, e.g. \"08\" to 8)")
             with tempfile.NamedTemporaryFile("w", suffix=".toml", prefix=f"{example.name}-", delete=False) as f:
                 f.write(text)
             proc = subprocess.run(headroom_cmd + ["config", "check", f.name], capture_output=True, text=True, cwd=ROOT)
@@ -563,6 +565,9 @@ def main():
         except Fail as e:
             failed += 1
             print(f"FAIL {name}: {e}", flush=True)
+        except Exception as e:  # e.g. a file that does not parse, already reported by `parse`
+            failed += 1
+            print(f"FAIL {name}: could not run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", flush=True)
     if failed:
         print(f"terraform/check.py: {failed} check(s) failed", file=sys.stderr)
         return 1
