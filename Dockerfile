@@ -23,7 +23,10 @@ FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --user-group --home-dir /var/lib/headroom --create-home headroom
+    && useradd --system --uid 10001 --user-group --home-dir /var/lib/headroom --create-home headroom \
+    && install -d -o headroom -g headroom /run/headroom
+# /run/headroom: scratch space for a configuration written at start when the root filesystem is
+# read-only (terraform/modules/aws mounts a task volume there; a volume takes this ownership).
 COPY --from=build /usr/local/bin/headroom /usr/local/bin/headroom
 # The binary embeds its migrations (sqlx::migrate!); these copies are for DBAs to read.
 COPY migrations /usr/share/headroom/migrations

@@ -156,7 +156,7 @@ SKIP = re.compile(r"#\s*checkov:skip=([A-Z0-9_]+)(?::(.*))?")
 
 def check_checkov(checkov_bin):
     skips = 0
-    for path in tf_files():
+    for path in tf_files() + [ROOT / "Dockerfile"]:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             m = SKIP.search(line)
             if not m:
@@ -170,26 +170,26 @@ def check_checkov(checkov_bin):
             raise Fail(f"{rel(config)}: checks are skipped inline with a reason, not in a config file; remove it")
     # Offline, checkov knows no severities (they come from the Prisma Cloud API), so every
     # failed check fails this one; a finding that is accepted is skipped inline with a reason.
-    env = dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false", LOG_LEVEL="WARNING")
-    proc = subprocess.run(
-        [str(checkov_bin), "--directory", str(TF), "--framework", "terraform", "--output", "json",
-         "--quiet", "--compact", "--skip-download", "--skip-results-upload"],
-        capture_output=True, text=True, env=env, cwd=TF,
-    )
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise Fail(f"checkov did not produce a report (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
-    reports = report if isinstance(report, list) else [report]
+    env = dict(os.environ, BC_SKIP_MAPPING="TRUE", LOG_LEVEL="WARNING")
     failed, passed, skipped, parse_errors = [], 0, 0, 0
-    for r in reports:
-        failed += r.get("results", {}).get("failed_checks", [])
-        summary = r.get("summary", {})
-        passed += summary.get("passed", 0)
-        skipped += summary.get("skipped", 0)
-        parse_errors += summary.get("parsing_errors", 0)
+    for target, framework in ((["--directory", str(TF)], "terraform"), (["--file", str(ROOT / "Dockerfile")], "dockerfile")):
+        proc = subprocess.run(
+            [str(checkov_bin), *target, "--framework", framework, "--output", "json",
+             "--quiet", "--compact", "--skip-download"],
+            capture_output=True, text=True, env=env, cwd=TF,
+        )
+        try:
+            report = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            raise Fail(f"checkov ({framework}) did not produce a report (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+        for r in report if isinstance(report, list) else [report]:
+            failed += r.get("results", {}).get("failed_checks", [])
+            summary = r.get("summary", {})
+            passed += summary.get("passed", 0)
+            skipped += summary.get("skipped", 0)
+            parse_errors += summary.get("parsing_errors", 0)
     if parse_errors:
-        raise Fail(f"checkov could not parse {parse_errors} file(s) under terraform/; run checkov -d terraform without --quiet to see which")
+        raise Fail(f"checkov could not parse {parse_errors} file(s); run checkov -d terraform (or -f Dockerfile) without --quiet to see which")
     if failed:
         lines = sorted({f"{c['check_id']} {c['resource']} ({c['file_path'].lstrip('/')}:{c['file_line_range'][0]}): {c['check_name']}" for c in failed})
         raise Fail(
@@ -198,7 +198,7 @@ def check_checkov(checkov_bin):
         )
     if passed == 0:
         raise Fail("checkov passed no check at all; it did not scan terraform/")
-    return f"checkov: {passed} passed, 0 failed, {skipped} skipped ({skips} inline skips, each with a reason)"
+    return f"checkov (terraform/ and Dockerfile): {passed} passed, 0 failed, {skipped} skipped ({skips} inline skips, each with a reason)"
 
 
 ACTION = re.compile(r"^[a-z0-9-]+:[A-Za-z0-9]+$")
