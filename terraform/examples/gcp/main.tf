@@ -12,8 +12,24 @@ locals {
   })
 }
 
+# The APIs the control plane uses; left enabled on destroy (other workloads may need them).
+resource "google_project_service" "apis" {
+  for_each = toset([
+    "compute.googleapis.com",
+    "iam.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+    "servicenetworking.googleapis.com",
+    "sqladmin.googleapis.com",
+  ])
+  project            = var.project
+  service            = each.value
+  disable_on_destroy = false
+}
+
 module "headroom" {
-  source = "../../modules/gcp"
+  source     = "../../modules/gcp"
+  depends_on = [google_project_service.apis]
 
   project                    = var.project
   region                     = var.region

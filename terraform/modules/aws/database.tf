@@ -41,8 +41,9 @@ resource "aws_db_subnet_group" "this" {
 }
 
 resource "aws_db_parameter_group" "this" {
-  name   = "${var.name}-postgres${var.db_engine_version}"
-  family = "postgres${var.db_engine_version}"
+  # A prefix, not a name: a new version is created before the old one is destroyed.
+  name_prefix = "${var.name}-postgres${var.db_engine_version}-"
+  family      = "postgres${var.db_engine_version}"
 
   parameter {
     name  = "rds.force_ssl"
