@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Static checks of terraform/ and the Dockerfile, runnable with no cloud account and no Terraform.
+"""Static checks of terraform/ and the Dockerfile, runnable with no cloud account and no Terraform
+(a terraform binary on the PATH is used, if present, only to cross-check).
 
     python3 terraform/check.py [--headroom PATH]
 
@@ -38,11 +39,14 @@ def venv(name, requirement):
     if stamp.exists() and stamp.read_text() == requirement:
         return bin_dir
     shutil.rmtree(path, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    subprocess.run(
-        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", requirement],
-        check=True,
-    )
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run(
+            [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", requirement],
+            check=True,
+        )
+    except subprocess.CalledProcessError:
+        sys.exit(f"terraform/check.py: cannot install {requirement} into {path}; it needs python3-venv and PyPI")
     stamp.write_text(requirement)
     return bin_dir
 
