@@ -1,0 +1,34 @@
+output "api_url" {
+  description = "URL of the Headroom API (Cloud Run, internal ingress: reachable from the VPC)."
+  value       = google_cloud_run_v2_service.this.uri
+}
+
+output "database_endpoint" {
+  description = "Private IP of the Cloud SQL ledger (clients go through the Cloud SQL Auth Proxy)."
+  value       = google_sql_database_instance.this.private_ip_address
+}
+
+output "database_connection_name" {
+  description = "Cloud SQL connection name (project:region:instance) for the Auth Proxy."
+  value       = google_sql_database_instance.this.connection_name
+}
+
+output "database_url_secret_id" {
+  description = "Secret Manager secret holding HEADROOM_DATABASE_URL (through a proxy on localhost)."
+  value       = google_secret_manager_secret.database_url.id
+}
+
+output "admin_token_secret_id" {
+  description = "Secret Manager secret to keep the bootstrap admin API token in."
+  value       = google_secret_manager_secret.admin_token.id
+}
+
+output "service_account_email" {
+  description = "Service account the service runs as."
+  value       = google_service_account.service.email
+}
+
+output "granted_permissions" {
+  description = "The provider's permissions from crates/headroom-gcp/iam-permissions.txt, in the custom role."
+  value       = google_project_iam_custom_role.provider.permissions
+}
