@@ -827,8 +827,12 @@ impl RawConfig {
                     Some(text) => p.duration(&format!("{key}.scrape.timeout"), text),
                     None => Duration::from_secs(2),
                 };
-                if !target.url.starts_with("http://") {
-                    p.add(&format!("{key}.scrape.url"), format!("{:?} is not an http:// URL", target.url), "scrape a plain-HTTP endpoint such as \"http://10.0.0.5:8000/metrics\" (HTTPS is not supported yet)");
+                if !(target.url.starts_with("http://") || target.url.starts_with("https://")) {
+                    p.add(
+                        &format!("{key}.scrape.url"),
+                        format!("{:?} is not an http:// or https:// URL", target.url),
+                        "scrape an endpoint such as \"http://10.0.0.5:8000/metrics\"",
+                    );
                 }
                 if interval < Duration::from_secs(1) || interval > Duration::from_secs(300) {
                     p.add(
@@ -936,11 +940,11 @@ impl RawConfig {
             webhooks: self.alerts.webhooks,
         };
         for (i, w) in alerts.webhooks.iter().enumerate() {
-            if !w.url.starts_with("http://") {
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
                 p.add(
                     &format!("alerts.webhooks[{i}].url"),
-                    format!("{:?} is not an http:// URL", w.url),
-                    "give the receiver's http:// address (HTTPS is not supported yet)",
+                    format!("{:?} is not an http:// or https:// URL", w.url),
+                    "give the receiver's address, e.g. \"https://hooks.slack.com/services/…\"",
                 );
             }
         }

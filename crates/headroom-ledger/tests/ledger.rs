@@ -706,3 +706,25 @@ async fn postgres_pool_leases_have_one_owner_and_pass_on_when_it_goes() {
     }
     assert_eq!(taken, 2, "the leases pass on when their owner is gone");
 }
+
+/// Managed PostgreSQL (RDS, Cloud SQL) expects encrypted connections: `?sslmode=require` must
+/// give one. `./scripts/test` starts its throwaway server with TLS on (a self-signed
+/// certificate), so this checks the real handshake.
+#[tokio::test]
+async fn postgres_connections_can_be_encrypted() {
+    let url = std::env::var("DATABASE_URL")
+        .expect("DATABASE_URL is not set: run ./scripts/test, which starts a throwaway PostgreSQL");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let tls_url = format!("{url}{separator}sslmode=require");
+    let pool = sqlx::PgPool::connect(&tls_url).await.unwrap_or_else(|e| {
+        panic!("no TLS connection to {tls_url}: {e}; the server needs ssl=on (./scripts/test starts it so)")
+    });
+    let encrypted: bool =
+        sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(encrypted, "sslmode=require gave a plain connection");
+    // The ledger itself opens over the same URL.
+    PostgresLedger::connect(&tls_url).await.unwrap();
+}
