@@ -143,7 +143,7 @@ variable "db_deletion_protection" {
 
 variable "database_require_tls" {
   type        = bool
-  description = "Require TLS between the service and PostgreSQL (rds.force_ssl and sslmode=require in the database URL). The service's image must be built with TLS support in its PostgreSQL driver; see the module README."
+  description = "Require TLS between the service and PostgreSQL (rds.force_ssl and sslmode=require in the database URL)."
   default     = true
 }
 
