@@ -955,10 +955,10 @@ async fn quota_falls_back_throttling_is_retried_and_an_invalid_request_halts_the
     );
 }
 
-#[tokio::test]
-async fn reservations_first_then_the_global_ceiling_clamps_visibly() {
-    let config = format!(
-        "cluster_id = \"engine-test\"\n[engine]\nglobal_max_nodes = 3\n{}reserved_nodes = 2\n{}{}",
+/// A reservation of two p5 nodes (`rsv`) beside on-demand p5 (`od`), one pool using both.
+fn reserved_config(engine: &str, reservation: &str) -> String {
+    format!(
+        "cluster_id = \"engine-test\"\n{engine}\n{}reserved_nodes = 2\n{reservation}\n{}{}",
         offering(
             "rsv",
             "us-east-1",
@@ -983,7 +983,12 @@ async fn reservations_first_then_the_global_ceiling_clamps_visibly() {
             "max_replicas = 8\nmax_scale_up_per_step = 8",
             ""
         ),
-    );
+    )
+}
+
+#[tokio::test]
+async fn reservations_first_then_the_global_ceiling_clamps_visibly() {
+    let config = reserved_config("[engine]\nglobal_max_nodes = 3", "");
     let h = harness(&config).await;
     h.request(4).await;
     h.engine.tick().await.unwrap();
@@ -1171,33 +1176,7 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
 
 #[tokio::test]
 async fn an_idle_reservation_and_one_nearing_its_end_alert() {
-    let config = format!(
-        "cluster_id = \"engine-test\"\n{}reserved_nodes = 2\nreservation_ends = \"2026-12-04T00:00:00Z\"\n{}{}",
-        offering(
-            "rsv",
-            "us-east-1",
-            "use1-az1",
-            "p5.48xlarge",
-            "reserved",
-            "30",
-            8
-        ),
-        offering(
-            "od",
-            "us-east-1",
-            "use1-az1",
-            "p5.48xlarge",
-            "on-demand",
-            "55",
-            8
-        ),
-        pool_block(
-            "llm",
-            "\"od\", \"rsv\"",
-            "max_replicas = 8\nmax_scale_up_per_step = 8",
-            ""
-        ),
-    );
+    let config = reserved_config("", "reservation_ends = \"2026-12-04T00:00:00Z\"");
     let h = harness(&config).await;
     let names = |h: &Harness| -> Vec<String> {
         h.engine
