@@ -61,7 +61,8 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             .into());
         }
     };
-    let scenario = headroom_sim::scenario::load(&args.scenario).map_err(|e| bad("--scenario", e))?;
+    let scenario =
+        headroom_sim::scenario::load(&args.scenario).map_err(|e| bad("--scenario", e))?;
     let mut policies = Vec::new();
     for p in &args.policies {
         let p = Policy::parse(p).map_err(|e| bad("--policy", e))?;
@@ -89,12 +90,18 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 
     if let Some(path) = &args.timeseries {
         std::fs::write(path, headroom_sim::render::timeseries_csv(&report)).map_err(|e| {
-            BadInput(format!("--timeseries: cannot write {} ({e}); pass a writable path", path.display()))
+            BadInput(format!(
+                "--timeseries: cannot write {} ({e}); pass a writable path",
+                path.display()
+            ))
         })?;
     }
     if let Some(path) = &args.plot {
         std::fs::write(path, headroom_sim::render::svg(&report)).map_err(|e| {
-            BadInput(format!("--plot: cannot write {} ({e}); pass a writable path", path.display()))
+            BadInput(format!(
+                "--plot: cannot write {} ({e}); pass a writable path",
+                path.display()
+            ))
         })?;
     }
     if json {

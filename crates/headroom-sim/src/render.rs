@@ -94,7 +94,9 @@ pub fn timeseries_csv(report: &Report) -> String {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 const PANEL_W: f64 = 300.0;
@@ -113,7 +115,10 @@ fn polyline(points: &[(f64, f64)], x0: f64, y0: f64, sx: f64, sy: f64, style: &s
             let _ = write!(d, "{:.1},{:.1} ", x0 + x * sx, y0 + PANEL_H - y * sy);
         }
     }
-    format!(r#"<polyline fill="none" {style} points="{}"/>"#, d.trim_end())
+    format!(
+        r#"<polyline fill="none" {style} points="{}"/>"#,
+        d.trim_end()
+    )
 }
 
 /// Per policy (a row), three panels sharing their scale down the column: queue depth, desired
@@ -153,7 +158,11 @@ pub fn svg(report: &Report) -> String {
     ];
     for (col, title) in titles.iter().enumerate() {
         let x = LEFT + col as f64 * (PANEL_W + GAP_X);
-        let _ = write!(svg, r#"<text x="{x}" y="42" font-weight="600">{}</text>"#, esc(title));
+        let _ = write!(
+            svg,
+            r#"<text x="{x}" y="42" font-weight="600">{}</text>"#,
+            esc(title)
+        );
     }
     let sx = PANEL_W / t_max;
     for (row, (policy, samples)) in series.iter().enumerate() {

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{
-    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
-    ManualClock, OwnershipTags, SimCloud,
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
+    OwnershipTags, SimCloud,
 };
 use headroom_core::{NodeState, Offering, OfferingId, Timestamp};
 use headroom_engine::{Config, Engine, SignalInput, sim_cloud_for};
@@ -162,7 +162,8 @@ pub async fn run(
     let mut reports = Vec::new();
     let mut series = Vec::new();
     for &policy in policies {
-        let (mut report, samples) = run_policy(sc, &requests, duration_s, policy, seed, &oracle).await?;
+        let (mut report, samples) =
+            run_policy(sc, &requests, duration_s, policy, seed, &oracle).await?;
         report.cost_vs_oracle = if oracle_cost > 0.0 {
             round6(report.cost_usd / oracle_cost)
         } else {
@@ -315,8 +316,13 @@ async fn run_policy(
     model.finish(t);
 
     let (refusals, log) = match &driver {
-        Driver::Engine(e) => e.books(now_at(0.0), now_at(t), &sc.pool.name.to_string()).await?,
-        Driver::Hpa(_, fleet) | Driver::Static(fleet) => (fleet.refusals.clone(), fleet.log.clone()),
+        Driver::Engine(e) => {
+            e.books(now_at(0.0), now_at(t), &sc.pool.name.to_string())
+                .await?
+        }
+        Driver::Hpa(_, fleet) | Driver::Static(fleet) => {
+            (fleet.refusals.clone(), fleet.log.clone())
+        }
         Driver::Oracle => (BTreeMap::new(), Vec::new()),
     };
     let cooldown = sc.config.engine.offering_cooldown.as_secs_f64();
@@ -387,8 +393,8 @@ async fn apply_fault(cloud: &SimCloud, f: &Fault) {
     }
 }
 
-/// Launches that landed on another offering within `cooldown` of a cloud refusal, by what
-/// changed: region, zone, instance type (or market, when only that differs).
+/// Launches that landed on another offering within `cooldown` of a cloud refusal, by the biggest
+/// thing that changed: region, then instance type, then zone (or market, when only that did).
 fn fallbacks(
     log: &[LaunchRecord],
     offerings: &HashMap<OfferingId, Offering>,
@@ -410,10 +416,10 @@ fn fallbacks(
         };
         let kind = if from.region != to.region {
             "region"
-        } else if from.zone != to.zone {
-            "zone"
         } else if from.instance_type != to.instance_type {
             "instance_type"
+        } else if from.zone != to.zone {
+            "zone"
         } else {
             "market"
         };
@@ -489,7 +495,8 @@ impl EngineDriver {
         clock: Arc<ManualClock>,
         requests: &[Request],
     ) -> Result<EngineDriver, SimError> {
-        let dir = tempfile::tempdir().map_err(|e| SimError::Io(format!("temporary ledger: {e}")))?;
+        let dir =
+            tempfile::tempdir().map_err(|e| SimError::Io(format!("temporary ledger: {e}")))?;
         let ledger = Arc::new(
             SqliteLedger::open_path(&dir.path().join("sim-ledger.db"))
                 .await
@@ -498,7 +505,10 @@ impl EngineDriver {
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let engine = Engine::new(Arc::new(config.clone()), ledger.clone(), cloud, dyn_clock);
         // The arrival rate the run opens with, so the pool is filled for it.
-        let opening = requests.iter().take_while(|r| r.at_s < RATE_WINDOW_S).count() as f64
+        let opening = requests
+            .iter()
+            .take_while(|r| r.at_s < RATE_WINDOW_S)
+            .count() as f64
             / RATE_WINDOW_S;
         // Fill the pool to its floor and warm pool before the traffic starts, skipping through
         // the cold-start ladder as `headroom demo` does.
@@ -513,7 +523,9 @@ impl EngineDriver {
             );
             engine.tick().await.map_err(engine_err)?;
             let filled = engine.pool_status(&sc.pool.name).is_some_and(|s| {
-                s.ready >= s.min_replicas && s.warm >= s.warm_pool_size && s.requested + s.starting == 0
+                s.ready >= s.min_replicas
+                    && s.warm >= s.warm_pool_size
+                    && s.requested + s.starting == 0
             });
             if filled {
                 break;
@@ -529,8 +541,15 @@ impl EngineDriver {
         })
     }
 
-    async fn control(&mut self, sc: &Scenario, model: &Model<'_>, t: f64) -> Result<Control, SimError> {
-        let (arrivals, departures) = self.rates.read(t, model.totals.arrivals, model.totals.departures);
+    async fn control(
+        &mut self,
+        sc: &Scenario,
+        model: &Model<'_>,
+        t: f64,
+    ) -> Result<Control, SimError> {
+        let (arrivals, departures) =
+            self.rates
+                .read(t, model.totals.arrivals, model.totals.departures);
         let utils: Vec<f64> = self.meter.read(model, t).into_iter().flatten().collect();
         let ready = model.ready();
         self.engine.push_signal(
@@ -591,7 +610,8 @@ impl EngineDriver {
             .filter(|e| e.pool.to_string() == pool && e.at >= from)
             .filter(|e| {
                 e.state == NodeState::Launching
-                    || (e.state == NodeState::Refused && e.reason.as_deref() != Some("offering_removed"))
+                    || (e.state == NodeState::Refused
+                        && e.reason.as_deref() != Some("offering_removed"))
             })
             .map(|e| LaunchRecord {
                 t_s: (e.at - from).num_milliseconds() as f64 / 1000.0,
@@ -667,11 +687,20 @@ impl Fleet {
             .into_iter()
             .map(|i| (i.id.clone(), i))
             .collect();
-        let gpus = |o: &OfferingId| self.order.iter().find(|x| &x.id == o).map_or(1, |x| x.gpus_per_node);
+        let gpus = |o: &OfferingId| {
+            self.order
+                .iter()
+                .find(|x| &x.id == o)
+                .map_or(1, |x| x.gpus_per_node)
+        };
         self.phases = self
             .nodes
             .iter()
-            .filter_map(|id| by_id.get(id).map(|i| (id.clone(), (i.phase, gpus(&i.offering)))))
+            .filter_map(|id| {
+                by_id
+                    .get(id)
+                    .map(|i| (id.clone(), (i.phase, gpus(&i.offering))))
+            })
             .collect();
         // Gone (interrupted, terminated): the pod is pending again and needs a new node.
         self.nodes.retain(|id| {
@@ -716,7 +745,11 @@ impl Fleet {
 
     async fn launch_one(&mut self, t: f64) -> bool {
         for offering in self.order.clone() {
-            if self.backoff.get(&offering.id).is_some_and(|until| *until > t) {
+            if self
+                .backoff
+                .get(&offering.id)
+                .is_some_and(|until| *until > t)
+            {
                 continue;
             }
             self.seq += 1;
@@ -754,7 +787,8 @@ impl Fleet {
                             offering: offering.id.clone(),
                             refused: true,
                         });
-                        self.backoff.insert(offering.id.clone(), t + self.cooldown_s);
+                        self.backoff
+                            .insert(offering.id.clone(), t + self.cooldown_s);
                         continue;
                     }
                     return false;
@@ -861,7 +895,12 @@ impl Hpa {
         let next = if desired > current {
             desired.min((current * 2).max(current + 4))
         } else {
-            let stabilized = self.recommendations.iter().map(|r| r.1).max().unwrap_or(desired);
+            let stabilized = self
+                .recommendations
+                .iter()
+                .map(|r| r.1)
+                .max()
+                .unwrap_or(desired);
             stabilized.min(current)
         };
         self.spec = next.clamp(self.min, self.max);
@@ -1006,7 +1045,9 @@ impl OraclePlan {
         Control {
             desired: n,
             starting: self.paid[self.index(t)] - n,
-            ready: (0..n).map(|k| (format!("oracle-{k:04}"), self.gpus)).collect(),
+            ready: (0..n)
+                .map(|k| (format!("oracle-{k:04}"), self.gpus))
+                .collect(),
         }
     }
 
@@ -1017,7 +1058,10 @@ impl OraclePlan {
     }
 
     pub fn cost_usd(&self) -> f64 {
-        self.paid.iter().map(|n| *n as f64 * self.price * self.tick_s / 3600.0).sum()
+        self.paid
+            .iter()
+            .map(|n| *n as f64 * self.price * self.tick_s / 3600.0)
+            .sum()
     }
 }
 

@@ -14,11 +14,26 @@ use crate::model::{QueuePolicy, Service};
 
 /// The scenarios built into the binary.
 pub const BUILT_IN: &[(&str, &str)] = &[
-    ("seed-000-backlog", include_str!("../scenarios/seed-000-backlog.toml")),
-    ("seed-001-burst", include_str!("../scenarios/seed-001-burst.toml")),
-    ("stockout-fallback", include_str!("../scenarios/stockout-fallback.toml")),
-    ("spot-interruptions", include_str!("../scenarios/spot-interruptions.toml")),
-    ("budget-clamp", include_str!("../scenarios/budget-clamp.toml")),
+    (
+        "seed-000-backlog",
+        include_str!("../scenarios/seed-000-backlog.toml"),
+    ),
+    (
+        "seed-001-burst",
+        include_str!("../scenarios/seed-001-burst.toml"),
+    ),
+    (
+        "stockout-fallback",
+        include_str!("../scenarios/stockout-fallback.toml"),
+    ),
+    (
+        "spot-interruptions",
+        include_str!("../scenarios/spot-interruptions.toml"),
+    ),
+    (
+        "budget-clamp",
+        include_str!("../scenarios/budget-clamp.toml"),
+    ),
 ];
 
 pub const BUILT_IN_NAMES: &[&str] = &[
@@ -179,9 +194,8 @@ pub fn load(name_or_file: &str) -> Result<Scenario, SimError> {
     if !path.exists() {
         return Err(SimError::UnknownScenario(name_or_file.to_string()));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        SimError::Io(format!("--scenario: cannot read {name_or_file} ({e})"))
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SimError::Io(format!("--scenario: cannot read {name_or_file} ({e})")))?;
     parse(&text, name_or_file)
 }
 
@@ -200,7 +214,10 @@ fn positive(origin: &str, key: &str, x: f64) -> Result<f64, SimError> {
     if x.is_finite() && x > 0.0 {
         Ok(x)
     } else {
-        Err(SimError::scenario(origin, format!("key `{key}`: {x} must be a number above zero")))
+        Err(SimError::scenario(
+            origin,
+            format!("key `{key}`: {x} must be a number above zero"),
+        ))
     }
 }
 
@@ -212,9 +229,16 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             .span()
             .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
-        SimError::scenario(origin, format!("{at}{message}; fix the key or value there (see scenarios/README.md)"))
+        SimError::scenario(
+            origin,
+            format!("{at}{message}; fix the key or value there (see scenarios/README.md)"),
+        )
     })?;
-    let duration_s = positive(origin, "duration", duration(origin, "duration", &raw.duration)?)?;
+    let duration_s = positive(
+        origin,
+        "duration",
+        duration(origin, "duration", &raw.duration)?,
+    )?;
     let tick_s = match &raw.tick {
         Some(t) => positive(origin, "tick", duration(origin, "tick", t)?)?,
         None => 1.0,
@@ -224,7 +248,10 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         None => 0.1_f64.min(tick_s),
     };
     if step_s > tick_s {
-        return Err(SimError::scenario(origin, "key `step`: longer than `tick`; make it at most the tick"));
+        return Err(SimError::scenario(
+            origin,
+            "key `step`: longer than `tick`; make it at most the tick",
+        ));
     }
     let config_text = toml::to_string(&raw.headroom)
         .map_err(|e| SimError::scenario(origin, format!("table `headroom`: {e}")))?;
@@ -240,12 +267,18 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             })?
         }
         None => config.pools.first().cloned().ok_or_else(|| {
-            SimError::scenario(origin, "table `headroom`: no [[headroom.pools]]; add the pool to simulate")
+            SimError::scenario(
+                origin,
+                "table `headroom`: no [[headroom.pools]]; add the pool to simulate",
+            )
         })?,
     };
 
     if raw.tiers.is_empty() {
-        return Err(SimError::scenario(origin, "key `tiers`: none; add a [[tiers]] with a name and an objective"));
+        return Err(SimError::scenario(
+            origin,
+            "key `tiers`: none; add a [[tiers]] with a name and an objective",
+        ));
     }
     let tier_of = |key: &str, name: &str| -> Result<u8, SimError> {
         raw.tiers
@@ -253,14 +286,23 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             .position(|t| t.name == name)
             .map(|i| i as u8)
             .ok_or_else(|| {
-                SimError::scenario(origin, format!("key `{key}`: tier {name:?} is not one of [[tiers]]; use one of their names"))
+                SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{key}`: tier {name:?} is not one of [[tiers]]; use one of their names"
+                    ),
+                )
             })
     };
     let mut objective_s = Vec::new();
     let mut deadline_s = Vec::new();
     let mut shed_tiers = Vec::new();
     for (i, t) in raw.tiers.iter().enumerate() {
-        objective_s.push(duration(origin, &format!("tiers[{i}].objective"), &t.objective)?);
+        objective_s.push(duration(
+            origin,
+            &format!("tiers[{i}].objective"),
+            &t.objective,
+        )?);
         deadline_s.push(match &t.deadline {
             Some(d) => Some(duration(origin, &format!("tiers[{i}].deadline"), d)?),
             None => None,
@@ -270,7 +312,10 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         }
     }
     if !shed_tiers.is_empty() && raw.shed_depth.is_none() {
-        return Err(SimError::scenario(origin, "key `shed_depth`: a tier sheds but no depth says when; add shed_depth = N"));
+        return Err(SimError::scenario(
+            origin,
+            "key `shed_depth`: a tier sheds but no depth says when; add shed_depth = N",
+        ));
     }
     let queue = QueuePolicy {
         tiers: raw.tiers.iter().map(|t| t.name.clone()).collect(),
@@ -300,7 +345,13 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             "uniform" => Process::Uniform,
             "poisson" => Process::Poisson,
             other => {
-                return Err(SimError::scenario(origin, format!("key `{}`: {other:?}; use \"uniform\" or \"poisson\"", key("process"))));
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: {other:?}; use \"uniform\" or \"poisson\"",
+                        key("process")
+                    ),
+                ));
             }
         };
         let points = match &st.rate {
@@ -308,22 +359,47 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             RawRate::Points(p) => p.iter().map(|[t, r]| (*t, *r)).collect(),
         };
         if points.is_empty()
-            || points.iter().any(|(t, r)| !(t.is_finite() && r.is_finite() && *r >= 0.0))
+            || points
+                .iter()
+                .any(|(t, r)| !(t.is_finite() && r.is_finite() && *r >= 0.0))
             || points.windows(2).any(|w| w[1].0 < w[0].0)
         {
-            return Err(SimError::scenario(origin, format!("key `{}`: write a rate (req/s ≥ 0) or [[seconds, req/s], …] with times in order", key("rate"))));
+            return Err(SimError::scenario(
+                origin,
+                format!(
+                    "key `{}`: write a rate (req/s ≥ 0) or [[seconds, req/s], …] with times in order",
+                    key("rate")
+                ),
+            ));
         }
         let diurnal = match (st.diurnal_amplitude, &st.diurnal_period) {
-            (Some(a), Some(p)) => Some((a, positive(origin, &key("diurnal_period"), duration(origin, &key("diurnal_period"), p)?)?, 0.0)),
+            (Some(a), Some(p)) => Some((
+                a,
+                positive(
+                    origin,
+                    &key("diurnal_period"),
+                    duration(origin, &key("diurnal_period"), p)?,
+                )?,
+                0.0,
+            )),
             (None, None) => None,
             _ => {
-                return Err(SimError::scenario(origin, format!("key `{}`: give both diurnal_amplitude and diurnal_period, or neither", key("diurnal_amplitude"))));
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: give both diurnal_amplitude and diurnal_period, or neither",
+                        key("diurnal_amplitude")
+                    ),
+                ));
             }
         };
         let tokens = |t: &RawTokens, k: &str| match *t {
             RawTokens::Fixed(n) => Ok(Tokens::Fixed(n)),
             RawTokens::Range([lo, hi]) if lo <= hi => Ok(Tokens::Uniform(lo, hi)),
-            RawTokens::Range(_) => Err(SimError::scenario(origin, format!("key `{}`: [low, high] with low ≤ high", key(k)))),
+            RawTokens::Range(_) => Err(SimError::scenario(
+                origin,
+                format!("key `{}`: [low, high] with low ≤ high", key(k)),
+            )),
         };
         streams.push(Stream {
             tier: tier_of(&key("tier"), &st.tier)?,
@@ -340,9 +416,21 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
 
     let h = &raw.hpa;
     let hpa = HpaSettings {
-        target_utilization: positive(origin, "hpa.target_utilization", h.target_utilization.unwrap_or(0.7))?,
-        target_queue_per_pod: positive(origin, "hpa.target_queue_per_pod", h.target_queue_per_pod.unwrap_or(2.0))?,
-        sync: Duration::from_secs_f64(duration(origin, "hpa.sync", h.sync.as_deref().unwrap_or("15s"))?),
+        target_utilization: positive(
+            origin,
+            "hpa.target_utilization",
+            h.target_utilization.unwrap_or(0.7),
+        )?,
+        target_queue_per_pod: positive(
+            origin,
+            "hpa.target_queue_per_pod",
+            h.target_queue_per_pod.unwrap_or(2.0),
+        )?,
+        sync: Duration::from_secs_f64(duration(
+            origin,
+            "hpa.sync",
+            h.sync.as_deref().unwrap_or("15s"),
+        )?),
         tolerance: h.tolerance.unwrap_or(0.1),
         scale_down_stabilization: Duration::from_secs_f64(duration(
             origin,
@@ -359,15 +447,32 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             .parse()
             .map_err(|e| SimError::scenario(origin, format!("key `{}`: {e}", key("offering"))))?;
         if config.offering(&offering).is_none() {
-            return Err(SimError::scenario(origin, format!("key `{}`: {offering} is not an offering of [headroom]; name one of its [[headroom.offerings]]", key("offering"))));
+            return Err(SimError::scenario(
+                origin,
+                format!(
+                    "key `{}`: {offering} is not an offering of [headroom]; name one of its [[headroom.offerings]]",
+                    key("offering")
+                ),
+            ));
         }
-        let missing = |k: &str| SimError::scenario(origin, format!("key `{}`: required for kind {:?}; add it", key(k), f.kind));
+        let missing = |k: &str| {
+            SimError::scenario(
+                origin,
+                format!("key `{}`: required for kind {:?}; add it", key(k), f.kind),
+            )
+        };
         let kind = match f.kind.as_str() {
             "capacity" => FaultKind::Capacity(f.capacity.ok_or_else(|| missing("capacity"))?),
             "interrupt" => {
                 let x = f.fraction.ok_or_else(|| missing("fraction"))?;
                 if !(0.0..=1.0).contains(&x) {
-                    return Err(SimError::scenario(origin, format!("key `{}`: {x} is not a share between 0 and 1", key("fraction"))));
+                    return Err(SimError::scenario(
+                        origin,
+                        format!(
+                            "key `{}`: {x} is not a share between 0 and 1",
+                            key("fraction")
+                        ),
+                    ));
                 }
                 FaultKind::Interrupt(x)
             }
@@ -379,13 +484,25 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
                     "throttled" => ErrorClass::Throttled,
                     "transient" => ErrorClass::Transient,
                     other => {
-                        return Err(SimError::scenario(origin, format!("key `{}`: {other:?}; use capacity, quota, price, throttled or transient", key("class"))));
+                        return Err(SimError::scenario(
+                            origin,
+                            format!(
+                                "key `{}`: {other:?}; use capacity, quota, price, throttled or transient",
+                                key("class")
+                            ),
+                        ));
                     }
                 };
                 FaultKind::LaunchErrors(class, f.count.ok_or_else(|| missing("count"))?)
             }
             other => {
-                return Err(SimError::scenario(origin, format!("key `{}`: {other:?}; use \"capacity\", \"interrupt\" or \"launch-errors\"", key("kind"))));
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: {other:?}; use \"capacity\", \"interrupt\" or \"launch-errors\"",
+                        key("kind")
+                    ),
+                ));
             }
         };
         faults.push(Fault {
