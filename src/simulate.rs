@@ -81,9 +81,18 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let started = stopwatch();
-    let mut report = headroom_sim::run(&scenario, trace, &policies, args.seed)
-        .await
-        .map_err(|e| bad("--scenario", e))?;
+    let simulation = headroom_sim::run(&scenario, trace, &policies, args.seed);
+    // The engine's warnings (alerts firing in virtual time) would bury the table; RUST_LOG
+    // brings them back.
+    let mut report = if std::env::var_os("RUST_LOG").is_some() {
+        simulation.await
+    } else {
+        use tracing::instrument::WithSubscriber;
+        simulation
+            .with_subscriber(tracing::subscriber::NoSubscriber::default())
+            .await
+    }
+    .map_err(|e| bad("--scenario", e))?;
     report.wall_time_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     report.simulated_requests_per_s =
         (report.simulated_requests() as f64 / report.wall_time_s.max(1e-3)).round();
