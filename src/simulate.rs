@@ -12,7 +12,7 @@ use crate::BadInput;
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// A built-in scenario (seed-000-backlog, seed-001-burst, stockout-fallback,
-    /// spot-interruptions, budget-clamp) or a scenario TOML file.
+    /// spot-interruptions, budget-clamp, azure-code-trace) or a scenario TOML file.
     #[arg(long, value_name = "NAME_OR_FILE")]
     scenario: String,
     /// Replay this trace (CSV TIMESTAMP,ContextTokens,GeneratedTokens or JSONL) instead of the

@@ -16,7 +16,7 @@ pub enum SimError {
     /// A scenario that does not parse or validate; the message names the key and the fix.
     #[error("scenario {origin}: {message}")]
     Scenario { origin: String, message: String },
-    #[error("unknown scenario {0:?}: pass a built-in name ({names}) or a TOML file path", names = crate::scenario::BUILT_IN_NAMES.join(", "))]
+    #[error("unknown scenario {0:?}: pass a built-in name ({names}) or a TOML file path", names = crate::scenario::built_in_names().join(", "))]
     UnknownScenario(String),
     #[error("unknown policy {0:?}: use headroom, hpa-utilization, hpa-queue, static or oracle")]
     UnknownPolicy(String),

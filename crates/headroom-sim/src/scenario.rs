@@ -34,15 +34,16 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "budget-clamp",
         include_str!("../scenarios/budget-clamp.toml"),
     ),
+    (
+        "azure-code-trace",
+        include_str!("../scenarios/azure-code-trace.toml"),
+    ),
 ];
 
-pub const BUILT_IN_NAMES: &[&str] = &[
-    "seed-000-backlog",
-    "seed-001-burst",
-    "stockout-fallback",
-    "spot-interruptions",
-    "budget-clamp",
-];
+/// The built-in scenarios' names, for messages.
+pub fn built_in_names() -> Vec<&'static str> {
+    BUILT_IN.iter().map(|(name, _)| *name).collect()
+}
 
 /// The settings of the HPA baselines (Kubernetes defaults unless the scenario says otherwise).
 #[derive(Debug, Clone, Copy, PartialEq)]
