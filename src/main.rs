@@ -4,6 +4,7 @@ mod bench;
 mod cloud;
 mod demo;
 mod report;
+mod simulate;
 mod telemetry;
 mod token;
 mod whatif;
@@ -65,6 +66,8 @@ enum Command {
     },
     /// How many replicas a backlog or an HPA metric calls for, and why (the controller's rules).
     WhatIf(whatif::WhatIfArgs),
+    /// Replay a scenario or a trace against Headroom and the baselines, in virtual time.
+    Simulate(simulate::SimulateArgs),
     /// Create, list and revoke API tokens.
     Token {
         #[command(subcommand)]
@@ -127,6 +130,7 @@ fn main() -> ExitCode {
             } => serve(&config, listen, database_url, no_auth).await,
             Command::Migrate { database_url } => migrate(&database_url).await,
             Command::WhatIf(args) => whatif::run(args),
+            Command::Simulate(args) => simulate::run(args).await,
             Command::Openapi => {
                 print!("{}", headroom_api::openapi());
                 Ok(ExitCode::SUCCESS)

@@ -1359,3 +1359,100 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         );
     }
 }
+
+/// `headroom simulate`: the JSON shape the issue lists, files written, and bad input as one line
+/// naming the flag, exit code 2.
+#[test]
+fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("ts.csv");
+    let svg = dir.path().join("plot.svg");
+    let out = Command::new(BIN)
+        .args([
+            "simulate",
+            "--scenario",
+            "seed-000-backlog",
+            "--format",
+            "json",
+        ])
+        .args(["--policy", "static", "--policy", "oracle", "--seed", "3"])
+        .arg("--timeseries")
+        .arg(&csv)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["scenario"], "seed-000-backlog");
+    assert_eq!(v["seed"], 3);
+    assert!(v["oracle"]["cost_usd"].as_f64().unwrap() > 0.0);
+    assert!(v["wall_time_s"].is_number() && v["simulated_requests_per_s"].is_number());
+    let policies = v["policies"].as_array().unwrap();
+    assert_eq!(policies.len(), 2);
+    let keys: Vec<&str> = policies[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for key in [
+        "policy",
+        "requests_total",
+        "requests_within_slo",
+        "slo_attainment",
+        "queue_delay_minutes",
+        "shed",
+        "gpu_hours",
+        "idle_gpu_hours",
+        "cost_usd",
+        "cost_vs_oracle",
+        "refusals",
+        "fallbacks",
+        "scale_direction_changes",
+        "peak_queue_depth",
+        "peak_ready_replicas",
+    ] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    assert_eq!(keys.len(), 15, "{keys:?}");
+    let series = std::fs::read_to_string(&csv).unwrap();
+    assert!(series.starts_with("policy,t_s,queue_depth,desired,ready,starting,cost_usd\n"));
+    assert!(series.lines().any(|l| l.starts_with("oracle,")));
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+
+    for (bad, flag) in [
+        (vec!["--scenario", "seed-999"], "--scenario"),
+        (
+            vec!["--scenario", "seed-000-backlog", "--policy", "kubectl"],
+            "--policy",
+        ),
+        (
+            vec!["--scenario", "seed-000-backlog", "--format", "xml"],
+            "--format",
+        ),
+        (
+            vec![
+                "--scenario",
+                "seed-000-backlog",
+                "--trace",
+                "/nonexistent.csv",
+            ],
+            "--trace",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .arg("simulate")
+            .args(&bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{bad:?}: {stderr}");
+        assert!(stderr.starts_with(&format!("error: {flag}: ")), "{stderr}");
+    }
+}

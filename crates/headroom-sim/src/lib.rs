@@ -1,7 +1,17 @@
-//! The simulator's models. This first version has what `headroom demo` needs: a burst traffic
-//! profile like the background notes' 09:00 batch job, and a fluid queue that replicas drain.
-//! Traces, token-dependent service times, priority tiers and baseline policies build on these.
+//! Headroom's simulator: request arrivals (synthetic or a trace), a serving model with
+//! continuous batching, priority tiers and deadlines, and the policies users compare — the real
+//! engine (`headroom`), the Kubernetes HPA on GPU utilisation and on queue depth, static
+//! capacity and an oracle — in virtual time against the simulated cloud.
 
+pub mod arrivals;
+pub mod error;
+pub mod model;
+pub mod render;
+pub mod run;
+pub mod scenario;
 pub mod traffic;
 
+pub use error::SimError;
+pub use run::{Policy, Report, run};
+pub use scenario::Scenario;
 pub use traffic::{BurstProfile, QueueModel};

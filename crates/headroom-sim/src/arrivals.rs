@@ -1,0 +1,390 @@
+//! Request arrivals: synthetic streams (a rate profile and an arrival process) and trace replay.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::SimError;
+
+/// One request: when it arrives, its tokens and its priority tier (0 is the highest).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Request {
+    pub at_s: f64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub tier: u8,
+}
+
+/// How arrivals are spaced at a given rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Process {
+    /// Evenly spaced: the rate's integral crossing each whole number (the seeds' arithmetic).
+    Uniform,
+    /// A non-homogeneous Poisson process with the profile as its intensity (seeded).
+    Poisson,
+}
+
+/// Requests per second over time: straight lines between `points` (a step is two points at the
+/// same instant), flat before the first and after the last, plus an optional daily swing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateProfile {
+    pub points: Vec<(f64, f64)>,
+    /// `(amplitude_rps, period_s, phase_s)`: adds `amplitude × sin(2π (t + phase) / period)`.
+    pub diurnal: Option<(f64, f64, f64)>,
+}
+
+impl RateProfile {
+    pub fn constant(rps: f64) -> RateProfile {
+        RateProfile {
+            points: vec![(0.0, rps)],
+            diurnal: None,
+        }
+    }
+
+    pub fn rate_at(&self, t: f64) -> f64 {
+        let base = match self.points.iter().position(|(at, _)| *at > t) {
+            None => self.points.last().map_or(0.0, |p| p.1),
+            Some(0) => self.points[0].1,
+            Some(i) => {
+                let (t0, r0) = self.points[i - 1];
+                let (t1, r1) = self.points[i];
+                r0 + (r1 - r0) * (t - t0) / (t1 - t0)
+            }
+        };
+        let swing = self.diurnal.map_or(0.0, |(amp, period, phase)| {
+            amp * (std::f64::consts::TAU * (t + phase) / period).sin()
+        });
+        (base + swing).max(0.0)
+    }
+}
+
+/// Token counts: fixed, or uniform in an inclusive range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokens {
+    Fixed(u32),
+    Uniform(u32, u32),
+}
+
+impl Tokens {
+    fn draw(self, rng: &mut fastrand::Rng) -> u32 {
+        match self {
+            Tokens::Fixed(n) => n,
+            Tokens::Uniform(lo, hi) => rng.u32(lo..=hi),
+        }
+    }
+}
+
+/// One synthetic source of requests of one tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stream {
+    pub tier: u8,
+    pub process: Process,
+    pub rate: RateProfile,
+    pub input_tokens: Tokens,
+    pub output_tokens: Tokens,
+}
+
+/// Integration step for turning a rate into arrivals; arrivals are placed exactly inside it.
+const GEN_STEP_S: f64 = 0.01;
+
+/// Every arrival of `streams` in `[0, duration_s)`, in time order. The same seed gives the same
+/// requests.
+pub fn generate(streams: &[Stream], duration_s: f64, seed: u64) -> Vec<Request> {
+    let mut out = Vec::new();
+    for (i, stream) in streams.iter().enumerate() {
+        // One generator per stream, so adding a stream does not reshuffle the others.
+        let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i as u64);
+        let next = |rng: &mut fastrand::Rng| match stream.process {
+            Process::Uniform => 1.0,
+            Process::Poisson => -(1.0 - rng.f64()).ln(),
+        };
+        let mut threshold = next(&mut rng);
+        let mut acc = 0.0;
+        let steps = (duration_s / GEN_STEP_S).ceil() as u64;
+        for k in 0..steps {
+            let t = k as f64 * GEN_STEP_S;
+            let rate = stream.rate.rate_at(t + GEN_STEP_S / 2.0);
+            let gained = rate * GEN_STEP_S;
+            // Bounded: each pass emits one arrival and raises the threshold by a positive amount.
+            while acc + gained >= threshold && rate > 0.0 {
+                let at = t + (threshold - acc) / rate;
+                if at >= duration_s {
+                    break;
+                }
+                out.push(Request {
+                    at_s: at,
+                    input_tokens: stream.input_tokens.draw(&mut rng),
+                    output_tokens: stream.output_tokens.draw(&mut rng),
+                    tier: stream.tier,
+                });
+                threshold += next(&mut rng).max(1e-12);
+            }
+            acc += gained;
+        }
+    }
+    out.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    out
+}
+
+/// Reads a trace: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` (a header, then one request per
+/// row; timestamps as `YYYY-MM-DD HH:MM:SS.fffffff` or seconds) or JSONL with `timestamp`,
+/// `input_length`, `output_length`. Times are made relative to the first request. Every request
+/// gets `tier`.
+pub fn read_trace(path: &Path, tier: u8) -> Result<Vec<Request>, SimError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| SimError::Trace {
+        file: file.clone(),
+        message: format!("cannot read it ({e}); pass a CSV or JSONL trace file"),
+    })?;
+    let jsonl = path
+        .extension()
+        .is_some_and(|e| e == "jsonl" || e == "json")
+        || text.trim_start().starts_with('{');
+    if jsonl {
+        parse_jsonl(&text, &file, tier)
+    } else {
+        parse_csv(&text, &file, tier)
+    }
+}
+
+fn row_error(file: &str, line: usize, message: String) -> SimError {
+    SimError::TraceRow {
+        file: file.to_string(),
+        line,
+        message,
+    }
+}
+
+/// Seconds since the epoch for a trace timestamp: a date-time or a plain number of seconds.
+fn parse_time(s: &str) -> Option<f64> {
+    let s = s.trim();
+    if let Ok(x) = s.parse::<f64>() {
+        return x.is_finite().then_some(x);
+    }
+    let dt = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f")
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f"))
+        .ok()?;
+    let utc = dt.and_utc();
+    Some(utc.timestamp() as f64 + utc.timestamp_subsec_nanos() as f64 / 1e9)
+}
+
+fn parse_tokens(s: &str) -> Option<u32> {
+    s.trim().parse::<u32>().ok()
+}
+
+pub fn parse_csv(text: &str, file: &str, tier: u8) -> Result<Vec<Request>, SimError> {
+    let mut lines = text.lines().enumerate();
+    let Some((_, header)) = lines.next() else {
+        return Err(SimError::Trace {
+            file: file.to_string(),
+            message: "empty; expected a header TIMESTAMP,ContextTokens,GeneratedTokens".into(),
+        });
+    };
+    let cols: Vec<String> = header
+        .split(',')
+        .map(|c| c.trim().to_ascii_lowercase())
+        .collect();
+    if cols != ["timestamp", "contexttokens", "generatedtokens"] {
+        return Err(row_error(
+            file,
+            1,
+            format!("header {header:?}; expected TIMESTAMP,ContextTokens,GeneratedTokens"),
+        ));
+    }
+    let mut rows = Vec::new();
+    for (i, line) in lines {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields.len() != 3 {
+            return Err(row_error(
+                file,
+                n,
+                format!(
+                    "{} fields; expected 3 (timestamp, context tokens, generated tokens)",
+                    fields.len()
+                ),
+            ));
+        }
+        let at = parse_time(fields[0]).ok_or_else(|| {
+            row_error(
+                file,
+                n,
+                format!(
+                    "timestamp {:?} is not YYYY-MM-DD HH:MM:SS.fff or seconds",
+                    fields[0].trim()
+                ),
+            )
+        })?;
+        let input = parse_tokens(fields[1]).ok_or_else(|| {
+            row_error(
+                file,
+                n,
+                format!(
+                    "ContextTokens {:?} is not a whole number ≥ 0",
+                    fields[1].trim()
+                ),
+            )
+        })?;
+        let output = parse_tokens(fields[2]).ok_or_else(|| {
+            row_error(
+                file,
+                n,
+                format!(
+                    "GeneratedTokens {:?} is not a whole number ≥ 0",
+                    fields[2].trim()
+                ),
+            )
+        })?;
+        rows.push((at, input, output));
+    }
+    finish(rows, file, tier)
+}
+
+pub fn parse_jsonl(text: &str, file: &str, tier: u8) -> Result<Vec<Request>, SimError> {
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| row_error(file, n, format!("not a JSON object ({e})")))?;
+        let at = match v.get("timestamp") {
+            Some(serde_json::Value::Number(x)) => x.as_f64(),
+            Some(serde_json::Value::String(s)) => parse_time(s),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            row_error(
+                file,
+                n,
+                "timestamp is missing or not seconds / a date-time".into(),
+            )
+        })?;
+        let field = |name: &str| {
+            v.get(name)
+                .and_then(|x| x.as_u64())
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| {
+                    row_error(
+                        file,
+                        n,
+                        format!("{name} is missing or not a whole number ≥ 0"),
+                    )
+                })
+        };
+        rows.push((at, field("input_length")?, field("output_length")?));
+    }
+    finish(rows, file, tier)
+}
+
+fn finish(mut rows: Vec<(f64, u32, u32)>, file: &str, tier: u8) -> Result<Vec<Request>, SimError> {
+    if rows.is_empty() {
+        return Err(SimError::Trace {
+            file: file.to_string(),
+            message: "has no requests".into(),
+        });
+    }
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let start = rows[0].0;
+    Ok(rows
+        .into_iter()
+        .map(|(at, input_tokens, output_tokens)| Request {
+            at_s: at - start,
+            input_tokens,
+            output_tokens,
+            tier,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_arrivals_follow_the_integral() {
+        let s = Stream {
+            tier: 0,
+            process: Process::Uniform,
+            rate: RateProfile {
+                points: vec![
+                    (0.0, 20.0),
+                    (10.0, 20.0),
+                    (10.0, 32.0),
+                    (40.0, 32.0),
+                    (40.0, 20.0),
+                ],
+                diurnal: None,
+            },
+            input_tokens: Tokens::Fixed(0),
+            output_tokens: Tokens::Fixed(100),
+        };
+        let r = generate(&[s], 50.0, 1);
+        let in_burst = r.iter().filter(|q| q.at_s >= 10.0 && q.at_s < 40.0).count();
+        assert!((959..=961).contains(&in_burst), "{in_burst}");
+        // 10 s at 20, 30 s at 32, 10 s at 20.
+        assert!((1359..=1361).contains(&r.len()), "{}", r.len());
+    }
+
+    #[test]
+    fn poisson_is_seeded_and_near_its_rate() {
+        let s = Stream {
+            tier: 1,
+            process: Process::Poisson,
+            rate: RateProfile::constant(50.0),
+            input_tokens: Tokens::Uniform(10, 20),
+            output_tokens: Tokens::Fixed(5),
+        };
+        let a = generate(std::slice::from_ref(&s), 100.0, 7);
+        let b = generate(std::slice::from_ref(&s), 100.0, 7);
+        let c = generate(&[s], 100.0, 8);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        // 5000 expected, standard deviation ~71.
+        assert!((4700..5300).contains(&a.len()), "{}", a.len());
+        assert!(a.iter().all(|q| (10..=20).contains(&q.input_tokens)));
+    }
+
+    #[test]
+    fn csv_bad_rows_name_their_line() {
+        let ok = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n2023-11-16 18:17:04.5,10,3\n";
+        let r = parse_csv(ok, "t.csv", 0).unwrap();
+        assert_eq!(r.len(), 2);
+        assert!((r[1].at_s - 0.52004).abs() < 1e-6);
+        let bad = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,4808,10\n2023-11-16 18:17:04.5,ten,3\n";
+        let e = parse_csv(bad, "t.csv", 0).unwrap_err().to_string();
+        assert!(e.starts_with("t.csv:3: ContextTokens \"ten\""), "{e}");
+        let bad = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,4808\n";
+        assert!(
+            parse_csv(bad, "t.csv", 0)
+                .unwrap_err()
+                .to_string()
+                .starts_with("t.csv:2: 2 fields")
+        );
+        let bad = "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,2\n";
+        assert!(
+            parse_csv(bad, "t.csv", 0)
+                .unwrap_err()
+                .to_string()
+                .starts_with("t.csv:2: timestamp")
+        );
+    }
+
+    #[test]
+    fn jsonl_bad_rows_name_their_line() {
+        let ok = "{\"timestamp\": 10.5, \"input_length\": 3, \"output_length\": 4}\n{\"timestamp\": 11, \"input_length\": 1, \"output_length\": 2}\n";
+        let r = parse_jsonl(ok, "t.jsonl", 0).unwrap();
+        assert_eq!(r[1].at_s, 0.5);
+        let bad = "{\"timestamp\": 10.5, \"input_length\": 3, \"output_length\": 4}\n\n{\"timestamp\": 11, \"input_length\": -1, \"output_length\": 2}\n";
+        let e = parse_jsonl(bad, "t.jsonl", 0).unwrap_err().to_string();
+        assert!(e.starts_with("t.jsonl:3: input_length"), "{e}");
+        let e = parse_jsonl("not json\n", "t.jsonl", 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.jsonl:1: not a JSON object"), "{e}");
+    }
+}

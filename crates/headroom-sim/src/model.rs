@@ -1,0 +1,432 @@
+//! The serving model: a priority queue with deadlines in front of replicas that batch
+//! continuously, in virtual time. Pure and deterministic: no clock, no randomness.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::arrivals::Request;
+
+/// What one replica can do. A request's work is `output_tokens + input_tokens × input_token_weight`
+/// (prefill is much cheaper per token than decode), so a heavy request holds its slot longer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Service {
+    pub input_token_weight: f64,
+    /// Work per second one replica does with its batch full.
+    pub tokens_per_s: f64,
+    /// Work per second one request gets at most (decode speed of a single stream).
+    pub request_tokens_per_s: f64,
+    /// Requests a replica serves at once (batch slots).
+    pub max_batch: u32,
+}
+
+impl Service {
+    pub fn work(&self, r: &Request) -> f64 {
+        (r.output_tokens as f64 + r.input_tokens as f64 * self.input_token_weight).max(1.0)
+    }
+
+    /// Work per second of one replica at best: a full batch, or as many streams as it has slots.
+    pub fn replica_capacity(&self) -> f64 {
+        self.tokens_per_s
+            .min(self.request_tokens_per_s * self.max_batch as f64)
+    }
+}
+
+/// Per tier, highest priority first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuePolicy {
+    pub tiers: Vec<String>,
+    /// A request meets the SLO when its queue wait is at most this.
+    pub objective_s: Vec<f64>,
+    /// A request still waiting after this gives up (client timeout); `None`: waits forever.
+    pub deadline_s: Vec<Option<f64>>,
+    /// Arrivals of these tiers are rejected while the queue is at least `shed_depth` deep.
+    pub shed_tiers: Vec<u8>,
+    pub shed_depth: Option<u64>,
+}
+
+/// Totals over a run.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Totals {
+    pub requests: u64,
+    pub within_slo: u64,
+    pub shed: u64,
+    pub timed_out: u64,
+    pub served: u64,
+    pub queue_delay_s: f64,
+    pub arrivals: u64,
+    pub departures: u64,
+    /// Replica-seconds a replica was ready, and those in which at least one request ran, in GPUs.
+    pub ready_gpu_s: f64,
+    pub busy_gpu_s: f64,
+    /// The deepest the queue was at the end of any step.
+    pub peak_waiting: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Replica {
+    gpus: u32,
+    /// (request index, work left).
+    active: Vec<(usize, f64)>,
+    /// Seconds with at least one request running, since the replica joined.
+    busy_s: f64,
+}
+
+/// The queue and the replicas of one pool under one policy.
+#[derive(Debug)]
+pub struct Model<'a> {
+    requests: &'a [Request],
+    service: Service,
+    policy: QueuePolicy,
+    shedding: bool,
+    next: usize,
+    queue: Vec<VecDeque<usize>>,
+    /// Whether a request's wait was already counted (a request requeued after its replica
+    /// vanished is not counted twice).
+    counted: Vec<bool>,
+    replicas: BTreeMap<String, Replica>,
+    pub totals: Totals,
+}
+
+impl<'a> Model<'a> {
+    /// `shedding`: whether this policy has an admission shedder (Headroom's design does).
+    pub fn new(
+        requests: &'a [Request],
+        service: Service,
+        policy: QueuePolicy,
+        shedding: bool,
+    ) -> Self {
+        let tiers = policy.tiers.len().max(1);
+        Model {
+            requests,
+            service,
+            policy,
+            shedding,
+            next: 0,
+            queue: vec![VecDeque::new(); tiers],
+            counted: vec![false; requests.len()],
+            replicas: BTreeMap::new(),
+            totals: Totals::default(),
+        }
+    }
+
+    pub fn waiting(&self) -> u64 {
+        self.queue.iter().map(|q| q.len() as u64).sum()
+    }
+
+    pub fn in_service(&self) -> u64 {
+        self.replicas.values().map(|r| r.active.len() as u64).sum()
+    }
+
+    /// Age of the oldest waiting request at `now`.
+    pub fn oldest_age_s(&self, now: f64) -> Option<f64> {
+        self.queue
+            .iter()
+            .filter_map(|q| {
+                q.iter()
+                    .map(|&i| now - self.requests[i].at_s)
+                    .reduce(f64::max)
+            })
+            .reduce(f64::max)
+    }
+
+    pub fn ready(&self) -> u32 {
+        self.replicas.len() as u32
+    }
+
+    /// Busy seconds so far of each ready replica (the exporter's counter).
+    pub fn busy_counters(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.replicas.iter().map(|(id, r)| (id.as_str(), r.busy_s))
+    }
+
+    /// Makes exactly these replicas (id → GPUs) ready. Requests on a replica that vanished go
+    /// back to the front of their tier, oldest first.
+    pub fn set_ready(&mut self, ready: &BTreeMap<String, u32>) {
+        let gone: Vec<String> = self
+            .replicas
+            .keys()
+            .filter(|id| !ready.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(r) = self.replicas.remove(&id) {
+                let mut back: Vec<usize> = r.active.into_iter().map(|(i, _)| i).collect();
+                back.sort_unstable_by(|a, b| b.cmp(a));
+                for i in back {
+                    let tier = self.tier(i);
+                    self.queue[tier].push_front(i);
+                }
+            }
+        }
+        for (id, gpus) in ready {
+            self.replicas.entry(id.clone()).or_insert_with(|| Replica {
+                gpus: *gpus,
+                ..Replica::default()
+            });
+        }
+    }
+
+    fn tier(&self, i: usize) -> usize {
+        (self.requests[i].tier as usize).min(self.queue.len() - 1)
+    }
+
+    fn objective(&self, tier: usize) -> f64 {
+        self.policy
+            .objective_s
+            .get(tier)
+            .copied()
+            .unwrap_or(f64::INFINITY)
+    }
+
+    fn count_wait(&mut self, i: usize, wait: f64) {
+        if self.counted[i] {
+            return;
+        }
+        self.counted[i] = true;
+        self.totals.queue_delay_s += wait.max(0.0);
+        if wait <= self.objective(self.tier(i)) + 1e-9 {
+            self.totals.within_slo += 1;
+        }
+    }
+
+    fn pop(&mut self) -> Option<usize> {
+        self.queue.iter_mut().find_map(|q| q.pop_front())
+    }
+
+    /// Moves the model from `from` to `to` in steps of at most `step`.
+    pub fn advance(&mut self, from: f64, to: f64, step: f64) {
+        let mut t = from;
+        // Bounded: the number of steps is (to - from) / step.
+        while t < to - 1e-12 {
+            let end = (t + step).min(to);
+            self.step(t, end);
+            t = end;
+        }
+    }
+
+    fn step(&mut self, t0: f64, t1: f64) {
+        // Arrivals up to the end of the step join now: waits are measured from their own arrival.
+        while let Some(r) = self.requests.get(self.next).filter(|r| r.at_s < t1) {
+            let i = self.next;
+            let tier = self.tier(i);
+            self.next += 1;
+            self.totals.requests += 1;
+            self.totals.arrivals += 1;
+            let shed = self.shedding
+                && self.policy.shed_tiers.contains(&r.tier)
+                && self.policy.shed_depth.is_some_and(|d| self.waiting() >= d);
+            if shed {
+                self.totals.shed += 1;
+                self.counted[i] = true;
+                continue;
+            }
+            self.queue[tier].push_back(i);
+        }
+        // Deadlines: the oldest of each tier are at its front.
+        for tier in 0..self.queue.len() {
+            let Some(Some(deadline)) = self.policy.deadline_s.get(tier).copied() else {
+                continue;
+            };
+            while let Some(&i) = self.queue[tier].front() {
+                if t0 - self.requests[i].at_s <= deadline {
+                    break;
+                }
+                self.queue[tier].pop_front();
+                self.totals.timed_out += 1;
+                self.count_wait(i, deadline + 1e-6);
+            }
+        }
+        let dt = t1 - t0;
+        let ids: Vec<String> = self.replicas.keys().cloned().collect();
+        for id in ids {
+            let Some(mut rep) = self.replicas.remove(&id) else {
+                continue;
+            };
+            self.serve(&mut rep, t0, dt);
+            self.totals.ready_gpu_s += dt * rep.gpus as f64;
+            self.replicas.insert(id, rep);
+        }
+        self.totals.peak_waiting = self.totals.peak_waiting.max(self.waiting());
+    }
+
+    fn fill(&mut self, rep: &mut Replica, now: f64) {
+        while rep.active.len() < self.service.max_batch as usize {
+            let Some(i) = self.pop() else { break };
+            let wait = now - self.requests[i].at_s;
+            self.count_wait(i, wait);
+            rep.active.push((i, self.service.work(&self.requests[i])));
+        }
+    }
+
+    /// Processor sharing within the batch: each of `n` running requests gets
+    /// `min(tokens_per_s / n, request_tokens_per_s)`; finished requests free their slot at once.
+    fn serve(&mut self, rep: &mut Replica, t0: f64, dt: f64) {
+        let mut tau = 0.0;
+        self.fill(rep, t0);
+        // Bounded: every pass but the last finishes at least one request.
+        loop {
+            let n = rep.active.len();
+            if n == 0 || tau >= dt {
+                break;
+            }
+            let rate =
+                (self.service.tokens_per_s / n as f64).min(self.service.request_tokens_per_s);
+            let min_left = rep.active.iter().map(|a| a.1).fold(f64::INFINITY, f64::min);
+            let need = min_left / rate;
+            if tau + need <= dt {
+                for a in rep.active.iter_mut() {
+                    a.1 -= rate * need;
+                }
+                tau += need;
+                rep.busy_s += need;
+                self.totals.busy_gpu_s += need * rep.gpus as f64;
+                let before = rep.active.len();
+                rep.active.retain(|a| a.1 > 1e-9);
+                let done = (before - rep.active.len()) as u64;
+                self.totals.served += done;
+                self.totals.departures += done;
+                self.fill(rep, t0 + tau);
+            } else {
+                let left = dt - tau;
+                for a in rep.active.iter_mut() {
+                    a.1 -= rate * left;
+                }
+                rep.busy_s += left;
+                self.totals.busy_gpu_s += left * rep.gpus as f64;
+                break;
+            }
+        }
+    }
+
+    /// Counts the requests still waiting at the end of the run.
+    pub fn finish(&mut self, now: f64) {
+        let waiting: Vec<usize> = self.queue.iter().flatten().copied().collect();
+        for i in waiting {
+            let wait = now - self.requests[i].at_s;
+            self.count_wait(i, wait);
+        }
+        // Requests never dispatched because the run ended before they arrived do not exist.
+    }
+}
+
+/// GPU utilisation as the usual exporter reports it: per ready replica, the share of the window
+/// in which at least one kernel ran, whatever the queue behind it.
+#[derive(Debug, Default)]
+pub struct UtilMeter {
+    last: BTreeMap<String, (f64, f64)>,
+}
+
+impl UtilMeter {
+    /// Utilisation of each replica ready now over the time since the last reading, in replica
+    /// order; `None` for a replica that joined since (no sample yet, as a fresh pod has none).
+    pub fn read(&mut self, model: &Model<'_>, now: f64) -> Vec<Option<f64>> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for (id, busy) in model.busy_counters() {
+            seen.insert(id.to_string());
+            let (busy0, t0) = self.last.get(id).copied().unwrap_or((0.0, f64::NAN));
+            if t0.is_finite() && now > t0 {
+                out.push(Some(((busy - busy0) / (now - t0)).clamp(0.0, 1.0)));
+            } else {
+                out.push(None);
+            }
+            self.last.insert(id.to_string(), (busy, now));
+        }
+        self.last.retain(|id, _| seen.contains(id));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service() -> Service {
+        Service {
+            input_token_weight: 0.0,
+            tokens_per_s: 250.0,
+            request_tokens_per_s: 250.0,
+            max_batch: 1,
+        }
+    }
+
+    fn policy() -> QueuePolicy {
+        QueuePolicy {
+            tiers: vec!["interactive".into(), "batch".into()],
+            objective_s: vec![1.0, 60.0],
+            deadline_s: vec![None, None],
+            shed_tiers: vec![1],
+            shed_depth: Some(5),
+        }
+    }
+
+    fn req(at_s: f64, tier: u8) -> Request {
+        Request {
+            at_s,
+            input_tokens: 0,
+            output_tokens: 100,
+            tier,
+        }
+    }
+
+    #[test]
+    fn one_replica_serves_two_and_a_half_per_second() {
+        let reqs: Vec<Request> = (0..100).map(|i| req(i as f64 * 0.1, 0)).collect();
+        let mut m = Model::new(&reqs, service(), policy(), false);
+        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        m.advance(0.0, 10.2, 0.1);
+        // 0.4 s each: the 25th ends at 10.0 s, the 26th is in service, the rest waits.
+        assert_eq!(m.totals.served, 25);
+        assert_eq!(m.in_service(), 1);
+        assert_eq!(m.waiting(), 74);
+    }
+
+    #[test]
+    fn interactive_goes_first_and_batch_is_shed_when_deep() {
+        let mut reqs: Vec<Request> = (0..10).map(|_| req(0.0, 1)).collect();
+        reqs.push(req(0.0, 0));
+        let mut m = Model::new(&reqs, service(), policy(), true);
+        m.advance(0.0, 1.0, 0.1);
+        assert_eq!(m.totals.shed, 5);
+        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        m.advance(1.0, 1.5, 0.1);
+        // The interactive request jumped the five waiting batch requests; it waited exactly its
+        // 1 s objective, and the first batch request started at 1.4 s, well within 60 s.
+        assert_eq!(m.totals.served, 1);
+        assert_eq!(m.totals.within_slo, 2);
+        assert_eq!(m.waiting(), 4);
+    }
+
+    #[test]
+    fn a_vanished_replica_gives_its_work_back() {
+        let reqs = vec![req(0.0, 0)];
+        let mut m = Model::new(&reqs, service(), policy(), false);
+        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        m.advance(0.0, 0.2, 0.1);
+        assert_eq!(m.in_service(), 1);
+        m.set_ready(&BTreeMap::new());
+        assert_eq!(m.waiting(), 1);
+        assert_eq!(m.in_service(), 0);
+    }
+
+    #[test]
+    fn utilisation_is_busy_time_not_queue_depth() {
+        // A single slow request keeps the replica "100 % utilised" with nothing queued.
+        let reqs = vec![Request {
+            output_tokens: 10_000,
+            ..req(0.0, 0)
+        }];
+        let svc = Service {
+            request_tokens_per_s: 50.0,
+            max_batch: 32,
+            ..service()
+        };
+        let mut m = Model::new(&reqs, svc, policy(), false);
+        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        let mut meter = UtilMeter::default();
+        meter.read(&m, 0.0);
+        m.advance(0.0, 15.0, 0.1);
+        let u = meter.read(&m, 15.0);
+        assert_eq!(u.len(), 1);
+        assert!((u[0].unwrap() - 1.0).abs() < 1e-9, "{u:?}");
+        assert_eq!(m.waiting(), 0);
+    }
+}

@@ -1,0 +1,533 @@
+//! Scenarios: traffic, the pool and its offerings (a Headroom configuration), the cloud's
+//! behaviour over time, the SLO and the baselines' settings, as one TOML file. See
+//! `scenarios/README.md` for every key.
+
+use std::time::Duration;
+
+use headroom_core::{ErrorClass, OfferingId, PoolName, PoolSpec};
+use headroom_engine::Config;
+use serde::Deserialize;
+
+use crate::arrivals::{Process, RateProfile, Stream, Tokens};
+use crate::error::SimError;
+use crate::model::{QueuePolicy, Service};
+
+/// The scenarios built into the binary.
+pub const BUILT_IN: &[(&str, &str)] = &[
+    (
+        "seed-000-backlog",
+        include_str!("../scenarios/seed-000-backlog.toml"),
+    ),
+    (
+        "seed-001-burst",
+        include_str!("../scenarios/seed-001-burst.toml"),
+    ),
+    (
+        "stockout-fallback",
+        include_str!("../scenarios/stockout-fallback.toml"),
+    ),
+    (
+        "spot-interruptions",
+        include_str!("../scenarios/spot-interruptions.toml"),
+    ),
+    (
+        "budget-clamp",
+        include_str!("../scenarios/budget-clamp.toml"),
+    ),
+    (
+        "azure-code-trace",
+        include_str!("../scenarios/azure-code-trace.toml"),
+    ),
+];
+
+/// The built-in scenarios' names, for messages.
+pub fn built_in_names() -> Vec<&'static str> {
+    BUILT_IN.iter().map(|(name, _)| *name).collect()
+}
+
+/// The settings of the HPA baselines (Kubernetes defaults unless the scenario says otherwise).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HpaSettings {
+    pub target_utilization: f64,
+    pub target_queue_per_pod: f64,
+    pub sync: Duration,
+    pub tolerance: f64,
+    pub scale_down_stabilization: Duration,
+}
+
+/// Something the cloud does at an instant of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FaultKind {
+    /// The offering can run this many instances from now on (`0` is a stockout).
+    Capacity(u32),
+    /// This share of the offering's running instances is reclaimed at once (a spot wave).
+    Interrupt(f64),
+    /// The next `count` launches on the offering fail with `class`.
+    LaunchErrors(ErrorClass, u32),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fault {
+    pub at_s: f64,
+    pub offering: OfferingId,
+    pub kind: FaultKind,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub duration_s: f64,
+    /// How often policies act: the engine ticks, baselines reconcile nodes, the oracle plans.
+    pub tick_s: f64,
+    /// The serving model's step.
+    pub step_s: f64,
+    pub seed: u64,
+    pub config: Config,
+    pub pool: PoolSpec,
+    pub service: Service,
+    pub queue: QueuePolicy,
+    pub streams: Vec<Stream>,
+    /// The tier trace requests get.
+    pub trace_tier: u8,
+    pub hpa: HpaSettings,
+    pub faults: Vec<Fault>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    #[serde(default)]
+    description: String,
+    duration: String,
+    tick: Option<String>,
+    step: Option<String>,
+    seed: Option<u64>,
+    pool: Option<String>,
+    trace_tier: Option<String>,
+    service: RawService,
+    tiers: Vec<RawTier>,
+    shed_depth: Option<u64>,
+    #[serde(default)]
+    traffic: Vec<RawStream>,
+    #[serde(default)]
+    hpa: RawHpa,
+    #[serde(default)]
+    faults: Vec<RawFault>,
+    headroom: toml::Table,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawService {
+    tokens_per_s: f64,
+    request_tokens_per_s: Option<f64>,
+    max_batch: Option<u32>,
+    input_token_weight: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    name: String,
+    objective: String,
+    deadline: Option<String>,
+    #[serde(default)]
+    shed: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawRate {
+    Constant(f64),
+    Points(Vec<[f64; 2]>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawTokens {
+    Fixed(u32),
+    Range([u32; 2]),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStream {
+    tier: String,
+    process: Option<String>,
+    rate: RawRate,
+    diurnal_amplitude: Option<f64>,
+    diurnal_period: Option<String>,
+    input_tokens: RawTokens,
+    output_tokens: RawTokens,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHpa {
+    target_utilization: Option<f64>,
+    target_queue_per_pod: Option<f64>,
+    sync: Option<String>,
+    tolerance: Option<f64>,
+    scale_down_stabilization: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    at: String,
+    kind: String,
+    offering: String,
+    capacity: Option<u32>,
+    fraction: Option<f64>,
+    class: Option<String>,
+    count: Option<u32>,
+}
+
+/// Loads a built-in scenario by name, or a TOML file by path.
+pub fn load(name_or_file: &str) -> Result<Scenario, SimError> {
+    if let Some((name, text)) = BUILT_IN.iter().find(|(n, _)| *n == name_or_file) {
+        return parse(text, name);
+    }
+    let path = std::path::Path::new(name_or_file);
+    if !path.exists() {
+        return Err(SimError::UnknownScenario(name_or_file.to_string()));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SimError::Io(format!("--scenario: cannot read {name_or_file} ({e})")))?;
+    parse(&text, name_or_file)
+}
+
+fn duration(origin: &str, key: &str, text: &str) -> Result<f64, SimError> {
+    humantime::parse_duration(text)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| {
+            SimError::scenario(
+                origin,
+                format!("key `{key}`: {text:?} is not a duration ({e}); write one such as \"90s\", \"5m\" or \"1h\""),
+            )
+        })
+}
+
+fn positive(origin: &str, key: &str, x: f64) -> Result<f64, SimError> {
+    if x.is_finite() && x > 0.0 {
+        Ok(x)
+    } else {
+        Err(SimError::scenario(
+            origin,
+            format!("key `{key}`: {x} must be a number above zero"),
+        ))
+    }
+}
+
+/// Parses and validates a scenario's text; `origin` names it in messages.
+pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
+    let raw: Raw = toml::from_str(text).map_err(|e| {
+        let message = e.message().replace('\n', " ");
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
+        SimError::scenario(
+            origin,
+            format!("{at}{message}; fix the key or value there (see scenarios/README.md)"),
+        )
+    })?;
+    let duration_s = positive(
+        origin,
+        "duration",
+        duration(origin, "duration", &raw.duration)?,
+    )?;
+    let tick_s = match &raw.tick {
+        Some(t) => positive(origin, "tick", duration(origin, "tick", t)?)?,
+        None => 1.0,
+    };
+    let step_s = match &raw.step {
+        Some(t) => positive(origin, "step", duration(origin, "step", t)?)?,
+        None => 0.1_f64.min(tick_s),
+    };
+    if step_s > tick_s {
+        return Err(SimError::scenario(
+            origin,
+            "key `step`: longer than `tick`; make it at most the tick",
+        ));
+    }
+    let config_text = toml::to_string(&raw.headroom)
+        .map_err(|e| SimError::scenario(origin, format!("table `headroom`: {e}")))?;
+    let config = Config::parse(&config_text, &format!("{origin} [headroom]"))
+        .map_err(|e| SimError::scenario(origin, e.0.join("; ")))?;
+    let pool = match &raw.pool {
+        Some(name) => {
+            let name: PoolName = name
+                .parse()
+                .map_err(|e| SimError::scenario(origin, format!("key `pool`: {e}")))?;
+            config.pool(&name).cloned().ok_or_else(|| {
+                SimError::scenario(origin, format!("key `pool`: {name} is not a pool of [headroom]; name one of its [[headroom.pools]]"))
+            })?
+        }
+        None => config.pools.first().cloned().ok_or_else(|| {
+            SimError::scenario(
+                origin,
+                "table `headroom`: no [[headroom.pools]]; add the pool to simulate",
+            )
+        })?,
+    };
+
+    if raw.tiers.is_empty() {
+        return Err(SimError::scenario(
+            origin,
+            "key `tiers`: none; add a [[tiers]] with a name and an objective",
+        ));
+    }
+    let tier_of = |key: &str, name: &str| -> Result<u8, SimError> {
+        raw.tiers
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| i as u8)
+            .ok_or_else(|| {
+                SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{key}`: tier {name:?} is not one of [[tiers]]; use one of their names"
+                    ),
+                )
+            })
+    };
+    let mut objective_s = Vec::new();
+    let mut deadline_s = Vec::new();
+    let mut shed_tiers = Vec::new();
+    for (i, t) in raw.tiers.iter().enumerate() {
+        objective_s.push(duration(
+            origin,
+            &format!("tiers[{i}].objective"),
+            &t.objective,
+        )?);
+        deadline_s.push(match &t.deadline {
+            Some(d) => Some(duration(origin, &format!("tiers[{i}].deadline"), d)?),
+            None => None,
+        });
+        if t.shed {
+            shed_tiers.push(i as u8);
+        }
+    }
+    if !shed_tiers.is_empty() && raw.shed_depth.is_none() {
+        return Err(SimError::scenario(
+            origin,
+            "key `shed_depth`: a tier sheds but no depth says when; add shed_depth = N",
+        ));
+    }
+    let queue = QueuePolicy {
+        tiers: raw.tiers.iter().map(|t| t.name.clone()).collect(),
+        objective_s,
+        deadline_s,
+        shed_tiers,
+        shed_depth: raw.shed_depth,
+    };
+
+    let s = &raw.service;
+    let tokens_per_s = positive(origin, "service.tokens_per_s", s.tokens_per_s)?;
+    let service = Service {
+        input_token_weight: s.input_token_weight.unwrap_or(0.0).max(0.0),
+        tokens_per_s,
+        request_tokens_per_s: positive(
+            origin,
+            "service.request_tokens_per_s",
+            s.request_tokens_per_s.unwrap_or(tokens_per_s),
+        )?,
+        max_batch: s.max_batch.unwrap_or(1).max(1),
+    };
+
+    let mut streams = Vec::new();
+    for (i, st) in raw.traffic.iter().enumerate() {
+        let key = |k: &str| format!("traffic[{i}].{k}");
+        let process = match st.process.as_deref().unwrap_or("uniform") {
+            "uniform" => Process::Uniform,
+            "poisson" => Process::Poisson,
+            other => {
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: {other:?}; use \"uniform\" or \"poisson\"",
+                        key("process")
+                    ),
+                ));
+            }
+        };
+        let points = match &st.rate {
+            RawRate::Constant(r) => vec![(0.0, *r)],
+            RawRate::Points(p) => p.iter().map(|[t, r]| (*t, *r)).collect(),
+        };
+        if points.is_empty()
+            || points
+                .iter()
+                .any(|(t, r)| !(t.is_finite() && r.is_finite() && *r >= 0.0))
+            || points.windows(2).any(|w| w[1].0 < w[0].0)
+        {
+            return Err(SimError::scenario(
+                origin,
+                format!(
+                    "key `{}`: write a rate (req/s ≥ 0) or [[seconds, req/s], …] with times in order",
+                    key("rate")
+                ),
+            ));
+        }
+        let diurnal = match (st.diurnal_amplitude, &st.diurnal_period) {
+            (Some(a), Some(p)) => Some((
+                a,
+                positive(
+                    origin,
+                    &key("diurnal_period"),
+                    duration(origin, &key("diurnal_period"), p)?,
+                )?,
+                0.0,
+            )),
+            (None, None) => None,
+            _ => {
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: give both diurnal_amplitude and diurnal_period, or neither",
+                        key("diurnal_amplitude")
+                    ),
+                ));
+            }
+        };
+        let tokens = |t: &RawTokens, k: &str| match *t {
+            RawTokens::Fixed(n) => Ok(Tokens::Fixed(n)),
+            RawTokens::Range([lo, hi]) if lo <= hi => Ok(Tokens::Uniform(lo, hi)),
+            RawTokens::Range(_) => Err(SimError::scenario(
+                origin,
+                format!("key `{}`: [low, high] with low ≤ high", key(k)),
+            )),
+        };
+        streams.push(Stream {
+            tier: tier_of(&key("tier"), &st.tier)?,
+            process,
+            rate: RateProfile { points, diurnal },
+            input_tokens: tokens(&st.input_tokens, "input_tokens")?,
+            output_tokens: tokens(&st.output_tokens, "output_tokens")?,
+        });
+    }
+    let trace_tier = match &raw.trace_tier {
+        Some(t) => tier_of("trace_tier", t)?,
+        None => 0,
+    };
+
+    let h = &raw.hpa;
+    let hpa = HpaSettings {
+        target_utilization: positive(
+            origin,
+            "hpa.target_utilization",
+            h.target_utilization.unwrap_or(0.7),
+        )?,
+        target_queue_per_pod: positive(
+            origin,
+            "hpa.target_queue_per_pod",
+            h.target_queue_per_pod.unwrap_or(2.0),
+        )?,
+        sync: Duration::from_secs_f64(duration(
+            origin,
+            "hpa.sync",
+            h.sync.as_deref().unwrap_or("15s"),
+        )?),
+        tolerance: h.tolerance.unwrap_or(0.1),
+        scale_down_stabilization: Duration::from_secs_f64(duration(
+            origin,
+            "hpa.scale_down_stabilization",
+            h.scale_down_stabilization.as_deref().unwrap_or("300s"),
+        )?),
+    };
+
+    let mut faults = Vec::new();
+    for (i, f) in raw.faults.iter().enumerate() {
+        let key = |k: &str| format!("faults[{i}].{k}");
+        let offering: OfferingId = f
+            .offering
+            .parse()
+            .map_err(|e| SimError::scenario(origin, format!("key `{}`: {e}", key("offering"))))?;
+        if config.offering(&offering).is_none() {
+            return Err(SimError::scenario(
+                origin,
+                format!(
+                    "key `{}`: {offering} is not an offering of [headroom]; name one of its [[headroom.offerings]]",
+                    key("offering")
+                ),
+            ));
+        }
+        let missing = |k: &str| {
+            SimError::scenario(
+                origin,
+                format!("key `{}`: required for kind {:?}; add it", key(k), f.kind),
+            )
+        };
+        let kind = match f.kind.as_str() {
+            "capacity" => FaultKind::Capacity(f.capacity.ok_or_else(|| missing("capacity"))?),
+            "interrupt" => {
+                let x = f.fraction.ok_or_else(|| missing("fraction"))?;
+                if !(0.0..=1.0).contains(&x) {
+                    return Err(SimError::scenario(
+                        origin,
+                        format!(
+                            "key `{}`: {x} is not a share between 0 and 1",
+                            key("fraction")
+                        ),
+                    ));
+                }
+                FaultKind::Interrupt(x)
+            }
+            "launch-errors" => {
+                let class = match f.class.as_deref().unwrap_or("capacity") {
+                    "capacity" => ErrorClass::Capacity,
+                    "quota" => ErrorClass::Quota,
+                    "price" => ErrorClass::Price,
+                    "throttled" => ErrorClass::Throttled,
+                    "transient" => ErrorClass::Transient,
+                    other => {
+                        return Err(SimError::scenario(
+                            origin,
+                            format!(
+                                "key `{}`: {other:?}; use capacity, quota, price, throttled or transient",
+                                key("class")
+                            ),
+                        ));
+                    }
+                };
+                FaultKind::LaunchErrors(class, f.count.ok_or_else(|| missing("count"))?)
+            }
+            other => {
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: {other:?}; use \"capacity\", \"interrupt\" or \"launch-errors\"",
+                        key("kind")
+                    ),
+                ));
+            }
+        };
+        faults.push(Fault {
+            at_s: duration(origin, &key("at"), &f.at)?,
+            offering,
+            kind,
+        });
+    }
+    faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+
+    Ok(Scenario {
+        name: raw.name,
+        description: raw.description,
+        duration_s,
+        tick_s,
+        step_s,
+        seed: raw.seed.unwrap_or(0),
+        config,
+        pool,
+        service,
+        queue,
+        streams,
+        trace_tier,
+        hpa,
+        faults,
+    })
+}
