@@ -38,8 +38,11 @@ pub struct QueuePolicy {
     pub objective_s: Vec<f64>,
     /// A request still waiting after this gives up (client timeout); `None`: waits forever.
     pub deadline_s: Vec<Option<f64>>,
-    /// Arrivals of these tiers are rejected while the queue is at least `shed_depth` deep.
+    /// Tiers the serving layer may shed: their arrivals are rejected while Headroom's admission
+    /// answer sheds the tier's priority (and, if `shed_depth` is set, the queue is that deep).
     pub shed_tiers: Vec<u8>,
+    /// The admission priority of each tier (what `GET /v1/pools/{name}/admission` answers by).
+    pub priorities: Vec<headroom_core::Priority>,
     pub shed_depth: Option<u64>,
 }
 
@@ -77,6 +80,8 @@ pub struct Model<'a> {
     service: Service,
     policy: QueuePolicy,
     shedding: bool,
+    /// Priorities the admission answer sheds right now.
+    shed_now: Vec<headroom_core::Priority>,
     next: usize,
     queue: Vec<VecDeque<usize>>,
     /// Whether a request's wait was already counted (a request requeued after its replica
@@ -100,6 +105,7 @@ impl<'a> Model<'a> {
             service,
             policy,
             shedding,
+            shed_now: Vec::new(),
             next: 0,
             queue: vec![VecDeque::new(); tiers],
             counted: vec![false; requests.len()],
@@ -135,6 +141,11 @@ impl<'a> Model<'a> {
     /// Busy seconds so far of each ready replica (the exporter's counter).
     pub fn busy_counters(&self) -> impl Iterator<Item = (&str, f64)> {
         self.replicas.iter().map(|(id, r)| (id.as_str(), r.busy_s))
+    }
+
+    /// Applies the latest admission answer: the priorities to shed until the next one.
+    pub fn set_shed(&mut self, priorities: &[headroom_core::Priority]) {
+        self.shed_now = priorities.to_vec();
     }
 
     /// Makes exactly these replicas (id → GPUs) ready. Requests on a replica that vanished go
@@ -212,7 +223,12 @@ impl<'a> Model<'a> {
             self.totals.arrivals += 1;
             let shed = self.shedding
                 && self.policy.shed_tiers.contains(&r.tier)
-                && self.policy.shed_depth.is_some_and(|d| self.waiting() >= d);
+                && self
+                    .policy
+                    .priorities
+                    .get(r.tier as usize)
+                    .is_some_and(|p| self.shed_now.contains(p))
+                && self.policy.shed_depth.is_none_or(|d| self.waiting() >= d);
             if shed {
                 self.totals.shed += 1;
                 self.counted[i] = true;
@@ -354,6 +370,10 @@ mod tests {
             objective_s: vec![1.0, 60.0],
             deadline_s: vec![None, None],
             shed_tiers: vec![1],
+            priorities: vec![
+                headroom_core::Priority::Critical,
+                headroom_core::Priority::Low,
+            ],
             shed_depth: Some(5),
         }
     }
@@ -384,8 +404,18 @@ mod tests {
         let mut reqs: Vec<Request> = (0..10).map(|_| req(0.0, 1)).collect();
         reqs.push(req(0.0, 0));
         let mut m = Model::new(&reqs, service(), policy(), true);
+        m.advance(0.0, 0.5, 0.1);
+        assert_eq!(m.totals.shed, 0, "admission sheds nothing yet");
+        m.set_shed(&[headroom_core::Priority::Low]);
+        m.advance(0.5, 1.0, 0.1);
+        assert_eq!(
+            m.totals.shed, 0,
+            "all ten arrived in the first step, before the answer"
+        );
+        let mut m = Model::new(&reqs, service(), policy(), true);
+        m.set_shed(&[headroom_core::Priority::Low]);
         m.advance(0.0, 1.0, 0.1);
-        assert_eq!(m.totals.shed, 5);
+        assert_eq!(m.totals.shed, 5, "batch is shed once five wait");
         m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
         m.advance(1.0, 1.5, 0.1);
         // The interactive request jumped the five waiting batch requests; it waited exactly its

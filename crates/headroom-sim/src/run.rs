@@ -198,6 +198,8 @@ struct Control {
     desired: u32,
     starting: u32,
     ready: BTreeMap<String, u32>,
+    /// Priorities Headroom's admission answer sheds now (baselines have no shedder).
+    shed: Vec<headroom_core::Priority>,
 }
 
 enum Driver {
@@ -260,7 +262,7 @@ async fn run_policy(
     for _ in 0..ticks {
         if policy != Policy::Oracle {
             while let Some(f) = faults.front().filter(|f| f.at_s <= t + 1e-9) {
-                apply_fault(&cloud, f).await;
+                apply_fault(&cloud, f, now_at(t)).await;
                 faults.pop_front();
             }
         }
@@ -281,6 +283,7 @@ async fn run_policy(
             Driver::Oracle => oracle.control(t),
         };
         model.set_ready(&control.ready);
+        model.set_shed(&control.shed);
         model.advance(t, t + sc.tick_s, sc.step_s);
         // Pay for what ran during the tick: booting and ready nodes (stopped warm nodes cost
         // only their disks, which the simulated cloud does not price).
@@ -343,7 +346,11 @@ async fn run_policy(
         cost_usd: round6(cost),
         cost_vs_oracle: 0.0,
         refusals,
-        fallbacks: fallbacks(&log, &prices, cooldown),
+        fallbacks: match &driver {
+            // Headroom's planner names each fallback itself; the baselines' are inferred.
+            Driver::Engine(e) => e.fallbacks(&sc.pool.name.to_string()),
+            _ => fallbacks(&log, &prices, cooldown),
+        },
         scale_direction_changes: direction_changes(&desired_series),
         peak_queue_depth: totals.peak_waiting,
         peak_ready_replicas: peak_ready,
@@ -366,14 +373,14 @@ fn running(cloud: &SimCloud, pool: &str) -> Vec<Instance> {
         .collect()
 }
 
-async fn apply_fault(cloud: &SimCloud, f: &Fault) {
+async fn apply_fault(cloud: &SimCloud, f: &Fault, now: Timestamp) {
     match f.kind {
         FaultKind::Capacity(n) => cloud.set_capacity(&f.offering, n),
         FaultKind::LaunchErrors(class, n) => cloud.inject_launch_fault(&f.offering, class, n),
         FaultKind::Interrupt(share) => {
-            // The simulated cloud has no "reclaim now" call: a terminated instance disappears
-            // from the inventory exactly as a reclaimed one does for the consumer.
-            let mut victims: Vec<Instance> = cloud
+            // The wave is announced now and reclaims after the usual notice, as on AWS: every
+            // policy sees the instances go at the same instant; Headroom also sees the notice.
+            let live = cloud
                 .all_instances()
                 .into_iter()
                 .filter(|i| i.offering == f.offering)
@@ -383,12 +390,11 @@ async fn apply_fault(cloud: &SimCloud, f: &Fault) {
                         InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
                     )
                 })
-                .collect();
-            victims.sort_by(|a, b| a.id.cmp(&b.id));
-            let n = (victims.len() as f64 * share).round() as usize;
-            for v in victims.into_iter().take(n) {
-                let _ = cloud.terminate(&v.id).await;
-            }
+                .count();
+            let n = (live as f64 * share).round() as u32;
+            let reclaim_at =
+                now + chrono::Duration::seconds(headroom_cloud::sim::INTERRUPTION_NOTICE_S);
+            cloud.interrupt(&f.offering, n, reclaim_at);
         }
     }
 }
@@ -580,9 +586,32 @@ impl EngineDriver {
             .collect();
         Ok(Control {
             desired: status.as_ref().map_or(0, |s| s.desired),
-            starting: status.map_or(0, |s| s.requested + s.starting),
+            starting: status.as_ref().map_or(0, |s| s.requested + s.starting),
+            shed: status.map_or_else(Vec::new, |s| {
+                s.admission
+                    .iter()
+                    .filter(|t| !t.admit)
+                    .map(|t| t.priority)
+                    .collect()
+            }),
             ready,
         })
+    }
+
+    /// Fallbacks by kind as the engine counted them (`headroom_fallbacks_total`).
+    fn fallbacks(&self, pool: &str) -> BTreeMap<String, u64> {
+        let prefix = format!("headroom_fallbacks_total{{pool=\"{pool}\",kind=\"");
+        self.engine
+            .metrics()
+            .encode()
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix(&prefix)?;
+                let (kind, value) = rest.split_once("\"} ")?;
+                Some((kind.to_string(), value.trim().parse::<f64>().ok()? as u64))
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// Refusals by reason and the launch log, from the ledger, for the run's window.
@@ -811,6 +840,7 @@ impl Fleet {
                     _ => None,
                 })
                 .collect(),
+            shed: Vec::new(),
         }
     }
 }
@@ -1048,6 +1078,7 @@ impl OraclePlan {
             ready: (0..n)
                 .map(|k| (format!("oracle-{k:04}"), self.gpus))
                 .collect(),
+            shed: Vec::new(),
         }
     }
 

@@ -136,6 +136,9 @@ struct RawTier {
     deadline: Option<String>,
     #[serde(default)]
     shed: bool,
+    /// The admission priority the tier is shed at: low, normal, high or critical (default: low
+    /// for a tier that may be shed, critical otherwise).
+    priority: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -298,7 +301,18 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
     let mut objective_s = Vec::new();
     let mut deadline_s = Vec::new();
     let mut shed_tiers = Vec::new();
+    let mut priorities = Vec::new();
     for (i, t) in raw.tiers.iter().enumerate() {
+        priorities.push(match &t.priority {
+            Some(p) => headroom_core::Priority::parse(p).map_err(|e| {
+                SimError::scenario(
+                    origin,
+                    format!("key `tiers[{i}].priority`: {e}; use low, normal, high or critical"),
+                )
+            })?,
+            None if t.shed => headroom_core::Priority::Low,
+            None => headroom_core::Priority::Critical,
+        });
         objective_s.push(duration(
             origin,
             &format!("tiers[{i}].objective"),
@@ -312,17 +326,12 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             shed_tiers.push(i as u8);
         }
     }
-    if !shed_tiers.is_empty() && raw.shed_depth.is_none() {
-        return Err(SimError::scenario(
-            origin,
-            "key `shed_depth`: a tier sheds but no depth says when; add shed_depth = N",
-        ));
-    }
     let queue = QueuePolicy {
         tiers: raw.tiers.iter().map(|t| t.name.clone()).collect(),
         objective_s,
         deadline_s,
         shed_tiers,
+        priorities,
         shed_depth: raw.shed_depth,
     };
 
