@@ -201,7 +201,7 @@ fn matches_filter(resource: &Value, terms: &[(String, String)]) -> bool {
     terms.iter().all(|(path, want)| {
         field(resource, path).is_some_and(|v| match v {
             Value::String(s) => s == want,
-            other => other.to_string() == *want,
+            other => serde_json::from_str::<Value>(want).ok().as_ref() == Some(other),
         })
     })
 }
@@ -433,16 +433,28 @@ fn check_request_id(q: &HashMap<String, String>) -> Result<Option<String>, ApiFa
     }
 }
 
+/// Where a call is aimed, for the replies it builds.
+#[derive(Debug, Clone, Copy)]
+struct Call<'a> {
+    project: &'a str,
+    zone: &'a str,
+    now: &'a str,
+    request_id: Option<&'a str>,
+}
+
 fn fault_reply(
     st: &mut ServerState,
     kind: FaultKind,
-    project: &str,
-    zone: &str,
+    call: &Call<'_>,
     target: &Value,
     op_kind: &str,
-    now: &str,
-    request_id: Option<&str>,
 ) -> Reply {
+    let Call {
+        project,
+        zone,
+        now,
+        request_id,
+    } = *call;
     let what = format!(
         "{} in {zone}",
         last_segment(target["machineType"].as_str().unwrap_or_default())
@@ -559,16 +571,13 @@ async fn insert(
     }
     let short_type = last_segment(&machine_type).to_string();
     if let Some(kind) = server.take_fault(&mut st, &zone, &short_type) {
-        return fault_reply(
-            &mut st,
-            kind,
-            &project,
-            &zone,
-            &vm,
-            "insert",
-            &now,
-            request_id.as_deref(),
-        );
+        let call = Call {
+            project: &project,
+            zone: &zone,
+            now: &now,
+            request_id: request_id.as_deref(),
+        };
+        return fault_reply(&mut st, kind, &call, &vm, "insert");
     }
     let key = (project.clone(), zone.clone(), name.clone());
     if st.instances.contains_key(&key) {
@@ -747,16 +756,13 @@ async fn verb(
     if matches!(verb.as_str(), "start" | "resume") && new_status != status {
         let short_type = last_segment(vm["machineType"].as_str().unwrap_or_default()).to_string();
         if let Some(kind) = server.take_fault(&mut st, &zone, &short_type) {
-            return fault_reply(
-                &mut st,
-                kind,
-                &project,
-                &zone,
-                &vm,
-                &verb,
-                &now,
-                request_id.as_deref(),
-            );
+            let call = Call {
+                project: &project,
+                zone: &zone,
+                now: &now,
+                request_id: request_id.as_deref(),
+            };
+            return fault_reply(&mut st, kind, &call, &vm, &verb);
         }
     }
     let new_status = new_status.to_string();
