@@ -854,7 +854,10 @@ async fn control_preempt(
     if server.preempt(&project, &zone, &name) {
         StatusCode::NO_CONTENT.into_response()
     } else {
-        not_found(&project, &zone, &name).into_response()
+        invalid(format!(
+            "projects/{project}/zones/{zone}/instances/{name} is not a running spot VM"
+        ))
+        .into_response()
     }
 }
 

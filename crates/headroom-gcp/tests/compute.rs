@@ -657,3 +657,77 @@ async fn a_crash_between_insert_and_outcome_leaves_exactly_one_vm() {
     assert_eq!(id, format!("{ZONE}/{}", vms[0]["name"].as_str().unwrap()));
     assert_eq!(gcp.list_owned("gcp-crash").await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn the_engine_replaces_a_preempted_spot_vm() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let server = ComputeServer::start(clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let text =
+        engine_config(&server.endpoint()).replace("market = \"on-demand\"", "market = \"spot\"");
+    let config = Arc::new(headroom_engine::Config::parse(&text, "test").unwrap());
+    let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("l.db"))
+            .await
+            .unwrap(),
+    );
+    let gcp = Arc::new(
+        GcpProvider::new(settings, [ZONE.to_string()], clock.clone())
+            .await
+            .unwrap(),
+    );
+    let engine = headroom_engine::Engine::new(config, ledger.clone(), gcp.clone(), clock.clone());
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: "llm".parse().unwrap(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        engine.tick().await.unwrap();
+        clock.advance(Duration::from_secs(5));
+    }
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].state, NodeState::Serving, "{live:?}");
+    let first = server.server.instances()[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        server.server.instances()[0]["scheduling"]["provisioningModel"],
+        "SPOT"
+    );
+
+    assert!(server.server.preempt(PROJECT, ZONE, &first));
+    for _ in 0..3 {
+        engine.tick().await.unwrap();
+        clock.advance(Duration::from_secs(5));
+    }
+    let events = ledger.node_events().await.unwrap();
+    assert!(
+        events.iter().any(|e| e.state == NodeState::Interrupted),
+        "the preemption reached the ledger"
+    );
+    let names: Vec<String> = server
+        .server
+        .instances()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !names.contains(&first),
+        "the preempted VM was deleted: {names:?}"
+    );
+    assert_eq!(names.len(), 1, "one replacement: {names:?}");
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(gcp.list_owned("gcp-crash").await.unwrap().len(), 1);
+}
