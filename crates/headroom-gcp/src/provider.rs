@@ -366,7 +366,7 @@ impl GcpProvider {
         .await;
         match bounded {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(facts)) => Err(OperationFailed(facts).into()),
+            Ok(Err(facts)) => Err(to_cloud_error(&facts)),
             Err(_) => Err(transient(
                 "operation_timeout",
                 format!(
@@ -471,52 +471,53 @@ impl GcpProvider {
             .ok_or_else(|| CloudError::NotFound(id.clone()))
     }
 
-    /// Sends one instance verb (start, stop, suspend, resume) and waits for it. No requestId:
-    /// GCE answers a reused one with the first operation, so a start refused for capacity would
-    /// stay refused for the whole idempotency window; repeating a verb is harmless instead (the
-    /// callers read the status first, and GCE treats a start of a running VM as a no-op).
+    /// Sends one instance verb and waits for it. No requestId: GCE answers a reused one with
+    /// the first operation, so a start refused for capacity would stay refused for the whole
+    /// idempotency window; repeating a verb is harmless instead (the callers read the status
+    /// first, and GCE treats a start of a running VM as a no-op).
     async fn verb(
         &self,
         id: &InstanceId,
         zone: &str,
         name: &str,
-        verb: &str,
+        verb: Verb,
     ) -> Result<(), CloudError> {
-        let project = self.settings.project.clone();
+        let (project, zone_s, name_s) = (
+            self.settings.project.clone(),
+            zone.to_string(),
+            name.to_string(),
+        );
+        let i = &self.instances;
         let sent = match verb {
-            "start" => {
-                self.instances
-                    .start()
+            Verb::Start => {
+                i.start()
                     .set_project(project)
-                    .set_zone(zone.to_string())
-                    .set_instance(name.to_string())
+                    .set_zone(zone_s)
+                    .set_instance(name_s)
                     .send()
                     .await
             }
-            "stop" => {
-                self.instances
-                    .stop()
+            Verb::Stop => {
+                i.stop()
                     .set_project(project)
-                    .set_zone(zone.to_string())
-                    .set_instance(name.to_string())
+                    .set_zone(zone_s)
+                    .set_instance(name_s)
                     .send()
                     .await
             }
-            "suspend" => {
-                self.instances
-                    .suspend()
+            Verb::Suspend => {
+                i.suspend()
                     .set_project(project)
-                    .set_zone(zone.to_string())
-                    .set_instance(name.to_string())
+                    .set_zone(zone_s)
+                    .set_instance(name_s)
                     .send()
                     .await
             }
-            _ => {
-                self.instances
-                    .resume()
+            Verb::Resume => {
+                i.resume()
                     .set_project(project)
-                    .set_zone(zone.to_string())
-                    .set_instance(name.to_string())
+                    .set_zone(zone_s)
+                    .set_instance(name_s)
                     .send()
                     .await
             }
@@ -526,13 +527,12 @@ impl GcpProvider {
     }
 }
 
-/// An error inside a finished operation.
-struct OperationFailed(ErrorFacts);
-
-impl From<OperationFailed> for CloudError {
-    fn from(f: OperationFailed) -> CloudError {
-        to_cloud_error(&f.0)
-    }
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    Start,
+    Stop,
+    Suspend,
+    Resume,
 }
 
 fn parse_id(id: &InstanceId) -> Result<(&str, &str), CloudError> {
@@ -598,8 +598,8 @@ impl CloudProvider for GcpProvider {
             .await
             .map_err(|e| not_found_or(e, id))?;
         match status_name(&current) {
-            "SUSPENDED" => self.verb(id, zone, name, "resume").await?,
-            "TERMINATED" | "STOPPED" => self.verb(id, zone, name, "start").await?,
+            "SUSPENDED" => self.verb(id, zone, name, Verb::Resume).await?,
+            "TERMINATED" | "STOPPED" => self.verb(id, zone, name, Verb::Start).await?,
             "STOPPING" | "SUSPENDING" => {
                 return Err(transient(
                     "instance_stopping",
@@ -619,8 +619,8 @@ impl CloudProvider for GcpProvider {
             .map_err(|e| not_found_or(e, id))?;
         if !is_stopped(&current) {
             let verb = match self.settings.warm_mode {
-                WarmMode::Stop => "stop",
-                WarmMode::Suspend => "suspend",
+                WarmMode::Stop => Verb::Stop,
+                WarmMode::Suspend => Verb::Suspend,
             };
             self.verb(id, zone, name, verb).await?;
         }
