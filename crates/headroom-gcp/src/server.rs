@@ -72,6 +72,9 @@ struct ServerState {
     requests: HashMap<String, String>,
     faults: Vec<Fault>,
     operation_polls: u32,
+    /// Report a duplicate name inside the finished operation (`RESOURCE_ALREADY_EXISTS`)
+    /// instead of as HTTP 409: GCE has used both shapes.
+    duplicates_in_operation: bool,
     /// The next this many GETs (get, list, operation polls) answer HTTP 503.
     failing_gets: u32,
     /// Every call as `METHOD path-suffix`, for tests.
@@ -251,6 +254,11 @@ impl ComputeServer {
         self.state().operation_polls = polls;
     }
 
+    /// Reports a duplicate name inside the insert's operation rather than as HTTP 409.
+    pub fn set_duplicates_in_operation(&self, yes: bool) {
+        self.state().duplicates_in_operation = yes;
+    }
+
     /// The next `n` GET calls answer HTTP 503 `backendError` (a flaky API).
     pub fn fail_next_gets(&self, n: u32) {
         self.state().failing_gets = n;
@@ -395,6 +403,7 @@ fn new_operation(
         op["httpErrorStatusCode"] = json!(http);
         op["httpErrorMessage"] = json!(match http {
             403 => "FORBIDDEN",
+            409 => "CONFLICT",
             _ => "SERVICE UNAVAILABLE",
         });
     }
@@ -580,6 +589,21 @@ async fn insert(
         return fault_reply(&mut st, kind, &call, &vm, "insert");
     }
     let key = (project.clone(), zone.clone(), name.clone());
+    if st.instances.contains_key(&key) && st.duplicates_in_operation {
+        let message = format!(
+            "The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists"
+        );
+        let op = new_operation(
+            &mut st,
+            &project,
+            &zone,
+            &vm,
+            "insert",
+            &now,
+            Some(("RESOURCE_ALREADY_EXISTS", 409, &message)),
+        );
+        return Ok(Json(record_operation(&mut st, op, request_id.as_deref())));
+    }
     if st.instances.contains_key(&key) {
         return Err(failure(
             StatusCode::CONFLICT,

@@ -374,6 +374,18 @@ async fn a_repeat_after_the_request_id_window_collides_on_the_name() {
 }
 
 #[tokio::test]
+async fn a_duplicate_reported_inside_the_operation_returns_the_first_vm_too() {
+    let e = env("").await;
+    e.server.server.set_duplicates_in_operation(true);
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let first = e.provider.launch(&spec(&o, "late", "same")).await.unwrap();
+    e.server.server.forget_request_ids();
+    let again = e.provider.launch(&spec(&o, "late", "same")).await.unwrap();
+    assert_eq!(again.id, first.id);
+    assert_eq!(e.server.server.instances().len(), 1);
+}
+
+#[tokio::test]
 async fn suspend_warm_pools_resume_past_weight_load() {
     let e = env("warm_mode = \"suspend\"\nready_after = \"5m\"").await;
     let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
