@@ -571,6 +571,7 @@ impl CloudProvider for GcpProvider {
                     {
                         return Err(e);
                     }
+                    tracing::info!(instance = %id, "insert repeated; the VM exists, adopting it");
                 }
             },
             Err(e) => {
@@ -578,6 +579,7 @@ impl CloudProvider for GcpProvider {
                 if !already_exists(&facts) {
                     return Err(to_cloud_error(&facts));
                 }
+                tracing::info!(instance = %id, "insert repeated; the VM exists, adopting it");
             }
         }
         let found = self.describe_in(&id, &zone, &name).await?;
@@ -698,6 +700,9 @@ impl CloudProvider for GcpProvider {
             };
             for inst in &found {
                 let preempted = Self::was_preempted(inst, &preemptions);
+                if preempted {
+                    tracing::debug!(zone = %zone, instance = ?inst.name, "spot VM preempted by GCE");
+                }
                 if let Some(i) = self.to_instance(zone, inst, preempted)
                     // Labels are lossy; the description holds the exact cluster.
                     && i.tags.cluster == cluster
