@@ -42,3 +42,19 @@ async fn gcp(_: &Config, _: Arc<dyn Clock>) -> anyhow::Result<Arc<dyn CloudProvi
         "offerings: provider \"gcp\" needs a build with the gcp feature; rebuild with `cargo build --release --features gcp`"
     )
 }
+
+/// The GCP provider from the `[gcp]` table; it lists the inventory in the zones the GCP
+/// offerings name (and `gcp.zones`).
+#[cfg(feature = "gcp")]
+async fn gcp(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<dyn CloudProvider>> {
+    let settings = headroom_gcp::GcpSettings::parse(config.gcp.as_ref())?;
+    settings.check_pools(config.pools.iter().map(|p| p.name.as_str()))?;
+    let zones = config
+        .offerings
+        .iter()
+        .filter(|o| o.offering.provider == ProviderKind::Gcp)
+        .map(|o| o.offering.zone.clone());
+    Ok(Arc::new(
+        headroom_gcp::GcpProvider::new(settings, zones, clock).await?,
+    ))
+}

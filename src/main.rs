@@ -239,6 +239,10 @@ async fn serve(
     let ledger = open_ledger(&url).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = cloud::cloud_for(&config, clock.clone()).await?;
+    let cloud_name = match cloud.kind() {
+        headroom_core::ProviderKind::Sim => "simulated",
+        other => other.as_str(),
+    };
     let engine = Engine::new(config.clone(), ledger, cloud, clock);
     let addr = listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -255,7 +259,7 @@ async fn serve(
     } else {
         "bearer tokens required"
     };
-    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: simulated, {auth})");
+    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: {cloud_name}, {auth})");
     run_until_shutdown(engine, listener, !no_auth).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,745 @@
+//! The GCP provider over real HTTP, with the real client, against the local Compute API server:
+//! the shared contract suite, every error class end to end, warm pools, preemption, and a crash
+//! between insert and the ledger outcome with the real engine and a SQLite ledger.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use headroom_cloud::contract::{ContractFixture, run_all};
+use headroom_cloud::{
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
+    OwnershipTags,
+};
+use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Offering, Priority, ProviderKind};
+use headroom_gcp::server::{ComputeServer, Fault, FaultKind, FaultMatch, RunningServer};
+use headroom_gcp::{GcpProvider, GcpSettings};
+use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
+use serde_json::json;
+
+const PROJECT: &str = "headroom-test";
+const ZONE: &str = "us-central1-a";
+const ZONE_B: &str = "us-central1-b";
+
+struct Env {
+    server: RunningServer,
+    provider: Arc<GcpProvider>,
+    clock: Arc<ManualClock>,
+}
+
+fn settings_text(endpoint: &str, extra: &str) -> String {
+    format!(
+        r#"
+project = "{PROJECT}"
+endpoint = "{endpoint}"
+credentials = "anonymous"
+instance_template = "global/instanceTemplates/headroom-gpu"
+operation_timeout = "10s"
+{extra}
+"#
+    )
+}
+
+async fn provider_for(endpoint: &str, extra: &str, clock: Arc<ManualClock>) -> GcpProvider {
+    let table: toml::Table = toml::from_str(&settings_text(endpoint, extra)).unwrap();
+    let settings = GcpSettings::parse(Some(&table)).unwrap();
+    GcpProvider::new(settings, [ZONE.to_string(), ZONE_B.to_string()], clock)
+        .await
+        .unwrap()
+}
+
+async fn env(extra: &str) -> Env {
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let server = ComputeServer::start(clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let provider = Arc::new(provider_for(&server.endpoint(), extra, clock.clone()).await);
+    Env {
+        server,
+        provider,
+        clock,
+    }
+}
+
+fn offering(id: &str, zone: &str, instance_type: &str, market: Market) -> Offering {
+    Offering {
+        id: id.parse().unwrap(),
+        provider: ProviderKind::Gcp,
+        region: "us-central1".into(),
+        zone: zone.into(),
+        instance_type: instance_type.into(),
+        market,
+        price_usd_per_hour: "3.67".parse().unwrap(),
+        gpus_per_node: 1,
+    }
+}
+
+fn spec(o: &Offering, cluster: &str, token: &str) -> LaunchSpec {
+    LaunchSpec {
+        offering: o.clone(),
+        client_token: token.into(),
+        tags: OwnershipTags {
+            cluster: cluster.into(),
+            pool: "llm".into(),
+            node: format!("n-{token}"),
+            request: Some("r-1".into()),
+        },
+    }
+}
+
+fn name_of(id: &InstanceId) -> &str {
+    id.0.rsplit('/').next().unwrap()
+}
+
+fn stockout_fault() -> Fault {
+    Fault {
+        matches: FaultMatch::MachineType("a2-ultragpu-1g".into()),
+        kind: FaultKind::CapacityInOperation("ZONE_RESOURCE_POOL_EXHAUSTED".into()),
+        times: None,
+    }
+}
+
+fn fixture(cluster: &str) -> ContractFixture {
+    ContractFixture {
+        cluster: cluster.into(),
+        offering: offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand),
+        stockout: Some(offering(
+            "gcp-a2u-spot",
+            ZONE,
+            "a2-ultragpu-1g",
+            Market::Spot,
+        )),
+    }
+}
+
+#[tokio::test]
+async fn the_shared_contract_holds() {
+    let e = env("").await;
+    e.server.server.inject(stockout_fault());
+    run_all(e.provider.as_ref(), &fixture("contract")).await;
+}
+
+#[tokio::test]
+async fn the_contract_holds_when_operations_take_several_polls() {
+    let e = env("").await;
+    e.server.server.inject(stockout_fault());
+    e.server.server.set_operation_polls(3);
+    run_all(e.provider.as_ref(), &fixture("contract-slow")).await;
+    let waits = e
+        .server
+        .server
+        .calls()
+        .iter()
+        .filter(|c| c.ends_with("/wait"))
+        .count();
+    assert!(waits >= 3, "operations were waited on: {waits} waits");
+}
+
+#[tokio::test]
+async fn each_error_class_arrives_as_gcp_sends_it() {
+    let cases = [
+        (
+            FaultKind::CapacityInOperation("ZONE_RESOURCE_POOL_EXHAUSTED".into()),
+            ErrorClass::Capacity,
+            "ZONE_RESOURCE_POOL_EXHAUSTED",
+        ),
+        (
+            FaultKind::CapacityInOperation("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS".into()),
+            ErrorClass::Capacity,
+            "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+        ),
+        (
+            FaultKind::CapacityInOperation("RESOURCE_POOL_EXHAUSTED".into()),
+            ErrorClass::Capacity,
+            "RESOURCE_POOL_EXHAUSTED",
+        ),
+        (
+            FaultKind::CapacityInOperation("INSUFFICIENT_CAPACITY".into()),
+            ErrorClass::Capacity,
+            "INSUFFICIENT_CAPACITY",
+        ),
+        (FaultKind::QuotaHttp, ErrorClass::Quota, "quotaExceeded"),
+        (
+            FaultKind::QuotaInOperation,
+            ErrorClass::Quota,
+            "QUOTA_EXCEEDED",
+        ),
+        (
+            FaultKind::RateLimit429,
+            ErrorClass::Throttled,
+            "rateLimitExceeded",
+        ),
+        (
+            FaultKind::RateLimit403,
+            ErrorClass::Throttled,
+            "rateLimitExceeded",
+        ),
+        (
+            FaultKind::Permission,
+            ErrorClass::InvalidRequest,
+            "forbidden",
+        ),
+        (FaultKind::Invalid, ErrorClass::InvalidRequest, "invalid"),
+        (
+            FaultKind::Unavailable,
+            ErrorClass::Transient,
+            "backendError",
+        ),
+    ];
+    let e = env("").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    for (i, (kind, class, code)) in cases.into_iter().enumerate() {
+        e.server.server.inject(Fault {
+            matches: FaultMatch::Zone(ZONE.into()),
+            kind: kind.clone(),
+            times: Some(1),
+        });
+        let err = e
+            .provider
+            .launch(&spec(&o, "errors", &format!("t{i}")))
+            .await
+            .expect_err("the fault must fail the launch");
+        assert_eq!(err.class(), class, "{kind:?}: {err}");
+        assert_eq!(err.code(), code, "{kind:?}: {err}");
+        assert!(
+            e.provider.list_owned("errors").await.unwrap().is_empty(),
+            "{kind:?} created an instance"
+        );
+    }
+    // The faults were used up: the next launch works.
+    e.provider
+        .launch(&spec(&o, "errors", "after"))
+        .await
+        .expect("no fault left");
+}
+
+#[tokio::test]
+async fn a_stockout_on_start_is_a_capacity_refusal_too() {
+    let e = env("").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let vm = e.provider.launch(&spec(&o, "wake", "w")).await.unwrap();
+    e.provider.stop(&vm.id).await.unwrap();
+    e.server.server.inject(Fault {
+        matches: FaultMatch::MachineType("a2-highgpu-1g".into()),
+        kind: FaultKind::CapacityInOperation("ZONE_RESOURCE_POOL_EXHAUSTED".into()),
+        times: Some(1),
+    });
+    let err = e.provider.start(&vm.id).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Capacity, "{err}");
+    assert_eq!(
+        e.provider.describe(&vm.id).await.unwrap().phase,
+        InstancePhase::Stopped
+    );
+    let started = e.provider.start(&vm.id).await.unwrap();
+    assert_eq!(started.phase, InstancePhase::Ready);
+}
+
+#[tokio::test]
+async fn a_flaky_api_is_retried_once_then_reported_transient() {
+    let e = env("").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let vm = e.provider.launch(&spec(&o, "flaky", "f")).await.unwrap();
+    let before = e.server.server.calls().len();
+    e.server.server.fail_next_gets(10);
+    let err = e.provider.describe(&vm.id).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+    let attempts = e.server.server.calls().len() - before;
+    assert_eq!(attempts, 2, "one call and one retry, no more");
+    // One failure left over from the ten is absorbed by the retry.
+    e.server.server.fail_next_gets(1);
+    assert_eq!(e.provider.describe(&vm.id).await.unwrap().id, vm.id);
+}
+
+#[tokio::test]
+async fn the_insert_carries_market_reservation_labels_and_a_request_id() {
+    let e = env(r#"
+[reservations]
+gcp-a3-reserved = "a3-block-1"
+[instance_templates]
+llm = "projects/headroom-test/global/instanceTemplates/llm-v2"
+"#)
+    .await;
+    let spot = offering("gcp-a2-spot", ZONE, "a2-highgpu-1g", Market::Spot);
+    let reserved = offering("gcp-a3-reserved", ZONE, "a3-highgpu-8g", Market::Reserved);
+    let any = offering("gcp-a3-any", ZONE_B, "a3-highgpu-8g", Market::Reserved);
+    let mut s = spec(&spot, "Team.Prod", "tok-spot");
+    s.tags.pool = "llm".into();
+    let a = e.provider.launch(&s).await.unwrap();
+    let b = e
+        .provider
+        .launch(&spec(&reserved, "Team.Prod", "tok-res"))
+        .await
+        .unwrap();
+    let c = e
+        .provider
+        .launch(&spec(&any, "Team.Prod", "tok-any"))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.tags, s.tags,
+        "exact tags come back despite label sanitising"
+    );
+    let vms = e.server.server.instances();
+    let vm = |id: &InstanceId| {
+        vms.iter()
+            .find(|v| v["name"] == name_of(id))
+            .cloned()
+            .unwrap()
+    };
+    let spot_vm = vm(&a.id);
+    assert_eq!(spot_vm["scheduling"]["provisioningModel"], "SPOT");
+    assert_eq!(spot_vm["scheduling"]["instanceTerminationAction"], "STOP");
+    assert_eq!(spot_vm["scheduling"]["onHostMaintenance"], "TERMINATE");
+    assert_eq!(spot_vm["labels"]["headroom-cluster"], "team_prod");
+    assert_eq!(spot_vm["labels"]["headroom-token"], "tok-spot");
+    assert_eq!(
+        spot_vm["sourceInstanceTemplate"],
+        "projects/headroom-test/global/instanceTemplates/llm-v2"
+    );
+    assert!(
+        spot_vm["machineType"]
+            .as_str()
+            .unwrap()
+            .ends_with("/machineTypes/a2-highgpu-1g")
+    );
+    let res_vm = vm(&b.id);
+    assert_eq!(res_vm["scheduling"]["provisioningModel"], "STANDARD");
+    assert_eq!(
+        res_vm["reservationAffinity"],
+        json!({"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name", "values": ["a3-block-1"]})
+    );
+    assert_eq!(
+        vm(&c.id)["reservationAffinity"]["consumeReservationType"],
+        "ANY_RESERVATION"
+    );
+    assert!(c.id.0.starts_with("us-central1-b/"), "{}", c.id);
+    assert_eq!(
+        e.provider.list_owned("Team.Prod").await.unwrap().len(),
+        3,
+        "listed across both zones"
+    );
+    assert!(
+        e.provider.list_owned("team_prod").await.unwrap().is_empty(),
+        "the exact cluster, not its label"
+    );
+}
+
+#[tokio::test]
+async fn without_a_template_the_vm_gets_a_boot_disk() {
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let server = ComputeServer::start(clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let table: toml::Table = toml::from_str(&format!(
+        "project = \"{PROJECT}\"\nendpoint = \"{}\"\ncredentials = \"anonymous\"\nboot_image = \"projects/debian-cloud/global/images/family/debian-12\"\nboot_disk_gb = 100",
+        server.endpoint()
+    ))
+    .unwrap();
+    let p = GcpProvider::new(
+        GcpSettings::parse(Some(&table)).unwrap(),
+        [ZONE.to_string()],
+        clock,
+    )
+    .await
+    .unwrap();
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    p.launch(&spec(&o, "disk", "d")).await.unwrap();
+    let vm = &server.server.instances()[0];
+    assert_eq!(vm["disks"][0]["boot"], true);
+    assert_eq!(vm["disks"][0]["initializeParams"]["diskSizeGb"], "100");
+    assert!(vm.get("sourceInstanceTemplate").is_none());
+}
+
+#[tokio::test]
+async fn a_repeat_after_the_request_id_window_collides_on_the_name() {
+    let e = env("").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let first = e.provider.launch(&spec(&o, "late", "same")).await.unwrap();
+    e.server.server.forget_request_ids();
+    let again = e.provider.launch(&spec(&o, "late", "same")).await.unwrap();
+    assert_eq!(again.id, first.id);
+    assert_eq!(e.server.server.instances().len(), 1);
+    let inserts = e
+        .server
+        .server
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("POST") && c.ends_with("/instances"))
+        .count();
+    assert_eq!(
+        inserts, 2,
+        "the second insert reached the server and was refused as a duplicate"
+    );
+}
+
+#[tokio::test]
+async fn a_duplicate_reported_inside_the_operation_returns_the_first_vm_too() {
+    let e = env("").await;
+    e.server.server.set_duplicates_in_operation(true);
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let first = e.provider.launch(&spec(&o, "late", "same")).await.unwrap();
+    e.server.server.forget_request_ids();
+    let again = e.provider.launch(&spec(&o, "late", "same")).await.unwrap();
+    assert_eq!(again.id, first.id);
+    assert_eq!(e.server.server.instances().len(), 1);
+}
+
+#[tokio::test]
+async fn suspend_warm_pools_resume_past_weight_load() {
+    let e = env("warm_mode = \"suspend\"\nready_after = \"5m\"").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let vm = e.provider.launch(&spec(&o, "warm", "s")).await.unwrap();
+    assert_eq!(vm.phase, InstancePhase::Booting(LadderRung::ImagePull));
+    e.clock.advance(Duration::from_secs(301));
+    assert_eq!(
+        e.provider.describe(&vm.id).await.unwrap().phase,
+        InstancePhase::Ready
+    );
+    let parked = e.provider.stop(&vm.id).await.unwrap();
+    assert_eq!(parked.phase, InstancePhase::Stopped);
+    assert_eq!(e.server.server.instances()[0]["status"], "SUSPENDED");
+    assert_eq!(
+        e.provider.stop(&vm.id).await.unwrap().phase,
+        InstancePhase::Stopped,
+        "stopping twice is a no-op"
+    );
+    e.clock.advance(Duration::from_secs(60));
+    let woken = e.provider.start(&vm.id).await.unwrap();
+    assert_eq!(
+        woken.phase,
+        InstancePhase::Booting(LadderRung::Compile),
+        "resume skips weight load"
+    );
+    assert!(
+        e.server
+            .server
+            .calls()
+            .iter()
+            .any(|c| c.ends_with("/resume"))
+    );
+    assert_eq!(
+        e.provider.start(&vm.id).await.unwrap().phase,
+        InstancePhase::Booting(LadderRung::Compile),
+        "starting a running VM is a no-op"
+    );
+}
+
+#[tokio::test]
+async fn stop_warm_pools_restart_past_image_pull() {
+    let e = env("ready_after = \"5m\"").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let vm = e.provider.launch(&spec(&o, "warm", "t")).await.unwrap();
+    e.clock.advance(Duration::from_secs(400));
+    e.provider.stop(&vm.id).await.unwrap();
+    assert_eq!(
+        e.server.server.instances()[0]["status"],
+        "TERMINATED",
+        "GCE's stopped"
+    );
+    assert_eq!(
+        e.provider.describe(&vm.id).await.unwrap().phase,
+        InstancePhase::Stopped
+    );
+    e.clock.advance(Duration::from_secs(60));
+    let woken = e.provider.start(&vm.id).await.unwrap();
+    assert_eq!(woken.phase, InstancePhase::Booting(LadderRung::WeightLoad));
+    assert!(
+        e.server
+            .server
+            .calls()
+            .iter()
+            .any(|c| c.ends_with("/start"))
+    );
+}
+
+#[tokio::test]
+async fn a_preempted_spot_vm_is_interrupted_and_a_stopped_one_is_not() {
+    let e = env("").await;
+    let spot = offering("gcp-a2-spot", ZONE, "a2-highgpu-1g", Market::Spot);
+    let od = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let preempted = e.provider.launch(&spec(&spot, "pre", "p1")).await.unwrap();
+    let parked = e.provider.launch(&spec(&spot, "pre", "p2")).await.unwrap();
+    let steady = e.provider.launch(&spec(&od, "pre", "p3")).await.unwrap();
+    e.provider.stop(&parked.id).await.unwrap();
+    e.clock.advance(Duration::from_secs(30));
+    assert!(
+        e.server
+            .server
+            .preempt(PROJECT, ZONE, name_of(&preempted.id))
+    );
+    let listed = e.provider.list_owned("pre").await.unwrap();
+    let phase = |id: &InstanceId| listed.iter().find(|i| &i.id == id).map(|i| i.phase);
+    assert_eq!(phase(&preempted.id), Some(InstancePhase::Interrupted));
+    assert_eq!(
+        phase(&parked.id),
+        Some(InstancePhase::Stopped),
+        "stopped by us, not preempted"
+    );
+    assert_eq!(phase(&steady.id), Some(InstancePhase::Ready));
+    assert_eq!(
+        e.provider.describe(&preempted.id).await.unwrap().phase,
+        InstancePhase::Interrupted
+    );
+    // Started again after the preemption, it is no longer interrupted.
+    e.clock.advance(Duration::from_secs(30));
+    assert_eq!(
+        e.provider.start(&preempted.id).await.unwrap().phase,
+        InstancePhase::Ready
+    );
+}
+
+#[tokio::test]
+async fn list_owned_skips_other_clusters_and_vms_headroom_did_not_make() {
+    let e = env("").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let mine = e.provider.launch(&spec(&o, "mine", "m")).await.unwrap();
+    e.provider.launch(&spec(&o, "theirs", "t")).await.unwrap();
+    // Someone copied our label onto a VM of their own.
+    e.server.server.put_instance(
+        PROJECT,
+        ZONE,
+        json!({"name": "handmade", "status": "RUNNING", "labels": {"headroom-cluster": "mine"}, "description": "a VM"}),
+    );
+    let listed = e.provider.list_owned("mine").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|i| &i.id).collect::<Vec<_>>(),
+        vec![&mine.id]
+    );
+    let filter_used = e
+        .server
+        .server
+        .calls()
+        .iter()
+        .any(|c| c == &format!("GET /zones/{ZONE}/instances"));
+    assert!(filter_used);
+}
+
+/// A provider whose process "dies" right after the insert: the VM exists, the launch never
+/// reports back (the engine sees a transient failure and keeps the intent without an outcome).
+#[derive(Debug)]
+struct DiesAfterInsert(Arc<GcpProvider>);
+
+#[async_trait]
+impl CloudProvider for DiesAfterInsert {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Gcp
+    }
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        self.0.launch(spec).await?;
+        Err(CloudError::Refused {
+            provider: ProviderKind::Gcp,
+            class: ErrorClass::Transient,
+            code: "killed".into(),
+            message: "the process died before recording the outcome".into(),
+        })
+    }
+    async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.0.start(id).await
+    }
+    async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.0.stop(id).await
+    }
+    async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
+        self.0.terminate(id).await
+    }
+    async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.0.describe(id).await
+    }
+    async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+        self.0.list_owned(cluster).await
+    }
+}
+
+fn engine_config(endpoint: &str) -> String {
+    format!(
+        r#"
+cluster_id = "gcp-crash"
+[engine]
+tick = "1s"
+[[offerings]]
+id = "gcp-a2-od"
+provider = "gcp"
+region = "us-central1"
+zone = "{ZONE}"
+instance_type = "a2-highgpu-1g"
+market = "on-demand"
+price_usd_per_hour = "3.67"
+gpus = 1
+[[pools]]
+name = "llm"
+account = "ml"
+offerings = ["gcp-a2-od"]
+min_replicas = 0
+max_replicas = 4
+max_scale_up_per_step = 4
+warm_pool_size = 0
+[pools.ladder]
+node_acquisition = "60s"
+image_pull = "45s"
+weight_load = "90s"
+compile = "30s"
+warmup = "15s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+[gcp]
+{}
+"#,
+        settings_text(endpoint, "")
+    )
+}
+
+#[tokio::test]
+async fn a_crash_between_insert_and_outcome_leaves_exactly_one_vm() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let server = ComputeServer::start(clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let config = Arc::new(
+        headroom_engine::Config::parse(&engine_config(&server.endpoint()), "test").unwrap(),
+    );
+    let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
+    let zones: Vec<String> = config
+        .offerings
+        .iter()
+        .map(|o| o.offering.zone.clone())
+        .collect();
+    let db = dir.path().join("ledger.db");
+
+    {
+        let ledger = Arc::new(SqliteLedger::open_path(&db).await.unwrap());
+        let gcp = Arc::new(
+            GcpProvider::new(settings.clone(), zones.clone(), clock.clone())
+                .await
+                .unwrap(),
+        );
+        let dying = Arc::new(DiesAfterInsert(gcp));
+        let engine =
+            headroom_engine::Engine::new(config.clone(), ledger.clone(), dying, clock.clone());
+        ledger
+            .record_capacity_request(&NewCapacityRequest {
+                pool: "llm".parse().unwrap(),
+                replicas: 1,
+                priority: Priority::Normal,
+                idempotency_key: None,
+                at: clock.now(),
+            })
+            .await
+            .unwrap();
+        engine.tick().await.unwrap();
+        let live = ledger.live_nodes().await.unwrap();
+        assert_eq!(live.len(), 1);
+        assert_eq!(
+            live[0].state,
+            NodeState::Requested,
+            "an intent without an outcome"
+        );
+        assert_eq!(server.server.instances().len(), 1, "the insert happened");
+        // The engine, its provider and its ledger connection go away: the process is dead.
+    }
+
+    clock.advance(Duration::from_secs(5));
+    let ledger = Arc::new(SqliteLedger::open_path(&db).await.unwrap());
+    let gcp = Arc::new(
+        GcpProvider::new(settings, zones, clock.clone())
+            .await
+            .unwrap(),
+    );
+    let engine =
+        headroom_engine::Engine::new(config.clone(), ledger.clone(), gcp.clone(), clock.clone());
+    engine.tick().await.unwrap();
+    clock.advance(Duration::from_secs(5));
+    engine.tick().await.unwrap();
+
+    let vms = server.server.instances();
+    assert_eq!(vms.len(), 1, "no second VM: {vms:#?}");
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    let node = &live[0];
+    assert_ne!(
+        node.state,
+        NodeState::Requested,
+        "the restart recorded the outcome"
+    );
+    let id = node
+        .instance
+        .clone()
+        .expect("the ledger knows the instance");
+    assert_eq!(id, format!("{ZONE}/{}", vms[0]["name"].as_str().unwrap()));
+    assert_eq!(gcp.list_owned("gcp-crash").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_engine_replaces_a_preempted_spot_vm() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let server = ComputeServer::start(clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let text =
+        engine_config(&server.endpoint()).replace("market = \"on-demand\"", "market = \"spot\"");
+    let config = Arc::new(headroom_engine::Config::parse(&text, "test").unwrap());
+    let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("l.db"))
+            .await
+            .unwrap(),
+    );
+    let gcp = Arc::new(
+        GcpProvider::new(settings, [ZONE.to_string()], clock.clone())
+            .await
+            .unwrap(),
+    );
+    let engine = headroom_engine::Engine::new(config, ledger.clone(), gcp.clone(), clock.clone());
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: "llm".parse().unwrap(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        engine.tick().await.unwrap();
+        clock.advance(Duration::from_secs(5));
+    }
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].state, NodeState::Serving, "{live:?}");
+    let first = server.server.instances()[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        server.server.instances()[0]["scheduling"]["provisioningModel"],
+        "SPOT"
+    );
+
+    assert!(server.server.preempt(PROJECT, ZONE, &first));
+    for _ in 0..3 {
+        engine.tick().await.unwrap();
+        clock.advance(Duration::from_secs(5));
+    }
+    let events = ledger.node_events().await.unwrap();
+    assert!(
+        events.iter().any(|e| e.state == NodeState::Interrupted),
+        "the preemption reached the ledger"
+    );
+    let names: Vec<String> = server
+        .server
+        .instances()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !names.contains(&first),
+        "the preempted VM was deleted: {names:?}"
+    );
+    assert_eq!(names.len(), 1, "one replacement: {names:?}");
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(gcp.list_owned("gcp-crash").await.unwrap().len(), 1);
+}
