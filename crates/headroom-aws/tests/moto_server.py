@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""moto's server with fault injection, for crates/headroom-aws/tests/moto.rs.
+
+Usage: moto_server.py PORT FAULT_FILE
+
+moto has no fault injection for EC2. This wraps EC2's request handling and, on every request,
+re-reads FAULT_FILE (JSON; missing or empty means no faults):
+
+    {
+      "launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}},
+      "spot_min_price": 0.5,
+      "throttle": {"code": "RequestLimitExceeded", "status": 503},
+      "interrupt": ["i-0123456789abcdef0"]
+    }
+
+- launch: RunInstances of a listed instance type fails with that EC2 error code and HTTP status
+  (real EC2 answers capacity errors with 5xx, moto's own errors are 400; both shapes are wanted).
+- spot_min_price: a spot RunInstances whose MaxPrice is below it fails with SpotMaxPriceTooLow.
+- throttle: every EC2 request fails with that code and status.
+- interrupt: these instances are reclaimed as the spot market does it (terminated, with the state
+  reason Server.SpotInstanceTermination) before the request is answered.
+
+A failed call creates nothing, as on EC2.
+"""
+
+import json
+import sys
+import uuid
+
+from moto.ec2.models.instances import StateReason
+from moto.ec2.responses import EC2Response
+from moto.server import main
+
+FAULTS = sys.argv[2]
+
+
+def faults():
+    try:
+        with open(FAULTS) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    return json.loads(text) if text.strip() else {}
+
+
+def ec2_error(code, message, status):
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+        f"</Errors><RequestID>{uuid.uuid4()}</RequestID></Response>"
+    )
+    return status, {"Content-Type": "text/xml", "status": status}, body
+
+
+original_call_action = EC2Response.call_action
+
+
+SPOT = "Server.SpotInstanceTermination"
+
+
+def interrupt(backend, instance_ids):
+    for instance_id in instance_ids:
+        instance = backend.get_instance(instance_id)
+        if instance.state_reason.code != SPOT:
+            instance.terminate()
+            instance.state_reason = StateReason(f"{SPOT}: Spot instance termination", SPOT)
+
+
+def call_action(self):
+    f = faults()
+    interrupt(self.ec2_backend, f.get("interrupt", []))
+    throttle = f.get("throttle")
+    if throttle:
+        return ec2_error(
+            throttle.get("code", "RequestLimitExceeded"),
+            "Request limit exceeded.",
+            throttle.get("status", 503),
+        )
+    if self._get_action() == "RunInstances":
+        instance_type = self._get_param("InstanceType")
+        fault = f.get("launch", {}).get(instance_type)
+        if fault:
+            return ec2_error(
+                fault["code"],
+                f"injected {fault['code']} for {instance_type}",
+                fault.get("status", 400),
+            )
+        max_price = self._get_param("InstanceMarketOptions.SpotOptions.MaxPrice")
+        floor = f.get("spot_min_price")
+        if max_price is not None and floor is not None and float(max_price) < float(floor):
+            return ec2_error(
+                "SpotMaxPriceTooLow",
+                f"Your Spot request price of {max_price} is lower than the minimum required "
+                f"Spot request fulfillment price of {floor}.",
+                400,
+            )
+    return original_call_action(self)
+
+
+EC2Response.call_action = call_action
+
+if __name__ == "__main__":
+    main(["-H", "127.0.0.1", "-p", sys.argv[1]])
