@@ -104,7 +104,10 @@ mod iam {
         let mut sorted = listed.clone();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(listed, sorted, "iam-actions.txt must be sorted, without repeats");
+        assert_eq!(
+            listed, sorted,
+            "iam-actions.txt must be sorted, without repeats"
+        );
         let listed: BTreeSet<String> = listed.into_iter().map(str::to_string).collect();
         assert_eq!(
             listed, wanted,

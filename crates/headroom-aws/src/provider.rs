@@ -13,6 +13,7 @@ use aws_sdk_ec2::config::Region;
 use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
+    CapacityReservationPreference, CapacityReservationSpecification, CapacityReservationTarget,
     Filter, InstanceInterruptionBehavior, InstanceMarketOptionsRequest, InstanceStateName,
     InstanceType, LaunchTemplateSpecification, MarketType, Placement, ResourceType,
     SpotInstanceType, SpotMarketOptions, Tag, TagSpecification,
@@ -193,7 +194,10 @@ impl AwsProvider {
                 _ => return Ok(instances),
             }
         }
-        tracing::warn!(region, "more than {MAX_PAGES} pages of instances; the rest are not listed");
+        tracing::warn!(
+            region,
+            "more than {MAX_PAGES} pages of instances; the rest are not listed"
+        );
         Ok(instances)
     }
 
@@ -258,7 +262,10 @@ impl AwsProvider {
             let out = ec2
                 .describe_spot_price_history()
                 .set_instance_types(Some(
-                    instance_types.iter().map(|t| InstanceType::from(*t)).collect(),
+                    instance_types
+                        .iter()
+                        .map(|t| InstanceType::from(*t))
+                        .collect(),
                 ))
                 .product_descriptions("Linux/UNIX")
                 .start_time(now)
@@ -327,9 +334,10 @@ where
     let (code, class) = match &err {
         SdkError::TimeoutError(_) => ("Timeout".to_string(), ErrorClass::Transient),
         SdkError::DispatchFailure(_) => ("DispatchFailure".to_string(), ErrorClass::Transient),
-        SdkError::ConstructionFailure(_) => {
-            ("ConstructionFailure".to_string(), ErrorClass::InvalidRequest)
-        }
+        SdkError::ConstructionFailure(_) => (
+            "ConstructionFailure".to_string(),
+            ErrorClass::InvalidRequest,
+        ),
         _ => {
             let code = err.code().unwrap_or_default().to_string();
             let class = classify(&code, ErrorSource::Api { status });
@@ -453,7 +461,32 @@ impl CloudProvider for AwsProvider {
                         .build(),
                 );
             }
-            Market::OnDemand | Market::Reserved => {}
+            Market::Reserved => {
+                let offering = spec.offering.id.as_str();
+                let mut reservation = CapacityReservationSpecification::builder();
+                match self.settings.reservations.get(offering) {
+                    Some(id) => {
+                        reservation = reservation.capacity_reservation_target(
+                            CapacityReservationTarget::builder()
+                                .capacity_reservation_id(id)
+                                .build(),
+                        );
+                    }
+                    None => {
+                        reservation = reservation
+                            .capacity_reservation_preference(CapacityReservationPreference::Open);
+                    }
+                }
+                request = request.capacity_reservation_specification(reservation.build());
+                if self.settings.capacity_blocks.iter().any(|b| b == offering) {
+                    request = request.instance_market_options(
+                        InstanceMarketOptionsRequest::builder()
+                            .market_type(MarketType::CapacityBlock)
+                            .build(),
+                    );
+                }
+            }
+            Market::OnDemand => {}
         }
         let out = request.send().await.map_err(|e| api_error(e, None))?;
         let made = out.instances().first().ok_or_else(|| CloudError::Refused {

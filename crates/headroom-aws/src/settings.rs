@@ -30,6 +30,14 @@ pub struct AwsSettings {
     /// Availability zone → subnet id, for accounts without a default VPC.
     #[serde(default)]
     pub subnets: BTreeMap<String, String>,
+    /// Offering id → capacity reservation id (`cr-…`) for offerings with market `reserved`: the
+    /// launch targets that reservation. Reserved offerings not listed use any open reservation
+    /// that matches.
+    #[serde(default)]
+    pub reservations: BTreeMap<String, String>,
+    /// Offering ids (from `reservations`) whose reservation is a Capacity Block.
+    #[serde(default)]
+    pub capacity_blocks: Vec<String>,
     /// Seconds a running instance reports `booting` before it reports `ready`. EC2 cannot see
     /// inside the node; until readiness comes from the cluster this stands in for the ladder.
     #[serde(default)]
@@ -59,7 +67,9 @@ impl AwsSettings {
             // fails on its own.
             let key = table
                 .iter()
-                .find(|(k, v)| parse(&toml::Table::from_iter([((*k).clone(), (*v).clone())])).is_err())
+                .find(|(k, v)| {
+                    parse(&toml::Table::from_iter([((*k).clone(), (*v).clone())])).is_err()
+                })
                 .map(|(k, _)| k.as_str())
                 .unwrap_or("");
             config_error(
@@ -108,6 +118,24 @@ impl AwsSettings {
                 ));
             }
         }
+        for (offering, reservation) in &self.reservations {
+            if !reservation.starts_with("cr-") {
+                return Err(config_error(
+                    &format!("reservations.{offering}"),
+                    format!("{reservation:?} is not a capacity reservation id; write \"cr-…\""),
+                ));
+            }
+        }
+        if let Some(block) = self
+            .capacity_blocks
+            .iter()
+            .find(|o| !self.reservations.contains_key(*o))
+        {
+            return Err(config_error(
+                "capacity_blocks",
+                format!("{block} has no entry in aws.reservations; add its \"cr-…\" id there"),
+            ));
+        }
         for (zone, subnet) in &self.subnets {
             if !subnet.starts_with("subnet-") {
                 return Err(config_error(
@@ -121,7 +149,10 @@ impl AwsSettings {
 
     /// Checks the settings against the rest of the configuration: every pool launched on AWS needs
     /// an image or a launch template, and launch templates name configured pools.
-    pub fn check_pools<'a>(&self, pools: impl IntoIterator<Item = &'a str>) -> Result<(), AwsError> {
+    pub fn check_pools<'a>(
+        &self,
+        pools: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), AwsError> {
         let pools: Vec<&str> = pools.into_iter().collect();
         if let Some(unknown) = self
             .launch_templates
@@ -134,7 +165,9 @@ impl AwsSettings {
             ));
         }
         if self.image_id.is_none()
-            && let Some(pool) = pools.iter().find(|p| !self.launch_templates.contains_key(**p))
+            && let Some(pool) = pools
+                .iter()
+                .find(|p| !self.launch_templates.contains_key(**p))
         {
             return Err(config_error(
                 "image_id",
@@ -147,7 +180,10 @@ impl AwsSettings {
     }
 
     /// The regions to work in: those configured, else those the offerings name.
-    pub fn regions_or<'a>(&self, offering_regions: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    pub fn regions_or<'a>(
+        &self,
+        offering_regions: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<String> {
         let mut regions: Vec<String> = self.region.iter().chain(&self.regions).cloned().collect();
         if regions.is_empty() {
             regions = offering_regions.into_iter().map(str::to_string).collect();
@@ -177,6 +213,8 @@ mod tests {
             image_id = "ami-12345678"
             launch_templates = { llm = "llm-nodes" }
             subnets = { "us-east-1a" = "subnet-0abc" }
+            reservations = { p5-block = "cr-0abc", p5-odcr = "cr-0def" }
+            capacity_blocks = ["p5-block"]
             ready_after_secs = 120
             "#,
         )
@@ -207,6 +245,8 @@ mod tests {
             ("image_id = \"ubuntu\"", "aws.image_id:"),
             ("region = \"US East\"", "aws.regions:"),
             ("subnets = { a = \"vpc-1\" }", "aws.subnets.a:"),
+            ("reservations = { x = \"r-1\" }", "aws.reservations.x:"),
+            ("capacity_blocks = [\"x\"]", "aws.capacity_blocks:"),
             ("ready_after_secs = -1", "aws.ready_after_secs:"),
         ] {
             let err = parse(text).unwrap_err().to_string();

@@ -14,8 +14,8 @@ use aws_sdk_ec2::config::{Credentials, Region};
 use headroom_aws::{AwsProvider, AwsSettings};
 use headroom_cloud::contract::{self, ContractFixture};
 use headroom_cloud::{
-    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
-    ManualClock, OwnershipTags,
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
+    OwnershipTags,
 };
 use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Offering, Priority, ProviderKind};
 use headroom_engine::{Config, Engine};
@@ -215,7 +215,11 @@ async fn cloud_errors_arrive_classified_and_create_nothing() {
         ("InsufficientInstanceCapacity", 500, ErrorClass::Capacity),
         ("InsufficientInstanceCapacity", 400, ErrorClass::Capacity),
         ("InsufficientHostCapacity", 500, ErrorClass::Capacity),
-        ("InsufficientReservedInstanceCapacity", 500, ErrorClass::Capacity),
+        (
+            "InsufficientReservedInstanceCapacity",
+            500,
+            ErrorClass::Capacity,
+        ),
         ("InsufficientCapacity", 500, ErrorClass::Capacity),
         ("UnfulfillableCapacity", 500, ErrorClass::Capacity),
         ("ReservationCapacityExceeded", 400, ErrorClass::Capacity),
@@ -226,7 +230,11 @@ async fn cloud_errors_arrive_classified_and_create_nothing() {
         ("RequestLimitExceeded", 503, ErrorClass::Throttled),
         ("UnauthorizedOperation", 403, ErrorClass::InvalidRequest),
         ("InvalidParameterValue", 400, ErrorClass::InvalidRequest),
-        ("InvalidParameterCombination", 400, ErrorClass::InvalidRequest),
+        (
+            "InvalidParameterCombination",
+            400,
+            ErrorClass::InvalidRequest,
+        ),
         ("InternalError", 500, ErrorClass::Transient),
         ("SomethingNobodyKnows", 502, ErrorClass::Transient),
         ("SomethingNobodyKnows", 400, ErrorClass::Unknown),
@@ -320,7 +328,10 @@ async fn stop_keeps_the_instance_and_start_brings_it_back() {
         started.phase
     );
     let again = provider.start(&launched.id).await.unwrap();
-    assert_eq!(again.id, launched.id, "starting a running instance is a no-op");
+    assert_eq!(
+        again.id, launched.id,
+        "starting a running instance is a no-op"
+    );
 
     provider.terminate(&launched.id).await.unwrap();
     assert!(matches!(
@@ -350,7 +361,8 @@ async fn a_running_instance_is_booting_until_ready_after_has_passed() {
         provider.describe(&launched.id).await.unwrap().phase,
         InstancePhase::Booting(LadderRung::NodeAcquisition)
     );
-    clock.advance(Duration::from_secs(601));
+    // Well past ready_after, however long the launch itself took on the wall clock.
+    clock.advance(Duration::from_secs(900));
     assert_eq!(
         provider.describe(&launched.id).await.unwrap().phase,
         InstancePhase::Ready
@@ -456,6 +468,12 @@ min_replicas = 0
 max_replicas = 4
 max_scale_up_per_step = 4
 warm_pool_size = 0
+[pools.ladder]
+node_acquisition = "60s"
+image_pull = "45s"
+weight_load = "90s"
+compile = "30s"
+warmup = "15s"
 [pools.scaling]
 replica_throughput_rps = 5.0
 "#,
@@ -557,15 +575,64 @@ async fn a_crash_between_launch_and_outcome_neither_leaks_nor_duplicates() {
     restarted.tick().await.unwrap();
 
     let instances = moto.all_instances().await;
-    assert_eq!(instances.len(), 1, "no second instance: {instances:?}");
+    let ids: Vec<_> = instances.iter().map(|i| i.instance_id()).collect();
+    assert_eq!(instances.len(), 1, "no second instance: {ids:?}");
     let id = instances[0].instance_id().unwrap();
     let live = ledger.live_nodes().await.unwrap();
     assert_eq!(live.len(), 1, "{live:?}");
-    assert_eq!(live[0].instance.as_deref(), Some(id), "the ledger adopted it");
+    assert_eq!(
+        live[0].instance.as_deref(),
+        Some(id),
+        "the ledger adopted it"
+    );
     assert_ne!(live[0].state, NodeState::Requested);
     assert_eq!(
-        instances[0].state().and_then(|s| s.name()).map(|n| n.as_str()),
+        instances[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str()),
         Some("running"),
         "and it was not terminated as an orphan"
     );
+}
+
+#[tokio::test]
+async fn a_reserved_offering_launches_into_its_reservation_until_it_is_full() {
+    let moto = Moto::start();
+    moto.set_faults(r#"{"reservations": {"cr-0aaa": 1}}"#);
+    let settings = AwsSettings {
+        reservations: [
+            ("p5-odcr".to_string(), "cr-0aaa".to_string()),
+            ("p5-gone".to_string(), "cr-0bbb".to_string()),
+        ]
+        .into(),
+        ..moto.settings()
+    };
+    let provider = moto.provider_with(settings, clock()).await;
+    let odcr = offering("p5-odcr", "p5.48xlarge", Market::Reserved, "0");
+    provider
+        .launch(&spec("reserved", &odcr, "r1"))
+        .await
+        .expect("the reservation holds one instance");
+    let full = provider
+        .launch(&spec("reserved", &odcr, "r2"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (full.class(), full.code()),
+        (ErrorClass::Capacity, "ReservationCapacityExceeded")
+    );
+    let gone = offering("p5-gone", "p5.48xlarge", Market::Reserved, "0");
+    let err = provider
+        .launch(&spec("reserved", &gone, "r3"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), ErrorClass::InvalidRequest, "{err}");
+    // A reserved offering without a reservation id uses any open one: a plain launch on moto.
+    let open = offering("p5-open", "p5.48xlarge", Market::Reserved, "0");
+    provider
+        .launch(&spec("reserved", &open, "r4"))
+        .await
+        .unwrap();
+    assert_eq!(provider.list_owned("reserved").await.unwrap().len(), 2);
 }

@@ -10,13 +10,17 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
       "launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}},
       "spot_min_price": 0.5,
       "throttle": {"code": "RequestLimitExceeded", "status": 503},
-      "interrupt": ["i-0123456789abcdef0"]
+      "interrupt": ["i-0123456789abcdef0"],
+      "reservations": {"cr-0123456789abcdef0": 2}
     }
 
 - launch: RunInstances of a listed instance type fails with that EC2 error code and HTTP status
   (real EC2 answers capacity errors with 5xx, moto's own errors are 400; both shapes are wanted).
 - spot_min_price: a spot RunInstances whose MaxPrice is below it fails with SpotMaxPriceTooLow.
 - throttle: every EC2 request fails with that code and status.
+- reservations: capacity reservations and how many instances each holds (moto implements none).
+  A launch targeting one that is full fails with ReservationCapacityExceeded, one targeting an
+  unknown id with InvalidCapacityReservationId.NotFound.
 - interrupt: these instances are reclaimed as the spot market does it (terminated, with the state
   reason Server.SpotInstanceTermination) before the request is answered.
 
@@ -66,6 +70,9 @@ def interrupt(backend, instance_ids):
             instance.state_reason = StateReason(f"{SPOT}: Spot instance termination", SPOT)
 
 
+RESERVED = {}  # reservation id -> instances launched into it
+
+
 def call_action(self):
     f = faults()
     interrupt(self.ec2_backend, f.get("interrupt", []))
@@ -94,6 +101,27 @@ def call_action(self):
                 f"Spot request fulfillment price of {floor}.",
                 400,
             )
+        target = self._get_param(
+            "CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId"
+        )
+        if target is not None:
+            size = f.get("reservations", {}).get(target)
+            if size is None:
+                return ec2_error(
+                    "InvalidCapacityReservationId.NotFound",
+                    f"The capacity reservation ID '{target}' does not exist",
+                    400,
+                )
+            if RESERVED.get(target, 0) >= size:
+                return ec2_error(
+                    "ReservationCapacityExceeded",
+                    f"The targeted capacity reservation {target} has no available capacity",
+                    400,
+                )
+            status, headers, body = original_call_action(self)
+            if int(status) == 200:
+                RESERVED[target] = RESERVED.get(target, 0) + 1
+            return status, headers, body
     return original_call_action(self)
 
 
