@@ -236,6 +236,7 @@ async fn serve(
     let ledger = open_ledger(&url).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = cloud::cloud_for(&config, clock.clone()).await?;
+    let cloud_name = cloud.kind();
     let engine = Engine::new(config.clone(), ledger, cloud, clock);
     let addr = listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -252,7 +253,7 @@ async fn serve(
     } else {
         "bearer tokens required"
     };
-    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: simulated, {auth})");
+    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: {cloud_name}, {auth})");
     run_until_shutdown(engine, listener, !no_auth).await?;
     Ok(ExitCode::SUCCESS)
 }
