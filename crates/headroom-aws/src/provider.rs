@@ -333,7 +333,12 @@ where
     let status = err.raw_response().map(|r| r.status().as_u16());
     let (code, class) = match &err {
         SdkError::TimeoutError(_) => ("Timeout".to_string(), ErrorClass::Transient),
-        SdkError::DispatchFailure(_) => ("DispatchFailure".to_string(), ErrorClass::Transient),
+        // Connection trouble is transient; a request that could not be sent for another reason
+        // (no credentials, a bad endpoint) will not get better by itself.
+        SdkError::DispatchFailure(f) if f.is_io() || f.is_timeout() => {
+            ("DispatchFailure".to_string(), ErrorClass::Transient)
+        }
+        SdkError::DispatchFailure(_) => ("DispatchFailure".to_string(), ErrorClass::InvalidRequest),
         SdkError::ConstructionFailure(_) => (
             "ConstructionFailure".to_string(),
             ErrorClass::InvalidRequest,

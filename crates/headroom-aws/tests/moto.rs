@@ -636,3 +636,62 @@ async fn a_reserved_offering_launches_into_its_reservation_until_it_is_full() {
         .unwrap();
     assert_eq!(provider.list_owned("reserved").await.unwrap().len(), 2);
 }
+
+/// Credentials that are never there, as on a machine with nothing configured.
+#[derive(Debug)]
+struct NoCredentials;
+
+impl aws_credential_types::provider::ProvideCredentials for NoCredentials {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+            aws_credential_types::provider::error::CredentialsError::not_loaded(
+                "no credentials in this test",
+            ),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn missing_credentials_stop_the_pool_and_a_dead_endpoint_is_transient() {
+    let moto = Moto::start();
+    let no_credentials = AwsProvider::with_loader(
+        aws_config::defaults(BehaviorVersion::latest()).credentials_provider(NoCredentials),
+        moto.settings(),
+        vec![REGION.to_string()],
+        clock(),
+    )
+    .await
+    .unwrap();
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let err = no_credentials
+        .launch(&spec("creds", &od, "c1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), ErrorClass::InvalidRequest, "{err}");
+    assert!(moto.all_instances().await.is_empty());
+
+    // Nothing listens on the port of a stopped server.
+    let endpoint = moto.endpoint();
+    drop(moto);
+    let settings = AwsSettings {
+        endpoint_url: Some(endpoint),
+        image_id: Some(IMAGE.to_string()),
+        ..AwsSettings::default()
+    };
+    let dead = AwsProvider::with_loader(
+        aws_config::defaults(BehaviorVersion::latest())
+            .credentials_provider(Credentials::new("test", "test", None, None, "moto")),
+        settings,
+        vec![REGION.to_string()],
+        clock(),
+    )
+    .await
+    .unwrap();
+    let err = dead.list_owned("creds").await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+}
