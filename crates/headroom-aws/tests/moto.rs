@@ -44,7 +44,10 @@ impl Moto {
             Ok(out) if out.status.success() => {}
             Ok(out) => panic!(
                 "moto is not installed for python3 ({}); install it with: python3 -m pip install 'moto[server]'",
-                String::from_utf8_lossy(&out.stderr).trim()
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
             ),
             Err(e) => panic!(
                 "cannot run python3 ({e}); install Python 3, then: python3 -m pip install 'moto[server]'"
