@@ -443,9 +443,13 @@ async fn spot_prices_come_from_the_price_history() {
     }
 }
 
-/// The engine's configuration for the crash test: one AWS offering, one pool, moto's endpoint.
+/// The engine's configuration for the engine tests: one AWS offering, one pool, moto's endpoint.
 fn engine_config(moto: &Moto) -> Config {
-    let text = format!(
+    Config::parse(&engine_config_text(moto), "test").unwrap()
+}
+
+fn engine_config_text(moto: &Moto) -> String {
+    format!(
         r#"
 cluster_id = "crash-test"
 [engine]
@@ -481,8 +485,7 @@ warmup = "15s"
 replica_throughput_rps = 5.0
 "#,
         endpoint = moto.endpoint()
-    );
-    Config::parse(&text, "test").unwrap()
+    )
 }
 
 async fn provider_from_config(moto: &Moto, config: &Config, clock: Arc<dyn Clock>) -> AwsProvider {
@@ -697,4 +700,66 @@ async fn missing_credentials_stop_the_pool_and_a_dead_endpoint_is_transient() {
     .unwrap();
     let err = dead.list_owned("creds").await.unwrap_err();
     assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+}
+
+/// Our own warm pool on EC2: the engine launches a node, stops it once past the ladder, and
+/// wakes that stopped instance for the next request instead of launching another.
+#[tokio::test]
+async fn the_warm_pool_is_stopped_instances_woken_on_demand() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = engine_config_text(&moto).replace("warm_pool_size = 0", "warm_pool_size = 1");
+    let config = Arc::new(Config::parse(&text, "test").unwrap());
+    let clock: Arc<dyn Clock> = clock();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("ledger.db"))
+            .await
+            .unwrap(),
+    );
+    let provider = Arc::new(provider_from_config(&moto, &config, clock.clone()).await);
+    let engine = Engine::new(config.clone(), ledger.clone(), provider, clock.clone());
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    for _ in 0..4 {
+        engine.tick().await.unwrap();
+    }
+    let states = |instances: &[aws_sdk_ec2::types::Instance]| -> Vec<String> {
+        instances
+            .iter()
+            .map(|i| {
+                i.state()
+                    .and_then(|s| s.name())
+                    .map(|n| n.as_str().to_string())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    assert_eq!(states(&moto.all_instances().await), ["stopped"]);
+    assert_eq!(engine.pool_status(&pool).unwrap().warm, 1);
+
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: pool.clone(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+    engine.tick().await.unwrap();
+    let instances = moto.all_instances().await;
+    assert_eq!(
+        states(&instances)[0],
+        "running",
+        "the warm instance was started"
+    );
+    // The pool refills its warm slot with a second instance; the request took the first.
+    for _ in 0..4 {
+        engine.tick().await.unwrap();
+    }
+    let status = engine.pool_status(&pool).unwrap();
+    assert_eq!((status.ready, status.warm), (1, 1), "{status:?}");
+    let mut all = states(&moto.all_instances().await);
+    all.sort();
+    assert_eq!(all, ["running", "stopped"]);
 }
