@@ -133,6 +133,15 @@ impl AwsProvider {
 
     /// Describes `id`, finding its region: the one it was last seen in, else each in turn.
     async fn locate(&self, id: &InstanceId) -> Result<(String, Instance), CloudError> {
+        let (region, raw) = self.locate_raw(id).await?;
+        let instance = self.to_instance(&region, &raw);
+        Ok((region, instance))
+    }
+
+    async fn locate_raw(
+        &self,
+        id: &InstanceId,
+    ) -> Result<(String, aws_sdk_ec2::types::Instance), CloudError> {
         let known = self
             .regions_of
             .lock()
@@ -144,8 +153,8 @@ impl AwsProvider {
             None => self.clients.keys().cloned().collect(),
         };
         for region in candidates {
-            match self.describe_in(&region, id).await {
-                Ok(instance) => return Ok((region, instance)),
+            match self.describe_raw(&region, id).await {
+                Ok(raw) => return Ok((region, raw)),
                 Err(CloudError::NotFound(_)) => continue,
                 Err(e) => return Err(e),
             }
@@ -154,6 +163,15 @@ impl AwsProvider {
     }
 
     async fn describe_in(&self, region: &str, id: &InstanceId) -> Result<Instance, CloudError> {
+        let raw = self.describe_raw(region, id).await?;
+        Ok(self.to_instance(region, &raw))
+    }
+
+    async fn describe_raw(
+        &self,
+        region: &str,
+        id: &InstanceId,
+    ) -> Result<aws_sdk_ec2::types::Instance, CloudError> {
         let ec2 = self.client(region)?;
         let out = ec2
             .describe_instances()
@@ -165,7 +183,7 @@ impl AwsProvider {
             .iter()
             .flat_map(|r| r.instances())
             .find(|i| i.instance_id() == Some(id.0.as_str()))
-            .map(|i| self.to_instance(region, i))
+            .cloned()
             .ok_or_else(|| CloudError::NotFound(id.clone()))
     }
 
@@ -450,17 +468,29 @@ impl CloudProvider for AwsProvider {
         }
         match spec.offering.market {
             Market::Spot => {
-                // One-time, terminated on interruption: the offering's price is the most we pay.
+                // The offering's price is the most we pay. EC2 stops only spot instances of a
+                // persistent request that stops on interruption: pools that keep spot nodes warm
+                // need that; the others get a one-time request, terminated on interruption.
+                let stoppable = self.settings.stoppable_spot_pools.contains(&spec.tags.pool);
+                let (kind, on_interruption) = if stoppable {
+                    (
+                        SpotInstanceType::Persistent,
+                        InstanceInterruptionBehavior::Stop,
+                    )
+                } else {
+                    (
+                        SpotInstanceType::OneTime,
+                        InstanceInterruptionBehavior::Terminate,
+                    )
+                };
                 request = request.instance_market_options(
                     InstanceMarketOptionsRequest::builder()
                         .market_type(MarketType::Spot)
                         .spot_options(
                             SpotMarketOptions::builder()
                                 .max_price(spec.offering.price_usd_per_hour.to_string())
-                                .spot_instance_type(SpotInstanceType::OneTime)
-                                .instance_interruption_behavior(
-                                    InstanceInterruptionBehavior::Terminate,
-                                )
+                                .spot_instance_type(kind)
+                                .instance_interruption_behavior(on_interruption)
                                 .build(),
                         )
                         .build(),
@@ -544,8 +574,22 @@ impl CloudProvider for AwsProvider {
     }
 
     async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
-        let (region, _) = self.locate(id).await?;
+        let (region, raw) = self.locate_raw(id).await?;
         let ec2 = self.client(&region)?;
+        // A persistent spot request (stoppable spot pools) would launch a replacement for the
+        // instance we terminate: cancel it first.
+        if let Some(request) = raw.spot_instance_request_id() {
+            match ec2
+                .cancel_spot_instance_requests()
+                .spot_instance_request_ids(request)
+                .send()
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("InvalidSpotInstanceRequestID.NotFound") => {}
+                Err(e) => return Err(api_error(e, Some(id))),
+            }
+        }
         ec2.terminate_instances()
             .instance_ids(id.0.clone())
             .send()

@@ -38,6 +38,11 @@ pub struct AwsSettings {
     /// Offering ids (from `reservations`) whose reservation is a Capacity Block.
     #[serde(default)]
     pub capacity_blocks: Vec<String>,
+    /// Pools whose spot nodes may be stopped into the warm pool. Their spot launches are
+    /// persistent requests that stop on interruption (EC2 cannot stop one-time spot instances);
+    /// terminating such a node cancels its request first.
+    #[serde(default)]
+    pub stoppable_spot_pools: Vec<String>,
     /// Seconds a running instance reports `booting` before it reports `ready`. EC2 cannot see
     /// inside the node; until readiness comes from the cluster this stands in for the ladder.
     #[serde(default)]
@@ -164,6 +169,16 @@ impl AwsSettings {
                 "names no configured pool; use a name from [[pools]] or remove the entry",
             ));
         }
+        if let Some(unknown) = self
+            .stoppable_spot_pools
+            .iter()
+            .find(|p| !pools.contains(&p.as_str()))
+        {
+            return Err(config_error(
+                "stoppable_spot_pools",
+                format!("{unknown} is no configured pool; use a name from [[pools]]"),
+            ));
+        }
         if self.image_id.is_none()
             && let Some(pool) = pools
                 .iter()
@@ -215,6 +230,7 @@ mod tests {
             subnets = { "us-east-1a" = "subnet-0abc" }
             reservations = { p5-block = "cr-0abc", p5-odcr = "cr-0def" }
             capacity_blocks = ["p5-block"]
+            stoppable_spot_pools = ["batch"]
             ready_after_secs = 120
             "#,
         )
@@ -263,5 +279,8 @@ mod tests {
         assert!(err.contains("aws.launch_templates.batch"), "{err}");
         let err = s.check_pools(["other"]).unwrap_err().to_string();
         assert!(err.starts_with("aws.launch_templates.llm:"), "{err}");
+        let s = parse("image_id = \"ami-1\"\nstoppable_spot_pools = [\"gone\"]").unwrap();
+        let err = s.check_pools(["llm"]).unwrap_err().to_string();
+        assert!(err.starts_with("aws.stoppable_spot_pools:"), "{err}");
     }
 }

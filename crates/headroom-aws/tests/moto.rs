@@ -763,3 +763,60 @@ async fn the_warm_pool_is_stopped_instances_woken_on_demand() {
     all.sort();
     assert_eq!(all, ["running", "stopped"]);
 }
+
+/// Spot nodes of a pool that keeps them warm are persistent requests (EC2 stops no other spot
+/// instance), and terminating one cancels its request, which would otherwise relaunch it.
+#[tokio::test]
+async fn stoppable_spot_pools_launch_persistent_requests_and_cancel_them_on_terminate() {
+    let moto = Moto::start();
+    let settings = AwsSettings {
+        stoppable_spot_pools: vec!["llm".to_string()],
+        ..moto.settings()
+    };
+    let provider = moto.provider_with(settings, clock()).await;
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let warmable = provider
+        .launch(&spec("spotwarm", &spot, "p1"))
+        .await
+        .unwrap();
+    let mut other_pool = spec("spotwarm", &spot, "p2");
+    other_pool.tags.pool = "batch".to_string();
+    let one_time = provider.launch(&other_pool).await.unwrap();
+
+    let request_of = |id: &InstanceId, all: &[aws_sdk_ec2::types::Instance]| {
+        all.iter()
+            .find(|i| i.instance_id() == Some(id.0.as_str()))
+            .and_then(|i| i.spot_instance_request_id().map(str::to_string))
+    };
+    let all = moto.all_instances().await;
+    let request = request_of(&warmable.id, &all).expect("a persistent spot request");
+    assert_eq!(request_of(&one_time.id, &all), None, "one-time elsewhere");
+
+    assert_eq!(
+        provider.stop(&warmable.id).await.unwrap().phase,
+        InstancePhase::Stopped
+    );
+    provider.start(&warmable.id).await.unwrap();
+    provider.terminate(&warmable.id).await.unwrap();
+    provider.terminate(&warmable.id).await.unwrap();
+    let log = moto.log();
+    assert!(
+        log.contains(&format!("cancelled spot request {request}")),
+        "{log}"
+    );
+    assert!(!log.contains("LEAK"), "{log}");
+
+    // The wrapper does see a leak when the request is left open.
+    let leaky = provider
+        .launch(&spec("spotwarm", &spot, "p3"))
+        .await
+        .unwrap();
+    moto.raw_client()
+        .await
+        .terminate_instances()
+        .instance_ids(leaky.id.0.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(moto.log().contains("LEAK"));
+}

@@ -21,6 +21,10 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
 - reservations: capacity reservations and how many instances each holds (moto implements none).
   A launch targeting one that is full fails with ReservationCapacityExceeded, one targeting an
   unknown id with InvalidCapacityReservationId.NotFound.
+- persistent spot requests (SpotInstanceType=persistent), which moto does not model, are emulated:
+  the instance gets a SpotInstanceRequestId, CancelSpotInstanceRequests cancels it, and
+  terminating an instance whose request is still open logs "LEAK: … left open" (EC2 would launch
+  a replacement).
 - interrupt: these instances are reclaimed as the spot market does it (terminated, with the state
   reason Server.SpotInstanceTermination) before the request is answered.
 
@@ -28,6 +32,7 @@ A failed call creates nothing, as on EC2.
 """
 
 import json
+import re
 import sys
 import uuid
 
@@ -71,6 +76,42 @@ def interrupt(backend, instance_ids):
 
 
 RESERVED = {}  # reservation id -> instances launched into it
+OPEN_SPOT_REQUESTS = {}  # persistent spot request id -> instance id
+
+
+def persistent_spot(self, status, headers, body):
+    """Gives the instance a persistent spot request, as EC2 would."""
+    if int(status) != 200:
+        return status, headers, body
+    for instance_id in re.findall(r"<instanceId>(i-[0-9a-f]+)</instanceId>", str(body)):
+        request_id = "sir-" + instance_id[2:]
+        self.ec2_backend.get_instance(instance_id).spot_instance_request_id = request_id
+        OPEN_SPOT_REQUESTS[request_id] = instance_id
+    return status, headers, body
+
+
+def cancel_spot_requests(self):
+    items = ""
+    for request_id in self._get_param("SpotInstanceRequestIds", []):
+        if OPEN_SPOT_REQUESTS.pop(request_id, None) is None:
+            return ec2_error(
+                "InvalidSpotInstanceRequestID.NotFound",
+                f"The spot instance request ID '{request_id}' does not exist",
+                400,
+            )
+        print(f"cancelled spot request {request_id}", flush=True)
+        items += (
+            f"<item><spotInstanceRequestId>{request_id}</spotInstanceRequestId>"
+            "<state>cancelled</state></item>"
+        )
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<CancelSpotInstanceRequestsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        f"<requestId>{uuid.uuid4()}</requestId>"
+        f"<spotInstanceRequestSet>{items}</spotInstanceRequestSet>"
+        "</CancelSpotInstanceRequestsResponse>"
+    )
+    return 200, {"Content-Type": "text/xml", "status": 200}, body
 
 
 def call_action(self):
@@ -83,7 +124,15 @@ def call_action(self):
             "Request limit exceeded.",
             throttle.get("status", 503),
         )
-    if self._get_action() == "RunInstances":
+    action = self._get_action()
+    if action == "CancelSpotInstanceRequests":
+        return cancel_spot_requests(self)
+    if action == "TerminateInstances":
+        for instance_id in self._get_param("InstanceIds", []):
+            for request_id, owner in OPEN_SPOT_REQUESTS.items():
+                if owner == instance_id:
+                    print(f"LEAK: spot request {request_id} left open", flush=True)
+    if action == "RunInstances":
         instance_type = self._get_param("InstanceType")
         fault = f.get("launch", {}).get(instance_type)
         if fault:
@@ -122,6 +171,8 @@ def call_action(self):
             if int(status) == 200:
                 RESERVED[target] = RESERVED.get(target, 0) + 1
             return status, headers, body
+        if self._get_param("InstanceMarketOptions.SpotOptions.SpotInstanceType") == "persistent":
+            return persistent_spot(self, *original_call_action(self))
     return original_call_action(self)
 
 
