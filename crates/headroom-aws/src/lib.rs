@@ -1,9 +1,11 @@
 //! The AWS provider: EC2 instances behind Headroom's [`CloudProvider`] trait.
 //!
-//! Launches are single-instance RunInstances calls carrying the ledger intent's client token and
-//! the ownership tags; the warm pool is our own stopped instances (StartInstances /
-//! StopInstances); inventory is DescribeInstances filtered by the cluster tag. Error codes are
-//! classified by the pure [`classify`] function.
+//! A launch is one instance carrying the ledger intent's client token and the ownership tags:
+//! an instant EC2 Fleet (CreateFleet) for pools with a launch template, RunInstances with the
+//! configured image otherwise (and for reserved offerings, which target their capacity
+//! reservation). The warm pool is our own stopped instances (StartInstances / StopInstances);
+//! inventory is DescribeInstances filtered by the cluster tag; spot interruptions are read from
+//! the instance's state reason. Error codes are classified by the pure [`classify`] function.
 //!
 //! [`CloudProvider`]: headroom_cloud::CloudProvider
 

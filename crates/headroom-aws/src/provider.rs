@@ -14,9 +14,11 @@ use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
     CapacityReservationPreference, CapacityReservationSpecification, CapacityReservationTarget,
-    Filter, InstanceInterruptionBehavior, InstanceMarketOptionsRequest, InstanceStateName,
-    InstanceType, LaunchTemplateSpecification, MarketType, Placement, ResourceType,
-    SpotInstanceType, SpotMarketOptions, Tag, TagSpecification,
+    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetType,
+    InstanceInterruptionBehavior, InstanceMarketOptionsRequest, InstanceStateName, InstanceType,
+    LaunchTemplateSpecification, MarketType, Placement, ResourceType, SpotInstanceType,
+    SpotMarketOptions, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
 use headroom_cloud::{
     Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
@@ -265,6 +267,89 @@ impl AwsProvider {
         }
     }
 
+    /// Launches one instance with an EC2 Fleet of type `instant` from the pool's launch template.
+    /// Such a fleet reports a refusal (capacity, price, quota) per instance in `Errors[]` of a
+    /// successful call, not as a failed call.
+    async fn launch_fleet(
+        &self,
+        spec: &LaunchSpec,
+        template: &str,
+        tags: Vec<Tag>,
+    ) -> Result<Instance, CloudError> {
+        let region = spec.offering.region.as_str();
+        let ec2 = self.client(region)?;
+        let mut overrides = FleetLaunchTemplateOverridesRequest::builder()
+            .instance_type(InstanceType::from(spec.offering.instance_type.as_str()))
+            .availability_zone(&spec.offering.zone)
+            .set_subnet_id(self.settings.subnets.get(&spec.offering.zone).cloned());
+        let capacity_type = match spec.offering.market {
+            Market::Spot => {
+                overrides = overrides.max_price(spec.offering.price_usd_per_hour.to_string());
+                DefaultTargetCapacityType::Spot
+            }
+            Market::OnDemand | Market::Reserved => DefaultTargetCapacityType::OnDemand,
+        };
+        let out = ec2
+            .create_fleet()
+            .r#type(FleetType::Instant)
+            .client_token(&spec.client_token)
+            .target_capacity_specification(
+                TargetCapacitySpecificationRequest::builder()
+                    .total_target_capacity(1)
+                    .default_target_capacity_type(capacity_type)
+                    .build(),
+            )
+            .launch_template_configs(
+                FleetLaunchTemplateConfigRequest::builder()
+                    .launch_template_specification(
+                        FleetLaunchTemplateSpecificationRequest::builder()
+                            .launch_template_name(template)
+                            .version("$Default")
+                            .build(),
+                    )
+                    .overrides(overrides.build())
+                    .build(),
+            )
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::Instance)
+                    .set_tags(Some(tags))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| api_error(e, None))?;
+        let made = out
+            .instances()
+            .iter()
+            .flat_map(|i| i.instance_ids())
+            .next()
+            .map(|id| InstanceId(id.clone()));
+        match (made, out.errors().first()) {
+            (Some(id), _) => {
+                self.remember(&id, region);
+                let instance = self.describe_in(region, &id).await?;
+                tracing::info!(instance = %instance.id, token = %spec.client_token, offering = %spec.offering.id, "launched by fleet");
+                Ok(instance)
+            }
+            (None, Some(error)) => {
+                let code = error.error_code().unwrap_or_default();
+                Err(CloudError::Refused {
+                    provider: ProviderKind::Aws,
+                    class: classify(code, ErrorSource::FleetInstance),
+                    code: code.to_string(),
+                    message: error.error_message().unwrap_or_default().to_string(),
+                })
+            }
+            (None, None) => Err(CloudError::Refused {
+                provider: ProviderKind::Aws,
+                class: ErrorClass::Unknown,
+                code: "NoInstance".to_string(),
+                message: "CreateFleet succeeded without an instance or an error".to_string(),
+            }),
+        }
+    }
+
     /// The current spot price per (instance type, availability zone) in `region`, for Linux.
     pub async fn spot_prices(
         &self,
@@ -422,6 +507,11 @@ impl CloudProvider for AwsProvider {
             .collect();
         tags.push(ec2_tag(TAG_CLIENT_TOKEN, &spec.client_token));
         tags.push(ec2_tag(TAG_OFFERING, spec.offering.id.as_str()));
+        let template = self.settings.launch_templates.get(&spec.tags.pool);
+        if let (Some(template), Market::OnDemand | Market::Spot) = (template, spec.offering.market)
+        {
+            return self.launch_fleet(spec, template, tags).await;
+        }
         let mut request = ec2
             .run_instances()
             .min_count(1)
@@ -439,7 +529,7 @@ impl CloudProvider for AwsProvider {
                     .set_tags(Some(tags))
                     .build(),
             );
-        match self.settings.launch_templates.get(&spec.tags.pool) {
+        match template {
             Some(template) => {
                 request = request.launch_template(
                     LaunchTemplateSpecification::builder()

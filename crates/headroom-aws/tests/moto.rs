@@ -820,3 +820,112 @@ async fn stoppable_spot_pools_launch_persistent_requests_and_cancel_them_on_term
         .unwrap();
     assert!(moto.log().contains("LEAK"));
 }
+
+const TEMPLATE: &str = "headroom-llm";
+
+/// A provider whose pool `llm` (and the contract's pool) launch from a launch template, with an
+/// instant EC2 Fleet.
+async fn fleet_provider(moto: &Moto) -> AwsProvider {
+    moto.raw_client()
+        .await
+        .create_launch_template()
+        .launch_template_name(TEMPLATE)
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(IMAGE)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let settings = AwsSettings {
+        image_id: None,
+        launch_templates: [
+            ("llm".to_string(), TEMPLATE.to_string()),
+            ("contract".to_string(), TEMPLATE.to_string()),
+        ]
+        .into(),
+        ..moto.settings()
+    };
+    moto.provider_with(settings, clock()).await
+}
+
+#[tokio::test]
+async fn pools_with_a_launch_template_launch_by_instant_fleet_and_pass_the_contract() {
+    let moto = Moto::start();
+    moto.set_faults(r#"{"fleet": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity"}}}"#);
+    let provider = fleet_provider(&moto).await;
+    let fixture = ContractFixture {
+        cluster: "fleet-contract".to_string(),
+        offering: offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048"),
+        stockout: Some(offering("p5-od", "p5.48xlarge", Market::OnDemand, "55.04")),
+    };
+    contract::run_all(&provider, &fixture).await;
+    let fleets = moto
+        .raw_client()
+        .await
+        .describe_fleets()
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        !fleets.fleets().is_empty(),
+        "the launches went through CreateFleet"
+    );
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let launched = provider.launch(&spec("fleet", &spot, "f1")).await.unwrap();
+    let raw = moto.all_instances().await;
+    let made = raw
+        .iter()
+        .find(|i| i.instance_id() == Some(launched.id.0.as_str()))
+        .unwrap();
+    assert_eq!(made.image_id(), Some(IMAGE), "from the template");
+    assert_eq!(made.instance_lifecycle().map(|l| l.as_str()), Some("spot"));
+    assert_eq!(launched.tags.node, "f1");
+}
+
+/// An instant fleet refuses per instance, in `Errors[]` of a successful call.
+#[tokio::test]
+async fn fleet_errors_are_classified_and_a_partial_answer_keeps_its_instance() {
+    let moto = Moto::start();
+    let provider = fleet_provider(&moto).await;
+    let target = offering("p4d-od", "p4d.24xlarge", Market::OnDemand, "21.95");
+    for (i, (code, class)) in [
+        ("InsufficientInstanceCapacity", ErrorClass::Capacity),
+        ("UnfulfillableCapacity", ErrorClass::Capacity),
+        ("VcpuLimitExceeded", ErrorClass::Quota),
+        ("MaxSpotInstanceCountExceeded", ErrorClass::Quota),
+        ("SpotMaxPriceTooLow", ErrorClass::Price),
+        ("UnauthorizedOperation", ErrorClass::InvalidRequest),
+        ("InvalidParameterValue", ErrorClass::InvalidRequest),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        moto.set_faults(&format!(
+            r#"{{"fleet": {{"p4d.24xlarge": {{"code": "{code}"}}}}}}"#
+        ));
+        let err = provider
+            .launch(&spec("fleet", &target, &format!("e{i}")))
+            .await
+            .expect_err(code);
+        assert_eq!((err.class(), err.code()), (class, code), "{err}");
+    }
+    assert!(
+        moto.all_instances().await.is_empty(),
+        "refusals make nothing"
+    );
+
+    moto.set_faults(
+        r#"{"fleet": {"p4d.24xlarge": {"code": "InsufficientInstanceCapacity", "partial": true}}}"#,
+    );
+    let launched = provider
+        .launch(&spec("fleet", &target, "partial"))
+        .await
+        .expect("an instance beside an error is a launch");
+    assert_eq!(moto.all_instances().await.len(), 1);
+    assert_eq!(
+        provider.list_owned("fleet").await.unwrap()[0].id,
+        launched.id
+    );
+}

@@ -16,6 +16,9 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
 
 - launch: RunInstances of a listed instance type fails with that EC2 error code and HTTP status
   (real EC2 answers capacity errors with 5xx, moto's own errors are 400; both shapes are wanted).
+- fleet: an instant CreateFleet of a listed instance type answers 200 with that code in
+  Errors[] and no instance, as EC2 does; with "partial": true the instance is launched and the
+  error entry is added beside it.
 - spot_min_price: a spot RunInstances whose MaxPrice is below it fails with SpotMaxPriceTooLow.
 - throttle: every EC2 request fails with that code and status.
 - reservations: capacity reservations and how many instances each holds (moto implements none).
@@ -114,6 +117,16 @@ def cancel_spot_requests(self):
     return 200, {"Content-Type": "text/xml", "status": 200}, body
 
 
+def instance_types(value):
+    """Every InstanceType inside a parsed request parameter."""
+    if isinstance(value, dict):
+        found = [value["InstanceType"]] if isinstance(value.get("InstanceType"), str) else []
+        return found + [t for v in value.values() for t in instance_types(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in instance_types(v)]
+    return []
+
+
 def call_action(self):
     f = faults()
     interrupt(self.ec2_backend, f.get("interrupt", []))
@@ -132,6 +145,29 @@ def call_action(self):
             for request_id, owner in OPEN_SPOT_REQUESTS.items():
                 if owner == instance_id:
                     print(f"LEAK: spot request {request_id} left open", flush=True)
+    if action == "CreateFleet":
+        types = instance_types(self._get_param("LaunchTemplateConfigs", []))
+        fault = next((f["fleet"][t] for t in types if t in f.get("fleet", {})), None)
+        if fault:
+            item = (
+                f"<item><lifecycle>on-demand</lifecycle><errorCode>{fault['code']}</errorCode>"
+                f"<errorMessage>injected {fault['code']}</errorMessage></item>"
+            )
+            if fault.get("partial"):
+                status, headers, body = original_call_action(self)
+                body = body.decode() if isinstance(body, bytes) else body
+                body = re.sub(r"<errorSet\s*/>|<errorSet>\s*</errorSet>", "", body)
+                body = body.replace(
+                    "</CreateFleetResponse>", f"<errorSet>{item}</errorSet></CreateFleetResponse>"
+                )
+                return status, headers, body
+            body = (
+                '<?xml version="1.0" encoding="UTF-8"?>'
+                '<CreateFleetResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+                f"<requestId>{uuid.uuid4()}</requestId><fleetId>fleet-{uuid.uuid4()}</fleetId>"
+                f"<errorSet>{item}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
+            )
+            return 200, {"Content-Type": "text/xml", "status": 200}, body
     if action == "RunInstances":
         instance_type = self._get_param("InstanceType")
         fault = f.get("launch", {}).get(instance_type)
