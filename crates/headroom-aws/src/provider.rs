@@ -37,6 +37,8 @@ pub const TAG_OFFERING: &str = "headroom-offering";
 
 /// Pages of DescribeInstances read per region and call (1000 instances a page).
 const MAX_PAGES: usize = 50;
+/// Instances whose region (or termination) the provider remembers at most.
+const MAX_REMEMBERED: usize = 100_000;
 /// The EC2 state reason of an instance the spot market took back.
 const SPOT_TERMINATION: &str = "Server.SpotInstanceTermination";
 
@@ -127,10 +129,12 @@ impl AwsProvider {
     }
 
     fn remember(&self, id: &InstanceId, region: &str) {
-        self.regions_of
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), region.to_string());
+        let mut regions = self.regions_of.lock().unwrap_or_else(|e| e.into_inner());
+        // A cache, bounded: an instance it forgot is looked for in each region again.
+        if regions.len() >= MAX_REMEMBERED && !regions.contains_key(id) {
+            regions.clear();
+        }
+        regions.insert(id.clone(), region.to_string());
     }
 
     /// Describes `id`, finding its region: the one it was last seen in, else each in turn.
@@ -685,10 +689,13 @@ impl CloudProvider for AwsProvider {
             .send()
             .await
             .map_err(|e| api_error(e, Some(id)))?;
-        self.ended
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone());
+        let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded too: a forgotten one reads as interrupted again until EC2 drops it (about an
+        // hour), and terminating it again is a no-op.
+        if ended.len() >= MAX_REMEMBERED {
+            ended.clear();
+        }
+        ended.insert(id.clone());
         Ok(())
     }
 
