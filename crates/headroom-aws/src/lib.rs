@@ -14,7 +14,7 @@ mod provider;
 mod settings;
 
 pub use classify::{ErrorSource, classify};
-pub use provider::{AwsProvider, TAG_CLIENT_TOKEN, TAG_OFFERING, phase_of};
+pub use provider::{AwsProvider, TAG_CLIENT_TOKEN, TAG_OFFERING, phase_of, warned_instance};
 pub use settings::AwsSettings;
 
 use thiserror::Error;
@@ -36,15 +36,36 @@ mod iam {
     /// Actions AWS authorises beyond the operation called (see the header of iam-actions.txt).
     const IMPLIED: [&str; 2] = ["ec2:CreateTags", "iam:PassRole"];
 
-    /// `ec2.some_operation(` in source text → `ec2:SomeOperation`, for every such call.
+    /// Operations IAM authorises under another action's name.
+    const ALIASES: [(&str, &str); 1] = [("sqs:DeleteMessageBatch", "sqs:DeleteMessage")];
+
+    /// `ec2.some_operation(` (or `sqs.…`) in source text → `ec2:SomeOperation`, for every such
+    /// call on a client bound to the name of its service.
     fn calls_in(text: &str) -> BTreeSet<String> {
         let mut actions = BTreeSet::new();
-        for (at, _) in text.match_indices("ec2") {
+        for service in ["ec2", "sqs"] {
+            actions.extend(service_calls_in(text, service));
+        }
+        actions
+            .into_iter()
+            .map(|a| {
+                ALIASES
+                    .iter()
+                    .find(|(op, _)| *op == a)
+                    .map(|(_, action)| action.to_string())
+                    .unwrap_or(a)
+            })
+            .collect()
+    }
+
+    fn service_calls_in(text: &str, service: &str) -> BTreeSet<String> {
+        let mut actions = BTreeSet::new();
+        for (at, _) in text.match_indices(service) {
             let before = text[..at].chars().next_back();
             if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
                 continue;
             }
-            let rest = text[at + 3..].trim_start();
+            let rest = text[at + service.len()..].trim_start();
             let Some(rest) = rest.strip_prefix('.') else {
                 continue;
             };
@@ -64,7 +85,7 @@ mod iam {
                         .unwrap_or_default()
                 })
                 .collect();
-            actions.insert(format!("ec2:{pascal}"));
+            actions.insert(format!("{service}:{pascal}"));
         }
         actions
     }
@@ -82,9 +103,16 @@ mod iam {
 
     #[test]
     fn the_scanner_reads_chained_calls() {
-        let text = "let ec2 = c;\nec2\n    .run_instances()\n; aws_sdk_ec2::x(); ec2.describe_spot_price_history().send()";
+        let text = "let ec2 = c;\nec2\n    .run_instances()\n; aws_sdk_ec2::x(); ec2.describe_spot_price_history().send(); sqs.delete_message_batch()";
         let found: Vec<String> = calls_in(text).into_iter().collect();
-        assert_eq!(found, ["ec2:DescribeSpotPriceHistory", "ec2:RunInstances"]);
+        assert_eq!(
+            found,
+            [
+                "ec2:DescribeSpotPriceHistory",
+                "ec2:RunInstances",
+                "sqs:DeleteMessage"
+            ]
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use aws_sdk_ec2::types::{
     LaunchTemplateSpecification, MarketType, Placement, ResourceType, SpotInstanceType,
     SpotMarketOptions, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use headroom_cloud::{
     Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
     OwnershipTags,
@@ -37,6 +38,8 @@ pub const TAG_OFFERING: &str = "headroom-offering";
 
 /// Pages of DescribeInstances read per region and call (1000 instances a page).
 const MAX_PAGES: usize = 50;
+/// Batches of ten spot interruption warnings read per region and inventory.
+const MAX_WARNING_BATCHES: usize = 10;
 /// Instances whose region (or termination) the provider remembers at most.
 const MAX_REMEMBERED: usize = 100_000;
 /// The EC2 state reason of an instance the spot market took back.
@@ -50,6 +53,10 @@ pub struct AwsProvider {
     settings: AwsSettings,
     clock: Arc<dyn Clock>,
     regions_of: Mutex<HashMap<InstanceId, String>>,
+    /// Region → the SQS queue of spot interruption warnings, where configured.
+    queues: BTreeMap<String, (aws_sdk_sqs::Client, String)>,
+    /// Instances a spot interruption warning named: they report interrupted from then on.
+    warned: Mutex<HashSet<InstanceId>>,
     /// Interrupted instances we terminated: EC2 keeps listing them (terminated, with the spot
     /// reason) for about an hour, and they must then read as terminated, not interrupted again.
     ended: Mutex<HashSet<InstanceId>>,
@@ -110,7 +117,22 @@ impl AwsProvider {
                 (region.clone(), Client::from_conf(config))
             })
             .collect();
+        let queues = settings
+            .interruption_queues
+            .iter()
+            .map(|(region, url)| {
+                let config = aws_sdk_sqs::config::Builder::from(&shared)
+                    .region(aws_sdk_sqs::config::Region::new(region.clone()))
+                    .build();
+                (
+                    region.clone(),
+                    (aws_sdk_sqs::Client::from_conf(config), url.clone()),
+                )
+            })
+            .collect();
         Ok(AwsProvider {
+            queues,
+            warned: Mutex::new(HashSet::new()),
             clients,
             settings,
             clock,
@@ -243,6 +265,20 @@ impl AwsProvider {
             (now - launched_at).to_std().unwrap_or_default(),
             Duration::from_secs(self.settings.ready_after_secs),
         );
+        if matches!(
+            phase,
+            InstancePhase::Pending
+                | InstancePhase::Booting(_)
+                | InstancePhase::Ready
+                | InstancePhase::Stopped
+        ) && self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
+        {
+            phase = InstancePhase::Interrupted;
+        }
         if phase == InstancePhase::Interrupted
             && self
                 .ended
@@ -354,6 +390,65 @@ impl AwsProvider {
         }
     }
 
+    /// Reads the spot interruption warnings waiting in `region`'s queue, a bounded number of
+    /// batches, and deletes them once remembered. Warnings only hasten what the instance state
+    /// shows later, so a queue that cannot be read is logged, not an inventory failure.
+    async fn read_warnings(&self, region: &str) {
+        let Some((sqs, url)) = self.queues.get(region) else {
+            return;
+        };
+        for _ in 0..MAX_WARNING_BATCHES {
+            let out = match sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                Err(e) => {
+                    tracing::warn!(region, error = %api_error(e, None), "cannot read spot interruption warnings");
+                    return;
+                }
+            };
+            let messages = out.messages();
+            if messages.is_empty() {
+                return;
+            }
+            let mut done = Vec::new();
+            for (n, message) in messages.iter().enumerate() {
+                if let Some(id) = message.body().and_then(warned_instance) {
+                    tracing::warn!(instance = %id, "spot interruption warning");
+                    let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+                    if warned.len() >= MAX_REMEMBERED {
+                        warned.clear();
+                    }
+                    warned.insert(id);
+                }
+                if let Some(handle) = message.receipt_handle()
+                    && let Ok(entry) = DeleteMessageBatchRequestEntry::builder()
+                        .id(n.to_string())
+                        .receipt_handle(handle)
+                        .build()
+                {
+                    done.push(entry);
+                }
+            }
+            if let Err(e) = sqs
+                .delete_message_batch()
+                .queue_url(url)
+                .set_entries(Some(done))
+                .send()
+                .await
+            {
+                // They come back after their visibility timeout and are read again: harmless.
+                tracing::warn!(region, error = %api_error(e, None), "cannot delete spot interruption warnings");
+                return;
+            }
+        }
+    }
+
     /// The current spot price per (instance type, availability zone) in `region`, for Linux.
     pub async fn spot_prices(
         &self,
@@ -425,6 +520,17 @@ pub fn phase_of(
         "shutting-down" | "terminated" => InstancePhase::Terminated,
         _ => InstancePhase::Pending,
     }
+}
+
+/// The instance an EventBridge "EC2 Spot Instance Interruption Warning" event names, if `body`
+/// is one.
+pub fn warned_instance(body: &str) -> Option<InstanceId> {
+    let event: serde_json::Value = serde_json::from_str(body).ok()?;
+    if event.get("detail-type")?.as_str()? != "EC2 Spot Instance Interruption Warning" {
+        return None;
+    }
+    let id = event.get("detail")?.get("instance-id")?.as_str()?;
+    Some(InstanceId(id.to_string()))
 }
 
 fn to_timestamp(t: &aws_sdk_ec2::primitives::DateTime) -> Option<Timestamp> {
@@ -689,6 +795,10 @@ impl CloudProvider for AwsProvider {
             .send()
             .await
             .map_err(|e| api_error(e, Some(id)))?;
+        self.warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
         let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
         // Bounded too: a forgotten one reads as interrupted again until EC2 drops it (about an
         // hour), and terminating it again is a no-op.
@@ -710,6 +820,7 @@ impl CloudProvider for AwsProvider {
             .build();
         let mut owned = Vec::new();
         for region in self.clients.keys() {
+            self.read_warnings(region).await;
             owned.extend(
                 self.list(region, filter.clone())
                     .await?
@@ -762,6 +873,23 @@ mod tests {
                 "{state}"
             );
         }
+    }
+
+    #[test]
+    fn an_interruption_warning_names_its_instance() {
+        let warning = r#"{"version": "0", "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2", "region": "us-east-1",
+            "detail": {"instance-id": "i-1234567890abcdef0", "instance-action": "terminate"}}"#;
+        assert_eq!(
+            warned_instance(warning),
+            Some(InstanceId("i-1234567890abcdef0".to_string()))
+        );
+        let other = warning.replace(
+            "EC2 Spot Instance Interruption Warning",
+            "EC2 Instance State-change Notification",
+        );
+        assert_eq!(warned_instance(&other), None);
+        assert_eq!(warned_instance("not json"), None);
     }
 
     #[test]

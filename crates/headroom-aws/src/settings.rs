@@ -43,6 +43,12 @@ pub struct AwsSettings {
     /// terminating such a node cancels its request first.
     #[serde(default)]
     pub stoppable_spot_pools: Vec<String>,
+    /// Region → URL of an SQS queue that EventBridge feeds with "EC2 Spot Instance Interruption
+    /// Warning" events. A warned instance reports interrupted at once, two minutes before EC2
+    /// takes it, so its replacement starts early. Without a queue, interruptions are seen when
+    /// the instance's state changes.
+    #[serde(default)]
+    pub interruption_queues: BTreeMap<String, String>,
     /// Seconds a running instance reports `booting` before it reports `ready`. EC2 cannot see
     /// inside the node; until readiness comes from the cluster this stands in for the ladder.
     #[serde(default)]
@@ -140,6 +146,16 @@ impl AwsSettings {
                 "capacity_blocks",
                 format!("{block} has no entry in aws.reservations; add its \"cr-…\" id there"),
             ));
+        }
+        for (region, url) in &self.interruption_queues {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(config_error(
+                    &format!("interruption_queues.{region}"),
+                    format!(
+                        "{url:?} is not a queue URL; write \"https://sqs.{region}.amazonaws.com/ACCOUNT/NAME\""
+                    ),
+                ));
+            }
         }
         for (zone, subnet) in &self.subnets {
             if !subnet.starts_with("subnet-") {
@@ -262,6 +278,10 @@ mod tests {
             ("region = \"US East\"", "aws.regions:"),
             ("subnets = { a = \"vpc-1\" }", "aws.subnets.a:"),
             ("reservations = { x = \"r-1\" }", "aws.reservations.x:"),
+            (
+                "interruption_queues = { us-east-1 = \"queue\" }",
+                "aws.interruption_queues.us-east-1:",
+            ),
             ("capacity_blocks = [\"x\"]", "aws.capacity_blocks:"),
             ("ready_after_secs = -1", "aws.ready_after_secs:"),
         ] {

@@ -929,3 +929,73 @@ async fn fleet_errors_are_classified_and_a_partial_answer_keeps_its_instance() {
         launched.id
     );
 }
+
+/// EventBridge → SQS spot interruption warnings mark the instance interrupted before EC2 takes it.
+#[tokio::test]
+async fn a_spot_interruption_warning_from_the_queue_interrupts_at_once() {
+    let moto = Moto::start();
+    let sqs_config = moto
+        .loader()
+        .region(Region::new(REGION))
+        .endpoint_url(moto.endpoint())
+        .load()
+        .await;
+    let sqs = aws_sdk_sqs::Client::new(&sqs_config);
+    let queue = sqs
+        .create_queue()
+        .queue_name("spot-warnings")
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let settings = AwsSettings {
+        interruption_queues: [(REGION.to_string(), queue.clone())].into(),
+        ..moto.settings()
+    };
+    let provider = moto.provider_with(settings, clock()).await;
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let warned = provider.launch(&spec("warn", &spot, "w1")).await.unwrap();
+    let spared = provider.launch(&spec("warn", &spot, "w2")).await.unwrap();
+    assert!(
+        provider
+            .list_owned("warn")
+            .await
+            .unwrap()
+            .iter()
+            .all(|i| i.phase != InstancePhase::Interrupted)
+    );
+
+    let event = format!(
+        r#"{{"version": "0", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2", "region": "{REGION}", "detail": {{"instance-id": "{}", "instance-action": "terminate"}}}}"#,
+        warned.id
+    );
+    sqs.send_message()
+        .queue_url(&queue)
+        .message_body(event)
+        .send()
+        .await
+        .unwrap();
+    sqs.send_message()
+        .queue_url(&queue)
+        .message_body("something else")
+        .send()
+        .await
+        .unwrap();
+    let owned = provider.list_owned("warn").await.unwrap();
+    let phase = |id: &InstanceId| owned.iter().find(|i| &i.id == id).unwrap().phase;
+    assert_eq!(phase(&warned.id), InstancePhase::Interrupted);
+    assert_ne!(phase(&spared.id), InstancePhase::Interrupted);
+    let left = sqs
+        .receive_message()
+        .queue_url(&queue)
+        .send()
+        .await
+        .unwrap();
+    assert!(left.messages().is_empty(), "read warnings are deleted");
+    provider.terminate(&warned.id).await.unwrap();
+    let owned = provider.list_owned("warn").await.unwrap();
+    assert_eq!(owned.len(), 1);
+    assert_eq!(owned[0].id, spared.id);
+}
