@@ -29,6 +29,44 @@ pub async fn cloud_for(
     }
 }
 
+/// Checks the provider's own table of `config` (`[aws]`), as far as this build knows it.
+pub fn check(config: &Config) -> anyhow::Result<()> {
+    #[cfg(feature = "aws")]
+    if config.providers().contains(&ProviderKind::Aws) || config.aws.is_some() {
+        aws_settings(config)?;
+    }
+    #[cfg(not(feature = "aws"))]
+    let _ = config;
+    Ok(())
+}
+
+/// The `[aws]` table, parsed and checked against the pools; mistakes are one line each.
+#[cfg(feature = "aws")]
+fn aws_settings(config: &Config) -> anyhow::Result<headroom_aws::AwsSettings> {
+    let bad = |e: headroom_aws::AwsError| crate::BadInput(e.to_string());
+    let settings = headroom_aws::AwsSettings::from_table(config.aws.as_ref()).map_err(bad)?;
+    settings
+        .check_pools(config.pools.iter().map(|p| p.name.as_str()))
+        .map_err(bad)?;
+    Ok(settings)
+}
+
+#[cfg(feature = "aws")]
+async fn aws(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<dyn CloudProvider>> {
+    let settings = aws_settings(config)?;
+    let regions = settings.regions_or(
+        config
+            .offerings
+            .iter()
+            .filter(|o| o.offering.provider == ProviderKind::Aws)
+            .map(|o| o.offering.region.as_str()),
+    );
+    let provider = headroom_aws::AwsProvider::new(settings, regions, clock)
+        .await
+        .map_err(|e| crate::BadInput(e.to_string()))?;
+    Ok(Arc::new(provider))
+}
+
 #[cfg(not(feature = "aws"))]
 async fn aws(_: &Config, _: Arc<dyn Clock>) -> anyhow::Result<Arc<dyn CloudProvider>> {
     bail!(

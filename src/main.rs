@@ -189,6 +189,7 @@ fn load_config(path: &Path) -> anyhow::Result<Config> {
 
 fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
     let config = load_config(path)?;
+    cloud::check(&config)?;
     println!(
         "{}: ok ({} offerings, {} pools, {} budgets)",
         path.display(),

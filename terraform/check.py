@@ -27,8 +27,6 @@ ROOT = TF.parent
 CACHE = Path(os.environ.get("HEADROOM_TOOLS_CACHE", Path.home() / ".cache" / "headroom"))
 AWS_ACTIONS = ROOT / "crates/headroom-aws/iam-actions.txt"
 GCP_PERMISSIONS = ROOT / "crates/headroom-gcp/iam-permissions.txt"
-# Stand-ins the modules read while the provider crates are not merged (see the modules' iam.tf).
-PROVISIONAL = {AWS_ACTIONS: TF / "provisional/aws-iam-actions.txt", GCP_PERMISSIONS: TF / "provisional/gcp-iam-permissions.txt"}
 
 
 def venv(name, requirement):
@@ -119,16 +117,11 @@ def module_resources(module_dir, rtype):
 
 
 def read_list(path):
-    """The provider's list, resolved as the module's fileexists() does; (lines, path, note)."""
-    provisional = PROVISIONAL[path]
-    if path.exists() and provisional.exists():
-        raise Fail(f"{rel(path)} exists now: delete the stand-in {rel(provisional)}")
+    """The provider's list of cloud permissions, as the module reads it; (lines, path, note)."""
     if not path.exists():
-        if not provisional.exists():
-            raise Fail(f"{rel(path)} is missing; it is the provider's list of cloud permissions the Terraform grants")
-        path = provisional
+        raise Fail(f"{rel(path)} is missing; it is the provider's list of cloud permissions the Terraform grants")
     lines = [s for s in (line.strip() for line in path.read_text().splitlines()) if s and not s.startswith("#")]
-    return lines, path, " [PROVISIONAL list]" if path == provisional else ""
+    return lines, path, ""
 
 
 # --- the checks ---

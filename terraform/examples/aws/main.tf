@@ -2,12 +2,13 @@ locals {
   # Every argument is `name = var.name`: terraform/check.py renders this same template from the
   # variables' defaults and runs `headroom config check` on the result.
   config_toml = templatefile("${path.module}/headroom.toml.tftpl", {
-    cluster_id     = var.cluster_id
-    regions        = var.regions
-    offerings      = var.offerings
-    pools          = var.pools
-    budgets        = var.budgets
-    alert_webhooks = var.alert_webhooks
+    cluster_id       = var.cluster_id
+    regions          = var.regions
+    launch_templates = var.launch_templates
+    offerings        = var.offerings
+    pools            = var.pools
+    budgets          = var.budgets
+    alert_webhooks   = var.alert_webhooks
   })
 }
 

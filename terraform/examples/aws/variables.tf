@@ -65,6 +65,18 @@ variable "regions" {
   default     = ["us-east-1"]
 }
 
+variable "launch_templates" {
+  type = list(object({
+    pool     = string
+    template = string
+  }))
+  description = "The EC2 launch template (by name) each pool's nodes start from: the AMI, instance profile and user data that join the Kubernetes cluster. Every pool needs one; create them beside the node group."
+  default = [
+    { pool = "llama-70b-interactive", template = "headroom-llama-70b-interactive" },
+    { pool = "mistral-7b-batch", template = "headroom-mistral-7b-batch" },
+  ]
+}
+
 variable "offerings" {
   type = list(object({
     id                 = string

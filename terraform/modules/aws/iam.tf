@@ -6,9 +6,9 @@ locals {
   account   = data.aws_caller_identity.current.account_id
   partition = data.aws_partition.current.partition
 
-  # The one list of AWS calls the provider makes, kept beside its code. Until the AWS provider
-  # crate is merged, a provisional copy stands in (terraform/check.py fails if both exist).
-  actions_file = fileexists("${path.module}/../../../crates/headroom-aws/iam-actions.txt") ? "${path.module}/../../../crates/headroom-aws/iam-actions.txt" : "${path.module}/../../provisional/aws-iam-actions.txt"
+  # The one list of AWS calls the provider makes, kept beside its code (a test there keeps it
+  # equal to the calls).
+  actions_file = "${path.module}/../../../crates/headroom-aws/iam-actions.txt"
   provider_actions = toset([
     for line in split("\n", file(local.actions_file)) :
     trimspace(line) if trimspace(line) != "" && !startswith(trimspace(line), "#")
@@ -31,8 +31,10 @@ locals {
       "ec2:DescribeSpotPriceHistory",
       "ec2:DescribeSubnets",
     ]
-    # Existing instances: only those tagged with this deployment's cluster id.
+    # Existing instances (and their spot requests, tagged at launch): only those tagged with
+    # this deployment's cluster id.
     owned_instances = [
+      "ec2:CancelSpotInstanceRequests",
       "ec2:RebootInstances",
       "ec2:StartInstances",
       "ec2:StopInstances",
@@ -89,7 +91,7 @@ locals {
       Sid      = "OwnedInstances"
       Effect   = "Allow"
       Action   = local.granted["owned_instances"]
-      Resource = "arn:${local.partition}:ec2:*:${local.account}:instance/*"
+      Resource = ["arn:${local.partition}:ec2:*:${local.account}:instance/*", "arn:${local.partition}:ec2:*:${local.account}:spot-instances-request/*"]
       Condition = {
         StringEquals = { "aws:ResourceTag/${local.cluster_tag}" = var.cluster_id }
       }

@@ -1,7 +1,7 @@
 locals {
-  # The one list of permissions the GCP provider's calls need, kept beside its code. Until the
-  # GCP provider crate is merged, a provisional copy stands in (terraform/check.py fails if both exist).
-  permissions_file = fileexists("${path.module}/../../../crates/headroom-gcp/iam-permissions.txt") ? "${path.module}/../../../crates/headroom-gcp/iam-permissions.txt" : "${path.module}/../../provisional/gcp-iam-permissions.txt"
+  # The one list of permissions the GCP provider's calls need, kept beside its code (a test
+  # there keeps it in step with the calls).
+  permissions_file = "${path.module}/../../../crates/headroom-gcp/iam-permissions.txt"
   provider_permissions = sort(distinct([
     for line in split("\n", file(local.permissions_file)) :
     trimspace(line) if trimspace(line) != "" && !startswith(trimspace(line), "#")

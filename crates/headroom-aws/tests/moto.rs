@@ -1,0 +1,1014 @@
+//! The AWS provider over real HTTP with the real SDK, against moto's EC2 emulator. Each test starts
+//! its own moto server (tests/moto_server.py, which adds fault injection) on a free port and stops
+//! it when done. moto must be installed: `python3 -m pip install 'moto[server]'`.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_config::BehaviorVersion;
+use aws_sdk_ec2::config::{Credentials, Region};
+use headroom_aws::{AwsProvider, AwsSettings};
+use headroom_cloud::contract::{self, ContractFixture};
+use headroom_cloud::{
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
+    OwnershipTags,
+};
+use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Offering, Priority, ProviderKind};
+use headroom_engine::{Config, Engine};
+use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
+
+const REGION: &str = "us-east-1";
+const ZONE: &str = "us-east-1a";
+/// The instance type every test launches; stockouts use others.
+const GOOD_TYPE: &str = "g6.xlarge";
+const IMAGE: &str = "ami-12345678";
+
+/// A moto server on a free port, stopped on drop.
+struct Moto {
+    child: Child,
+    port: u16,
+    faults: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let import = Command::new("python3")
+            .args(["-c", "import moto.server, flask"])
+            .output();
+        match import {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!(
+                "moto is not installed for python3 ({}); install it with: python3 -m pip install 'moto[server]'",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+            ),
+            Err(e) => panic!(
+                "cannot run python3 ({e}); install Python 3, then: python3 -m pip install 'moto[server]'"
+            ),
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let faults = dir.path().join("faults.json");
+        std::fs::write(&faults, "{}").unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.path().join("moto.log")).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/moto_server.py");
+        let child = Command::new("python3")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(&faults)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("python3 must start");
+        let mut moto = Moto {
+            child,
+            port,
+            faults,
+            dir,
+        };
+        for _ in 0..300 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return moto;
+            }
+            if let Ok(Some(status)) = moto.child.try_wait() {
+                panic!("moto exited with {status}: {}", moto.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("moto did not listen on {port} within 30s: {}", moto.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("moto.log")).unwrap_or_default()
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn set_faults(&self, json: &str) {
+        std::fs::write(&self.faults, json).unwrap();
+    }
+
+    fn loader(&self) -> aws_config::ConfigLoader {
+        // Static credentials and an explicit region: nothing probes the environment or IMDS.
+        aws_config::defaults(BehaviorVersion::latest())
+            .credentials_provider(Credentials::new("test", "test", None, None, "moto"))
+    }
+
+    fn settings(&self) -> AwsSettings {
+        AwsSettings {
+            endpoint_url: Some(self.endpoint()),
+            image_id: Some(IMAGE.to_string()),
+            ..AwsSettings::default()
+        }
+    }
+
+    async fn provider(&self, clock: Arc<dyn Clock>) -> AwsProvider {
+        self.provider_with(self.settings(), clock).await
+    }
+
+    async fn provider_with(&self, settings: AwsSettings, clock: Arc<dyn Clock>) -> AwsProvider {
+        AwsProvider::with_loader(self.loader(), settings, vec![REGION.to_string()], clock)
+            .await
+            .unwrap()
+    }
+
+    /// A plain EC2 client on the same server, for what Headroom would never do itself.
+    async fn raw_client(&self) -> aws_sdk_ec2::Client {
+        let config = self
+            .loader()
+            .region(Region::new(REGION))
+            .endpoint_url(self.endpoint())
+            .load()
+            .await;
+        aws_sdk_ec2::Client::new(&config)
+    }
+
+    /// Every instance moto holds, whatever its tags and state.
+    async fn all_instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+        self.raw_client()
+            .await
+            .describe_instances()
+            .send()
+            .await
+            .unwrap()
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances().to_vec())
+            .collect()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(headroom_cloud::SystemClock::new())
+}
+
+fn offering(id: &str, instance_type: &str, market: Market, price: &str) -> Offering {
+    Offering {
+        id: id.parse().unwrap(),
+        provider: ProviderKind::Aws,
+        region: REGION.to_string(),
+        zone: ZONE.to_string(),
+        instance_type: instance_type.to_string(),
+        market,
+        price_usd_per_hour: price.parse().unwrap(),
+        gpus_per_node: 1,
+    }
+}
+
+fn spec(cluster: &str, offering: &Offering, node: &str) -> LaunchSpec {
+    LaunchSpec {
+        offering: offering.clone(),
+        client_token: format!("hr-{node}"),
+        tags: OwnershipTags {
+            cluster: cluster.to_string(),
+            pool: "llm".to_string(),
+            node: node.to_string(),
+            request: Some("req-1".to_string()),
+        },
+    }
+}
+
+#[tokio::test]
+async fn the_provider_passes_the_contract_suite() {
+    let moto = Moto::start();
+    // Real EC2 answers a stockout with a server error; the provider must not retry it.
+    moto.set_faults(
+        r#"{"launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}}}"#,
+    );
+    let provider = moto.provider(clock()).await;
+    let fixture = ContractFixture {
+        cluster: "contract".to_string(),
+        offering: offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048"),
+        stockout: Some(offering("p5-od", "p5.48xlarge", Market::OnDemand, "55.04")),
+    };
+    contract::run_all(&provider, &fixture).await;
+    // The stockout was one request, not a retried one.
+    let posts = moto.log().matches("\" 500 -").count();
+    assert_eq!(posts, 1, "one refused call, no SDK retries: {}", moto.log());
+}
+
+/// Every error shape moto can be made to show, end to end through the SDK.
+#[tokio::test]
+async fn cloud_errors_arrive_classified_and_create_nothing() {
+    let moto = Moto::start();
+    let provider = moto.provider(clock()).await;
+    let target = offering("p4d-od", "p4d.24xlarge", Market::OnDemand, "21.95");
+    let cases = [
+        ("InsufficientInstanceCapacity", 500, ErrorClass::Capacity),
+        ("InsufficientInstanceCapacity", 400, ErrorClass::Capacity),
+        ("InsufficientHostCapacity", 500, ErrorClass::Capacity),
+        (
+            "InsufficientReservedInstanceCapacity",
+            500,
+            ErrorClass::Capacity,
+        ),
+        ("InsufficientCapacity", 500, ErrorClass::Capacity),
+        ("UnfulfillableCapacity", 500, ErrorClass::Capacity),
+        ("ReservationCapacityExceeded", 400, ErrorClass::Capacity),
+        ("MaxSpotInstanceCountExceeded", 400, ErrorClass::Quota),
+        ("VcpuLimitExceeded", 400, ErrorClass::Quota),
+        ("InstanceLimitExceeded", 400, ErrorClass::Quota),
+        ("SpotMaxPriceTooLow", 400, ErrorClass::Price),
+        ("RequestLimitExceeded", 503, ErrorClass::Throttled),
+        ("UnauthorizedOperation", 403, ErrorClass::InvalidRequest),
+        ("InvalidParameterValue", 400, ErrorClass::InvalidRequest),
+        (
+            "InvalidParameterCombination",
+            400,
+            ErrorClass::InvalidRequest,
+        ),
+        ("InternalError", 500, ErrorClass::Transient),
+        ("SomethingNobodyKnows", 502, ErrorClass::Transient),
+        ("SomethingNobodyKnows", 400, ErrorClass::Unknown),
+    ];
+    for (i, (code, status, class)) in cases.into_iter().enumerate() {
+        moto.set_faults(&format!(
+            r#"{{"launch": {{"p4d.24xlarge": {{"code": "{code}", "status": {status}}}}}}}"#
+        ));
+        let err = provider
+            .launch(&spec("errors", &target, &format!("n{i}")))
+            .await
+            .expect_err(code);
+        assert_eq!(err.class(), class, "{code} with {status}: {err}");
+        assert_eq!(err.code(), code, "the cloud's own code is kept");
+    }
+    assert!(
+        moto.all_instances().await.is_empty(),
+        "a refused launch creates nothing"
+    );
+
+    // A spot bid below the market price, as moto's wrapper prices it.
+    moto.set_faults(r#"{"spot_min_price": 0.5}"#);
+    let cheap_bid = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.30");
+    let err = provider
+        .launch(&spec("errors", &cheap_bid, "bid"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::Price, "SpotMaxPriceTooLow")
+    );
+    let fair_bid = offering("g6-spot-fair", GOOD_TYPE, Market::Spot, "0.60");
+    let spot = provider
+        .launch(&spec("errors", &fair_bid, "fair"))
+        .await
+        .unwrap();
+    let raw = moto.all_instances().await;
+    assert_eq!(raw.len(), 1);
+    assert_eq!(
+        raw[0].instance_lifecycle().map(|l| l.as_str()),
+        Some("spot"),
+        "a spot offering launches a spot instance"
+    );
+    assert_eq!(raw[0].instance_id(), Some(spot.id.0.as_str()));
+
+    // Throttling on every call, reads included.
+    moto.set_faults(r#"{"throttle": {"code": "RequestLimitExceeded", "status": 503}}"#);
+    let err = provider.list_owned("errors").await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Throttled, "{err}");
+    let err = provider.describe(&spot.id).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Throttled, "{err}");
+
+    // Unknown instances.
+    moto.set_faults("{}");
+    let ghost = InstanceId("i-0123456789abcdef0".to_string());
+    assert!(matches!(
+        provider.describe(&ghost).await,
+        Err(CloudError::NotFound(_))
+    ));
+    assert!(matches!(
+        provider.start(&ghost).await,
+        Err(CloudError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn stop_keeps_the_instance_and_start_brings_it_back() {
+    let moto = Moto::start();
+    let provider = moto.provider(clock()).await;
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let launched = provider.launch(&spec("warm", &od, "w1")).await.unwrap();
+    assert_eq!(launched.tags.request.as_deref(), Some("req-1"));
+    assert_eq!(launched.offering.as_str(), "g6-od");
+
+    let stopped = provider.stop(&launched.id).await.unwrap();
+    assert_eq!(stopped.phase, InstancePhase::Stopped);
+    assert_eq!(
+        provider.stop(&launched.id).await.unwrap().phase,
+        InstancePhase::Stopped,
+        "stopping a stopped instance is a no-op"
+    );
+    let owned = provider.list_owned("warm").await.unwrap();
+    assert_eq!(owned.len(), 1);
+    assert_eq!(owned[0].phase, InstancePhase::Stopped);
+
+    let started = provider.start(&launched.id).await.unwrap();
+    assert_eq!(started.id, launched.id);
+    assert!(
+        matches!(started.phase, InstancePhase::Pending | InstancePhase::Ready),
+        "{:?}",
+        started.phase
+    );
+    let again = provider.start(&launched.id).await.unwrap();
+    assert_eq!(
+        again.id, launched.id,
+        "starting a running instance is a no-op"
+    );
+
+    provider.terminate(&launched.id).await.unwrap();
+    assert!(matches!(
+        provider.start(&launched.id).await,
+        Err(CloudError::NotFound(_))
+    ));
+    assert!(provider.list_owned("warm").await.unwrap().is_empty());
+    assert_eq!(
+        provider.describe(&launched.id).await.unwrap().phase,
+        InstancePhase::Terminated,
+        "describe still finds a terminated instance"
+    );
+}
+
+#[tokio::test]
+async fn a_running_instance_is_booting_until_ready_after_has_passed() {
+    let moto = Moto::start();
+    let clock = Arc::new(ManualClock::new(headroom_cloud::SystemClock::new().now()));
+    let settings = AwsSettings {
+        ready_after_secs: 600,
+        ..moto.settings()
+    };
+    let provider = moto.provider_with(settings, clock.clone()).await;
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let launched = provider.launch(&spec("ladder", &od, "r1")).await.unwrap();
+    assert_eq!(
+        provider.describe(&launched.id).await.unwrap().phase,
+        InstancePhase::Booting(LadderRung::NodeAcquisition)
+    );
+    // Well past ready_after, however long the launch itself took on the wall clock.
+    clock.advance(Duration::from_secs(900));
+    assert_eq!(
+        provider.describe(&launched.id).await.unwrap().phase,
+        InstancePhase::Ready
+    );
+}
+
+#[tokio::test]
+async fn list_owned_ignores_other_clusters_and_untagged_instances() {
+    let moto = Moto::start();
+    let provider = moto.provider(clock()).await;
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let mine = provider.launch(&spec("mine", &od, "a")).await.unwrap();
+    let theirs = provider.launch(&spec("theirs", &od, "b")).await.unwrap();
+    moto.raw_client()
+        .await
+        .run_instances()
+        .image_id(IMAGE)
+        .instance_type(GOOD_TYPE.into())
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moto.all_instances().await.len(), 3);
+    let owned: Vec<InstanceId> = provider
+        .list_owned("mine")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(owned, [mine.id]);
+    let theirs_listed = provider.list_owned("theirs").await.unwrap();
+    assert_eq!(theirs_listed.len(), 1);
+    assert_eq!(theirs_listed[0].id, theirs.id);
+    assert_eq!(theirs_listed[0].tags.node, "b");
+    assert_eq!(theirs_listed[0].client_token, "hr-b");
+}
+
+#[tokio::test]
+async fn a_spot_interruption_is_seen_in_the_inventory() {
+    let moto = Moto::start();
+    let provider = moto.provider(clock()).await;
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let launched = provider.launch(&spec("spot", &spot, "s1")).await.unwrap();
+    moto.set_faults(&format!(r#"{{"interrupt": ["{}"]}}"#, launched.id));
+    let owned = provider.list_owned("spot").await.unwrap();
+    assert_eq!(owned.len(), 1, "an interrupted instance stays listed");
+    assert_eq!(owned[0].phase, InstancePhase::Interrupted);
+    assert_eq!(
+        provider.describe(&launched.id).await.unwrap().phase,
+        InstancePhase::Interrupted
+    );
+    // Once the engine has terminated it, it is gone from the inventory.
+    provider.terminate(&launched.id).await.unwrap();
+    assert!(provider.list_owned("spot").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn spot_prices_come_from_the_price_history() {
+    let moto = Moto::start();
+    let provider = moto.provider(clock()).await;
+    let prices = provider
+        .spot_prices(REGION, &["p4d.24xlarge", GOOD_TYPE])
+        .await
+        .unwrap();
+    assert!(!prices.is_empty(), "moto answers some prices");
+    for ((instance_type, zone), price) in &prices {
+        assert!(zone.starts_with(REGION), "{zone}");
+        assert!(
+            [GOOD_TYPE, "p4d.24xlarge"].contains(&instance_type.as_str()),
+            "{instance_type}"
+        );
+        assert!(price.micros() > 0);
+    }
+}
+
+/// The engine's configuration for the engine tests: one AWS offering, one pool, moto's endpoint.
+fn engine_config(moto: &Moto) -> Config {
+    Config::parse(&engine_config_text(moto), "test").unwrap()
+}
+
+fn engine_config_text(moto: &Moto) -> String {
+    format!(
+        r#"
+cluster_id = "crash-test"
+[engine]
+tick = "1s"
+[aws]
+region = "{REGION}"
+endpoint_url = "{endpoint}"
+image_id = "{IMAGE}"
+[[offerings]]
+id = "g6-od"
+provider = "aws"
+region = "{REGION}"
+zone = "{ZONE}"
+instance_type = "{GOOD_TYPE}"
+market = "on-demand"
+price_usd_per_hour = "0.8048"
+gpus = 1
+[[pools]]
+name = "llm"
+account = "ml"
+offerings = ["g6-od"]
+min_replicas = 0
+max_replicas = 4
+max_scale_up_per_step = 4
+warm_pool_size = 0
+[pools.ladder]
+node_acquisition = "60s"
+image_pull = "45s"
+weight_load = "90s"
+compile = "30s"
+warmup = "15s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+"#,
+        endpoint = moto.endpoint()
+    )
+}
+
+async fn provider_from_config(moto: &Moto, config: &Config, clock: Arc<dyn Clock>) -> AwsProvider {
+    let settings = AwsSettings::from_table(config.aws.as_ref()).unwrap();
+    settings
+        .check_pools(config.pools.iter().map(|p| p.name.as_str()))
+        .unwrap();
+    let regions = settings.regions_or(config.offerings.iter().map(|o| o.offering.region.as_str()));
+    AwsProvider::with_loader(moto.loader(), settings, regions, clock)
+        .await
+        .unwrap()
+}
+
+/// Launches, then dies before the engine can write the outcome: the process "crashes" between
+/// the cloud call and the ledger entry.
+#[derive(Debug)]
+struct DiesAfterLaunch(AwsProvider);
+
+#[async_trait]
+impl CloudProvider for DiesAfterLaunch {
+    fn kind(&self) -> ProviderKind {
+        self.0.kind()
+    }
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        let made = self.0.launch(spec).await?;
+        panic!("simulated crash after launching {}", made.id);
+    }
+    async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.0.start(id).await
+    }
+    async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.0.stop(id).await
+    }
+    async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
+        self.0.terminate(id).await
+    }
+    async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.0.describe(id).await
+    }
+    async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+        self.0.list_owned(cluster).await
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_launch_and_outcome_neither_leaks_nor_duplicates() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = Arc::new(engine_config(&moto));
+    let clock: Arc<dyn Clock> = clock();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("ledger.db"))
+            .await
+            .unwrap(),
+    );
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: "llm".parse().unwrap(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+
+    let dying = Arc::new(DiesAfterLaunch(
+        provider_from_config(&moto, &config, clock.clone()).await,
+    ));
+    let first = Engine::new(config.clone(), ledger.clone(), dying, clock.clone());
+    let crashed = tokio::spawn(async move { first.tick().await }).await;
+    assert!(
+        crashed.is_err_and(|e| e.is_panic()),
+        "the first process dies inside the launch"
+    );
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        live[0].state,
+        NodeState::Requested,
+        "the intent has no outcome"
+    );
+    assert_eq!(moto.all_instances().await.len(), 1, "the instance was made");
+
+    // A new process: same ledger, a fresh provider with nothing in memory.
+    let restarted = Engine::new(
+        config.clone(),
+        ledger.clone(),
+        Arc::new(provider_from_config(&moto, &config, clock.clone()).await),
+        clock.clone(),
+    );
+    restarted.tick().await.unwrap();
+    restarted.tick().await.unwrap();
+
+    let instances = moto.all_instances().await;
+    let ids: Vec<_> = instances.iter().map(|i| i.instance_id()).collect();
+    assert_eq!(instances.len(), 1, "no second instance: {ids:?}");
+    let id = instances[0].instance_id().unwrap();
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(
+        live[0].instance.as_deref(),
+        Some(id),
+        "the ledger adopted it"
+    );
+    assert_ne!(live[0].state, NodeState::Requested);
+    assert_eq!(
+        instances[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str()),
+        Some("running"),
+        "and it was not terminated as an orphan"
+    );
+}
+
+#[tokio::test]
+async fn a_reserved_offering_launches_into_its_reservation_until_it_is_full() {
+    let moto = Moto::start();
+    moto.set_faults(r#"{"reservations": {"cr-0aaa": 1}}"#);
+    let settings = AwsSettings {
+        reservations: [
+            ("p5-odcr".to_string(), "cr-0aaa".to_string()),
+            ("p5-gone".to_string(), "cr-0bbb".to_string()),
+        ]
+        .into(),
+        ..moto.settings()
+    };
+    let provider = moto.provider_with(settings, clock()).await;
+    let odcr = offering("p5-odcr", "p5.48xlarge", Market::Reserved, "0");
+    provider
+        .launch(&spec("reserved", &odcr, "r1"))
+        .await
+        .expect("the reservation holds one instance");
+    let full = provider
+        .launch(&spec("reserved", &odcr, "r2"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (full.class(), full.code()),
+        (ErrorClass::Capacity, "ReservationCapacityExceeded")
+    );
+    let gone = offering("p5-gone", "p5.48xlarge", Market::Reserved, "0");
+    let err = provider
+        .launch(&spec("reserved", &gone, "r3"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), ErrorClass::InvalidRequest, "{err}");
+    // A reserved offering without a reservation id uses any open one: a plain launch on moto.
+    let open = offering("p5-open", "p5.48xlarge", Market::Reserved, "0");
+    provider
+        .launch(&spec("reserved", &open, "r4"))
+        .await
+        .unwrap();
+    assert_eq!(provider.list_owned("reserved").await.unwrap().len(), 2);
+}
+
+/// Credentials that are never there, as on a machine with nothing configured.
+#[derive(Debug)]
+struct NoCredentials;
+
+impl aws_credential_types::provider::ProvideCredentials for NoCredentials {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+            aws_credential_types::provider::error::CredentialsError::not_loaded(
+                "no credentials in this test",
+            ),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn missing_credentials_stop_the_pool_and_a_dead_endpoint_is_transient() {
+    let moto = Moto::start();
+    let no_credentials = AwsProvider::with_loader(
+        aws_config::defaults(BehaviorVersion::latest()).credentials_provider(NoCredentials),
+        moto.settings(),
+        vec![REGION.to_string()],
+        clock(),
+    )
+    .await
+    .unwrap();
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let err = no_credentials
+        .launch(&spec("creds", &od, "c1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), ErrorClass::InvalidRequest, "{err}");
+    assert!(moto.all_instances().await.is_empty());
+
+    // Nothing listens on the port of a stopped server.
+    let endpoint = moto.endpoint();
+    drop(moto);
+    let settings = AwsSettings {
+        endpoint_url: Some(endpoint),
+        image_id: Some(IMAGE.to_string()),
+        ..AwsSettings::default()
+    };
+    let dead = AwsProvider::with_loader(
+        aws_config::defaults(BehaviorVersion::latest())
+            .credentials_provider(Credentials::new("test", "test", None, None, "moto")),
+        settings,
+        vec![REGION.to_string()],
+        clock(),
+    )
+    .await
+    .unwrap();
+    let err = dead.list_owned("creds").await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+}
+
+/// Our own warm pool on EC2: the engine launches a node, stops it once past the ladder, and
+/// wakes that stopped instance for the next request instead of launching another.
+#[tokio::test]
+async fn the_warm_pool_is_stopped_instances_woken_on_demand() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = engine_config_text(&moto).replace("warm_pool_size = 0", "warm_pool_size = 1");
+    let config = Arc::new(Config::parse(&text, "test").unwrap());
+    let clock: Arc<dyn Clock> = clock();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("ledger.db"))
+            .await
+            .unwrap(),
+    );
+    let provider = Arc::new(provider_from_config(&moto, &config, clock.clone()).await);
+    let engine = Engine::new(config.clone(), ledger.clone(), provider, clock.clone());
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    for _ in 0..4 {
+        engine.tick().await.unwrap();
+    }
+    let states = |instances: &[aws_sdk_ec2::types::Instance]| -> Vec<String> {
+        instances
+            .iter()
+            .map(|i| {
+                i.state()
+                    .and_then(|s| s.name())
+                    .map(|n| n.as_str().to_string())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    assert_eq!(states(&moto.all_instances().await), ["stopped"]);
+    assert_eq!(engine.pool_status(&pool).unwrap().warm, 1);
+
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: pool.clone(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+    engine.tick().await.unwrap();
+    let instances = moto.all_instances().await;
+    assert_eq!(
+        states(&instances)[0],
+        "running",
+        "the warm instance was started"
+    );
+    // The pool refills its warm slot with a second instance; the request took the first.
+    for _ in 0..4 {
+        engine.tick().await.unwrap();
+    }
+    let status = engine.pool_status(&pool).unwrap();
+    assert_eq!((status.ready, status.warm), (1, 1), "{status:?}");
+    let mut all = states(&moto.all_instances().await);
+    all.sort();
+    assert_eq!(all, ["running", "stopped"]);
+}
+
+/// Spot nodes of a pool that keeps them warm are persistent requests (EC2 stops no other spot
+/// instance), and terminating one cancels its request, which would otherwise relaunch it.
+#[tokio::test]
+async fn stoppable_spot_pools_launch_persistent_requests_and_cancel_them_on_terminate() {
+    let moto = Moto::start();
+    let settings = AwsSettings {
+        stoppable_spot_pools: vec!["llm".to_string()],
+        ..moto.settings()
+    };
+    let provider = moto.provider_with(settings, clock()).await;
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let warmable = provider
+        .launch(&spec("spotwarm", &spot, "p1"))
+        .await
+        .unwrap();
+    let mut other_pool = spec("spotwarm", &spot, "p2");
+    other_pool.tags.pool = "batch".to_string();
+    let one_time = provider.launch(&other_pool).await.unwrap();
+
+    let request_of = |id: &InstanceId, all: &[aws_sdk_ec2::types::Instance]| {
+        all.iter()
+            .find(|i| i.instance_id() == Some(id.0.as_str()))
+            .and_then(|i| i.spot_instance_request_id().map(str::to_string))
+    };
+    let all = moto.all_instances().await;
+    let request = request_of(&warmable.id, &all).expect("a persistent spot request");
+    assert_eq!(request_of(&one_time.id, &all), None, "one-time elsewhere");
+
+    assert_eq!(
+        provider.stop(&warmable.id).await.unwrap().phase,
+        InstancePhase::Stopped
+    );
+    provider.start(&warmable.id).await.unwrap();
+    provider.terminate(&warmable.id).await.unwrap();
+    provider.terminate(&warmable.id).await.unwrap();
+    let log = moto.log();
+    assert!(
+        log.contains(&format!("cancelled spot request {request}")),
+        "{log}"
+    );
+    assert!(!log.contains("LEAK"), "{log}");
+
+    // The wrapper does see a leak when the request is left open.
+    let leaky = provider
+        .launch(&spec("spotwarm", &spot, "p3"))
+        .await
+        .unwrap();
+    moto.raw_client()
+        .await
+        .terminate_instances()
+        .instance_ids(leaky.id.0.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(moto.log().contains("LEAK"));
+}
+
+const TEMPLATE: &str = "headroom-llm";
+
+/// A provider whose pool `llm` (and the contract's pool) launch from a launch template, with an
+/// instant EC2 Fleet.
+async fn fleet_provider(moto: &Moto) -> AwsProvider {
+    moto.raw_client()
+        .await
+        .create_launch_template()
+        .launch_template_name(TEMPLATE)
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(IMAGE)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let settings = AwsSettings {
+        image_id: None,
+        launch_templates: [
+            ("llm".to_string(), TEMPLATE.to_string()),
+            ("contract".to_string(), TEMPLATE.to_string()),
+        ]
+        .into(),
+        ..moto.settings()
+    };
+    moto.provider_with(settings, clock()).await
+}
+
+#[tokio::test]
+async fn pools_with_a_launch_template_launch_by_instant_fleet_and_pass_the_contract() {
+    let moto = Moto::start();
+    moto.set_faults(r#"{"fleet": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity"}}}"#);
+    let provider = fleet_provider(&moto).await;
+    let fixture = ContractFixture {
+        cluster: "fleet-contract".to_string(),
+        offering: offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048"),
+        stockout: Some(offering("p5-od", "p5.48xlarge", Market::OnDemand, "55.04")),
+    };
+    contract::run_all(&provider, &fixture).await;
+    let fleets = moto
+        .raw_client()
+        .await
+        .describe_fleets()
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        !fleets.fleets().is_empty(),
+        "the launches went through CreateFleet"
+    );
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let launched = provider.launch(&spec("fleet", &spot, "f1")).await.unwrap();
+    let raw = moto.all_instances().await;
+    let made = raw
+        .iter()
+        .find(|i| i.instance_id() == Some(launched.id.0.as_str()))
+        .unwrap();
+    assert_eq!(made.image_id(), Some(IMAGE), "from the template");
+    assert_eq!(made.instance_lifecycle().map(|l| l.as_str()), Some("spot"));
+    assert_eq!(launched.tags.node, "f1");
+}
+
+/// An instant fleet refuses per instance, in `Errors[]` of a successful call.
+#[tokio::test]
+async fn fleet_errors_are_classified_and_a_partial_answer_keeps_its_instance() {
+    let moto = Moto::start();
+    let provider = fleet_provider(&moto).await;
+    let target = offering("p4d-od", "p4d.24xlarge", Market::OnDemand, "21.95");
+    for (i, (code, class)) in [
+        ("InsufficientInstanceCapacity", ErrorClass::Capacity),
+        ("UnfulfillableCapacity", ErrorClass::Capacity),
+        ("VcpuLimitExceeded", ErrorClass::Quota),
+        ("MaxSpotInstanceCountExceeded", ErrorClass::Quota),
+        ("SpotMaxPriceTooLow", ErrorClass::Price),
+        ("UnauthorizedOperation", ErrorClass::InvalidRequest),
+        ("InvalidParameterValue", ErrorClass::InvalidRequest),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        moto.set_faults(&format!(
+            r#"{{"fleet": {{"p4d.24xlarge": {{"code": "{code}"}}}}}}"#
+        ));
+        let err = provider
+            .launch(&spec("fleet", &target, &format!("e{i}")))
+            .await
+            .expect_err(code);
+        assert_eq!((err.class(), err.code()), (class, code), "{err}");
+    }
+    assert!(
+        moto.all_instances().await.is_empty(),
+        "refusals make nothing"
+    );
+
+    moto.set_faults(
+        r#"{"fleet": {"p4d.24xlarge": {"code": "InsufficientInstanceCapacity", "partial": true}}}"#,
+    );
+    let launched = provider
+        .launch(&spec("fleet", &target, "partial"))
+        .await
+        .expect("an instance beside an error is a launch");
+    assert_eq!(moto.all_instances().await.len(), 1);
+    assert_eq!(
+        provider.list_owned("fleet").await.unwrap()[0].id,
+        launched.id
+    );
+}
+
+/// EventBridge → SQS spot interruption warnings put a notice on the instance at once (so the
+/// planner replaces it while it still runs), and it reads as interrupted two minutes later even
+/// if EC2 has not taken it yet.
+#[tokio::test]
+async fn a_spot_interruption_warning_from_the_queue_gives_notice_then_interrupts() {
+    let moto = Moto::start();
+    let sqs_config = moto
+        .loader()
+        .region(Region::new(REGION))
+        .endpoint_url(moto.endpoint())
+        .load()
+        .await;
+    let sqs = aws_sdk_sqs::Client::new(&sqs_config);
+    let queue = sqs
+        .create_queue()
+        .queue_name("spot-warnings")
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let settings = AwsSettings {
+        interruption_queues: [(REGION.to_string(), queue.clone())].into(),
+        ..moto.settings()
+    };
+    let manual = Arc::new(ManualClock::new(headroom_cloud::SystemClock::new().now()));
+    let provider = moto.provider_with(settings, manual.clone()).await;
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let warned = provider.launch(&spec("warn", &spot, "w1")).await.unwrap();
+    let spared = provider.launch(&spec("warn", &spot, "w2")).await.unwrap();
+    assert!(
+        provider
+            .list_owned("warn")
+            .await
+            .unwrap()
+            .iter()
+            .all(|i| i.phase != InstancePhase::Interrupted)
+    );
+
+    let event = format!(
+        r#"{{"version": "0", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2", "region": "{REGION}", "detail": {{"instance-id": "{}", "instance-action": "terminate"}}}}"#,
+        warned.id
+    );
+    sqs.send_message()
+        .queue_url(&queue)
+        .message_body(event)
+        .send()
+        .await
+        .unwrap();
+    sqs.send_message()
+        .queue_url(&queue)
+        .message_body("something else")
+        .send()
+        .await
+        .unwrap();
+    let owned = provider.list_owned("warn").await.unwrap();
+    let find =
+        |owned: &[Instance], id: &InstanceId| owned.iter().find(|i| &i.id == id).cloned().unwrap();
+    let noticed = find(&owned, &warned.id);
+    assert_ne!(noticed.phase, InstancePhase::Interrupted, "still running");
+    assert_eq!(
+        noticed.interruption_notice,
+        Some(manual.now() + chrono::Duration::minutes(2))
+    );
+    assert_eq!(find(&owned, &spared.id).interruption_notice, None);
+    manual.advance(std::time::Duration::from_secs(121));
+    let owned = provider.list_owned("warn").await.unwrap();
+    assert_eq!(find(&owned, &warned.id).phase, InstancePhase::Interrupted);
+    assert_ne!(find(&owned, &spared.id).phase, InstancePhase::Interrupted);
+    let left = sqs
+        .receive_message()
+        .queue_url(&queue)
+        .send()
+        .await
+        .unwrap();
+    assert!(left.messages().is_empty(), "read warnings are deleted");
+    provider.terminate(&warned.id).await.unwrap();
+    let owned = provider.list_owned("warn").await.unwrap();
+    assert_eq!(owned.len(), 1);
+    assert_eq!(owned[0].id, spared.id);
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""moto's server with fault injection, for crates/headroom-aws/tests/moto.rs.
+
+Usage: moto_server.py PORT FAULT_FILE
+
+moto has no fault injection for EC2. This wraps EC2's request handling and, on every request,
+re-reads FAULT_FILE (JSON; missing or empty means no faults):
+
+    {
+      "launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}},
+      "spot_min_price": 0.5,
+      "throttle": {"code": "RequestLimitExceeded", "status": 503},
+      "interrupt": ["i-0123456789abcdef0"],
+      "reservations": {"cr-0123456789abcdef0": 2}
+    }
+
+- launch: RunInstances of a listed instance type fails with that EC2 error code and HTTP status
+  (real EC2 answers capacity errors with 5xx, moto's own errors are 400; both shapes are wanted).
+- fleet: an instant CreateFleet of a listed instance type answers 200 with that code in
+  Errors[] and no instance, as EC2 does; with "partial": true the instance is launched and the
+  error entry is added beside it.
+- spot_min_price: a spot RunInstances whose MaxPrice is below it fails with SpotMaxPriceTooLow.
+- throttle: every EC2 request fails with that code and status.
+- reservations: capacity reservations and how many instances each holds (moto implements none).
+  A launch targeting one that is full fails with ReservationCapacityExceeded, one targeting an
+  unknown id with InvalidCapacityReservationId.NotFound.
+- persistent spot requests (SpotInstanceType=persistent), which moto does not model, are emulated:
+  the instance gets a SpotInstanceRequestId, CancelSpotInstanceRequests cancels it, and
+  terminating an instance whose request is still open logs "LEAK: … left open" (EC2 would launch
+  a replacement).
+- interrupt: these instances are reclaimed as the spot market does it (terminated, with the state
+  reason Server.SpotInstanceTermination) before the request is answered.
+
+A failed call creates nothing, as on EC2.
+"""
+
+import json
+import re
+import sys
+import uuid
+
+from moto.ec2.models.instances import StateReason
+from moto.ec2.responses import EC2Response
+from moto.server import main
+
+FAULTS = sys.argv[2]
+
+
+def faults():
+    try:
+        with open(FAULTS) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    return json.loads(text) if text.strip() else {}
+
+
+def ec2_error(code, message, status):
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+        f"</Errors><RequestID>{uuid.uuid4()}</RequestID></Response>"
+    )
+    return status, {"Content-Type": "text/xml", "status": status}, body
+
+
+original_call_action = EC2Response.call_action
+
+
+SPOT = "Server.SpotInstanceTermination"
+
+
+def interrupt(backend, instance_ids):
+    for instance_id in instance_ids:
+        instance = backend.get_instance(instance_id)
+        if instance.state_reason.code != SPOT:
+            instance.terminate()
+            instance.state_reason = StateReason(f"{SPOT}: Spot instance termination", SPOT)
+
+
+RESERVED = {}  # reservation id -> instances launched into it
+OPEN_SPOT_REQUESTS = {}  # persistent spot request id -> instance id
+
+
+def persistent_spot(self, status, headers, body):
+    """Gives the instance a persistent spot request, as EC2 would."""
+    if int(status) != 200:
+        return status, headers, body
+    for instance_id in re.findall(r"<instanceId>(i-[0-9a-f]+)</instanceId>", str(body)):
+        request_id = "sir-" + instance_id[2:]
+        self.ec2_backend.get_instance(instance_id).spot_instance_request_id = request_id
+        OPEN_SPOT_REQUESTS[request_id] = instance_id
+    return status, headers, body
+
+
+def cancel_spot_requests(self):
+    items = ""
+    for request_id in self._get_param("SpotInstanceRequestIds", []):
+        if OPEN_SPOT_REQUESTS.pop(request_id, None) is None:
+            return ec2_error(
+                "InvalidSpotInstanceRequestID.NotFound",
+                f"The spot instance request ID '{request_id}' does not exist",
+                400,
+            )
+        print(f"cancelled spot request {request_id}", flush=True)
+        items += (
+            f"<item><spotInstanceRequestId>{request_id}</spotInstanceRequestId>"
+            "<state>cancelled</state></item>"
+        )
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<CancelSpotInstanceRequestsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        f"<requestId>{uuid.uuid4()}</requestId>"
+        f"<spotInstanceRequestSet>{items}</spotInstanceRequestSet>"
+        "</CancelSpotInstanceRequestsResponse>"
+    )
+    return 200, {"Content-Type": "text/xml", "status": 200}, body
+
+
+def instance_types(value):
+    """Every InstanceType inside a parsed request parameter."""
+    if isinstance(value, dict):
+        found = [value["InstanceType"]] if isinstance(value.get("InstanceType"), str) else []
+        return found + [t for v in value.values() for t in instance_types(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in instance_types(v)]
+    return []
+
+
+def call_action(self):
+    f = faults()
+    interrupt(self.ec2_backend, f.get("interrupt", []))
+    throttle = f.get("throttle")
+    if throttle:
+        return ec2_error(
+            throttle.get("code", "RequestLimitExceeded"),
+            "Request limit exceeded.",
+            throttle.get("status", 503),
+        )
+    action = self._get_action()
+    if action == "CancelSpotInstanceRequests":
+        return cancel_spot_requests(self)
+    if action == "TerminateInstances":
+        for instance_id in self._get_param("InstanceIds", []):
+            for request_id, owner in OPEN_SPOT_REQUESTS.items():
+                if owner == instance_id:
+                    print(f"LEAK: spot request {request_id} left open", flush=True)
+    if action == "CreateFleet":
+        types = instance_types(self._get_param("LaunchTemplateConfigs", []))
+        fault = next((f["fleet"][t] for t in types if t in f.get("fleet", {})), None)
+        if fault:
+            item = (
+                f"<item><lifecycle>on-demand</lifecycle><errorCode>{fault['code']}</errorCode>"
+                f"<errorMessage>injected {fault['code']}</errorMessage></item>"
+            )
+            if fault.get("partial"):
+                status, headers, body = original_call_action(self)
+                body = body.decode() if isinstance(body, bytes) else body
+                body = re.sub(r"<errorSet\s*/>|<errorSet>\s*</errorSet>", "", body)
+                body = body.replace(
+                    "</CreateFleetResponse>", f"<errorSet>{item}</errorSet></CreateFleetResponse>"
+                )
+                return status, headers, body
+            body = (
+                '<?xml version="1.0" encoding="UTF-8"?>'
+                '<CreateFleetResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+                f"<requestId>{uuid.uuid4()}</requestId><fleetId>fleet-{uuid.uuid4()}</fleetId>"
+                f"<errorSet>{item}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
+            )
+            return 200, {"Content-Type": "text/xml", "status": 200}, body
+    if action == "RunInstances":
+        instance_type = self._get_param("InstanceType")
+        fault = f.get("launch", {}).get(instance_type)
+        if fault:
+            return ec2_error(
+                fault["code"],
+                f"injected {fault['code']} for {instance_type}",
+                fault.get("status", 400),
+            )
+        max_price = self._get_param("InstanceMarketOptions.SpotOptions.MaxPrice")
+        floor = f.get("spot_min_price")
+        if max_price is not None and floor is not None and float(max_price) < float(floor):
+            return ec2_error(
+                "SpotMaxPriceTooLow",
+                f"Your Spot request price of {max_price} is lower than the minimum required "
+                f"Spot request fulfillment price of {floor}.",
+                400,
+            )
+        target = self._get_param(
+            "CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId"
+        )
+        if target is not None:
+            size = f.get("reservations", {}).get(target)
+            if size is None:
+                return ec2_error(
+                    "InvalidCapacityReservationId.NotFound",
+                    f"The capacity reservation ID '{target}' does not exist",
+                    400,
+                )
+            if RESERVED.get(target, 0) >= size:
+                return ec2_error(
+                    "ReservationCapacityExceeded",
+                    f"The targeted capacity reservation {target} has no available capacity",
+                    400,
+                )
+            status, headers, body = original_call_action(self)
+            if int(status) == 200:
+                RESERVED[target] = RESERVED.get(target, 0) + 1
+            return status, headers, body
+        if self._get_param("InstanceMarketOptions.SpotOptions.SpotInstanceType") == "persistent":
+            return persistent_spot(self, *original_call_action(self))
+    return original_call_action(self)
+
+
+EC2Response.call_action = call_action
+
+if __name__ == "__main__":
+    main(["-H", "127.0.0.1", "-p", sys.argv[1]])
