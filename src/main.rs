@@ -2,6 +2,7 @@
 
 mod bench;
 mod cloud;
+mod cluster;
 mod demo;
 mod report;
 mod telemetry;
@@ -185,6 +186,7 @@ fn load_config(path: &Path) -> anyhow::Result<Config> {
 
 fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
     let config = load_config(path)?;
+    cluster::check(&config)?;
     println!(
         "{}: ok ({} offerings, {} pools, {} budgets)",
         path.display(),
@@ -235,7 +237,8 @@ async fn serve(
     let ledger = open_ledger(&url).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = cloud::cloud_for(&config, clock.clone()).await?;
-    let engine = Engine::new(config.clone(), ledger, cloud, clock);
+    let cluster = cluster::cluster_for(&config).await?;
+    let engine = Engine::with_cluster(config.clone(), ledger, cloud, clock, cluster);
     let addr = listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
