@@ -18,23 +18,23 @@ fn enabled(config: &Config) -> bool {
 }
 
 #[cfg(feature = "kube")]
-fn settings(config: &Config) -> anyhow::Result<Option<headroom_kube::KubeSettings>> {
+fn settings(config: &Config, origin: &str) -> anyhow::Result<Option<headroom_kube::KubeSettings>> {
     let pools: Vec<_> = config.pools.iter().map(|p| p.name.clone()).collect();
     Ok(headroom_kube::KubeSettings::from_table(
         config.kube.as_ref(),
         &pools,
-        "config",
+        origin,
     )?)
 }
 
 /// Checks `[kube]` for `config check`, without connecting.
 #[cfg(feature = "kube")]
-pub fn check(config: &Config) -> anyhow::Result<()> {
-    settings(config).map(|_| ())
+pub fn check(config: &Config, origin: &str) -> anyhow::Result<()> {
+    settings(config, origin).map(|_| ())
 }
 
 #[cfg(not(feature = "kube"))]
-pub fn check(config: &Config) -> anyhow::Result<()> {
+pub fn check(config: &Config, _origin: &str) -> anyhow::Result<()> {
     if enabled(config) {
         return Err(crate::BadInput(
             "kube.enabled: this build has no Kubernetes support; rebuild with `cargo build --release --features kube` or set enabled = false".to_string(),
@@ -46,9 +46,12 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
 
 /// Connects to the cluster and waits for its watches to list once.
 #[cfg(feature = "kube")]
-pub async fn cluster_for(config: &Config) -> anyhow::Result<Option<Arc<dyn Cluster>>> {
+pub async fn cluster_for(
+    config: &Config,
+    origin: &str,
+) -> anyhow::Result<Option<Arc<dyn Cluster>>> {
     use anyhow::Context;
-    let Some(settings) = settings(config)? else {
+    let Some(settings) = settings(config, origin)? else {
         return Ok(None);
     };
     let cluster = headroom_kube::KubeCluster::connect(settings)
@@ -62,7 +65,10 @@ pub async fn cluster_for(config: &Config) -> anyhow::Result<Option<Arc<dyn Clust
 }
 
 #[cfg(not(feature = "kube"))]
-pub async fn cluster_for(config: &Config) -> anyhow::Result<Option<Arc<dyn Cluster>>> {
-    check(config)?;
+pub async fn cluster_for(
+    config: &Config,
+    origin: &str,
+) -> anyhow::Result<Option<Arc<dyn Cluster>>> {
+    check(config, origin)?;
     Ok(None)
 }

@@ -186,7 +186,7 @@ fn load_config(path: &Path) -> anyhow::Result<Config> {
 
 fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
     let config = load_config(path)?;
-    cluster::check(&config)?;
+    cluster::check(&config, &path.display().to_string())?;
     println!(
         "{}: ok ({} offerings, {} pools, {} budgets)",
         path.display(),
@@ -237,7 +237,7 @@ async fn serve(
     let ledger = open_ledger(&url).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = cloud::cloud_for(&config, clock.clone()).await?;
-    let cluster = cluster::cluster_for(&config).await?;
+    let cluster = cluster::cluster_for(&config, &path.display().to_string()).await?;
     let engine = Engine::with_cluster(config.clone(), ledger, cloud, clock, cluster);
     let addr = listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(addr)

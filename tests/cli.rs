@@ -1359,3 +1359,42 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         );
     }
 }
+
+/// `[kube]` needs the `kube` feature; the default build says so in one line instead of running
+/// without the cluster it was asked to use.
+#[cfg(not(feature = "kube"))]
+#[test]
+fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let path = dir.path().join("kube.toml");
+    std::fs::write(&path, format!("{example}\n[kube]\nenabled = true\n")).unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("kube.enabled") && stderr.contains("--features kube"),
+        "{stderr}"
+    );
+    // Disabled, it is accepted (and ignored).
+    std::fs::write(&path, format!("{example}\n[kube]\nenabled = false\n")).unwrap();
+    let ok = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
