@@ -449,6 +449,20 @@ async fn a_spot_notice_drains_within_the_notice() {
     assert!(h.api.pod_terminating("serving", "llm-0"));
     // Its replacement is launched in the same tick.
     assert_eq!(h.live().await.len(), 2);
+    // The evicted model server has not left yet: the node stays draining, the instance runs.
+    h.tick().await;
+    let events = h.ledger.node_events().await.unwrap();
+    let last = events.iter().rfind(|e| e.node == node.node).unwrap();
+    assert_eq!(last.state, NodeState::Draining);
+    let instance = node.instance.clone().unwrap();
+    assert!(
+        h.cloud
+            .list_owned("kube-test")
+            .await
+            .unwrap()
+            .iter()
+            .any(|i| i.id.0 == instance)
+    );
     h.api.finish_terminating();
     h.tick().await;
     let events = h.ledger.node_events().await.unwrap();
