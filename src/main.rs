@@ -2,6 +2,7 @@
 
 mod bench;
 mod cloud;
+mod cluster;
 mod demo;
 mod report;
 mod simulate;
@@ -190,6 +191,7 @@ fn load_config(path: &Path) -> anyhow::Result<Config> {
 fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
     let config = load_config(path)?;
     cloud::check(&config)?;
+    cluster::check(&config, &path.display().to_string())?;
     println!(
         "{}: ok ({} offerings, {} pools, {} budgets)",
         path.display(),
@@ -244,7 +246,8 @@ async fn serve(
         headroom_core::ProviderKind::Sim => "simulated",
         other => other.as_str(),
     };
-    let engine = Engine::new(config.clone(), ledger, cloud, clock);
+    let cluster = cluster::cluster_for(&config, &path.display().to_string()).await?;
+    let engine = Engine::with_cluster(config.clone(), ledger, cloud, clock, cluster);
     let addr = listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -1456,3 +1456,42 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
         assert!(stderr.starts_with(&format!("error: {flag}: ")), "{stderr}");
     }
 }
+
+/// `[kube]` needs the `kube` feature; the default build says so in one line instead of running
+/// without the cluster it was asked to use.
+#[cfg(not(feature = "kube"))]
+#[test]
+fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let path = dir.path().join("kube.toml");
+    std::fs::write(&path, format!("{example}\n[kube]\nenabled = true\n")).unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("kube.enabled") && stderr.contains("--features kube"),
+        "{stderr}"
+    );
+    // Disabled, it is accepted (and ignored).
+    std::fs::write(&path, format!("{example}\n[kube]\nenabled = false\n")).unwrap();
+    let ok = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}

@@ -47,6 +47,8 @@ pub struct Config {
     pub aws: Option<toml::Table>,
     /// The `[gcp]` table, parsed by the GCP provider crate.
     pub gcp: Option<toml::Table>,
+    /// The `[kube]` table, parsed by `headroom-kube` (readiness and drains from a cluster).
+    pub kube: Option<toml::Table>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -191,6 +193,8 @@ struct RawConfig {
     /// `[aws]` and `[gcp]` belong to the provider crates, which parse and check them.
     aws: Option<toml::Table>,
     gcp: Option<toml::Table>,
+    /// `[kube]` belongs to `headroom-kube`, likewise.
+    kube: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -990,6 +994,7 @@ impl RawConfig {
                 scrape,
                 aws: self.aws,
                 gcp: self.gcp,
+                kube: self.kube,
             })
         } else {
             Err(ConfigErrors(p.lines))

@@ -26,7 +26,10 @@ use thiserror::Error;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
+
+mod cluster_steps;
 
 #[derive(Debug, Error)]
 pub enum EngineError {
@@ -167,6 +170,8 @@ struct LoopState {
     noticed: HashSet<NodeId>,
     /// Reservations with no node on them, since when.
     reservation_idle_since: HashMap<OfferingId, Timestamp>,
+    /// What the cluster last showed for each climbing node, to stamp each rung once.
+    cluster_seen: HashMap<NodeId, crate::cluster::ClusterNodeView>,
 }
 
 /// A reservation unused this long raises an alert...
@@ -185,6 +190,8 @@ pub struct Engine {
     ledger: Arc<dyn Ledger>,
     cloud: Arc<dyn CloudProvider>,
     clock: Arc<dyn Clock>,
+    /// The Kubernetes cluster, when `[kube]` is enabled: readiness and drains go through it.
+    cluster: Option<Arc<dyn Cluster>>,
     state: Mutex<LoopState>,
     tick_lock: tokio::sync::Mutex<()>,
     wake: Notify,
@@ -236,6 +243,17 @@ impl Engine {
         cloud: Arc<dyn CloudProvider>,
         clock: Arc<dyn Clock>,
     ) -> Arc<Engine> {
+        Engine::with_cluster(config, ledger, cloud, clock, None)
+    }
+
+    /// An engine that takes readiness from `cluster` and drains through it.
+    pub fn with_cluster(
+        config: Arc<Config>,
+        ledger: Arc<dyn Ledger>,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+        cluster: Option<Arc<dyn Cluster>>,
+    ) -> Arc<Engine> {
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let cloud: Arc<dyn CloudProvider> = Arc::new(crate::metrics::InstrumentedCloud {
             inner: cloud,
@@ -248,6 +266,7 @@ impl Engine {
             ledger,
             cloud,
             clock,
+            cluster,
             state: Mutex::new(LoopState::default()),
             tick_lock: tokio::sync::Mutex::new(()),
             request_spans: Mutex::new(BTreeMap::new()),
@@ -765,7 +784,9 @@ impl Engine {
             .collect();
         {
             let live_ids: HashSet<&NodeId> = live.iter().map(|e| &e.node).collect();
-            self.state().noticed.retain(|n| live_ids.contains(n));
+            let mut st = self.state();
+            st.noticed.retain(|n| live_ids.contains(n));
+            st.cluster_seen.retain(|n, _| live_ids.contains(n));
         }
         for last in live.iter().filter(|e| owned.contains(&e.pool)) {
             if let Some(instance) = by_token.get(last.client_token.as_str())
@@ -774,6 +795,11 @@ impl Engine {
                 && !last.state.is_warm()
             {
                 self.record_interruption_notice(last, reclaim_at).await?;
+                if let Some(cluster) = &self.cluster
+                    && last.state == NodeState::Serving
+                {
+                    self.drain_on_notice(cluster, last, reclaim_at).await?;
+                }
             }
         }
 
@@ -857,6 +883,13 @@ impl Engine {
         instance: Option<&Instance>,
         now: Timestamp,
     ) -> Result<(), EngineError> {
+        if let Some(cluster) = &self.cluster
+            && self
+                .settle_with_cluster(cluster, last, instance, now)
+                .await?
+        {
+            return Ok(());
+        }
         let ledger = &self.ledger;
         let append = |state, reason: &str| {
             let mut e = last.next(state, reason, now);
@@ -1452,6 +1485,11 @@ impl Engine {
                     };
                     let draining = last.next(NodeState::Draining, reason, now);
                     self.ledger.append_node_event(&draining).await?;
+                    if let Some(cluster) = &self.cluster
+                        && self.drain(cluster, &draining, None, now).await?
+                    {
+                        continue; // still draining: the next ticks finish it
+                    }
                     if *to_warm {
                         self.stop_to_warm(&draining, "released").await?;
                     } else {

@@ -6,11 +6,13 @@
 //! writing a ledger intent before every cloud mutation and an outcome after it.
 
 pub mod alerts;
+pub mod cluster;
 pub mod config;
 mod engine;
 pub mod metrics;
 pub mod scrape;
 
+pub use cluster::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 pub use config::{Config, ConfigErrors};
 pub use engine::{
     DECISION_LOG_LEN, DecisionRecord, Engine, EngineError, PoolStatus, SignalInput, error_chain,

@@ -1,0 +1,525 @@
+//! The real kube client against a local server speaking the Kubernetes API subset Headroom uses,
+//! driving the engine with the simulated cloud, the SQLite ledger and manual time.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use headroom_cloud::{Clock, CloudProvider, InstancePhase, ManualClock, SimCloud};
+use headroom_core::{NodeState, PoolName, Priority, RequestState};
+use headroom_engine::{Cluster, ClusterNodeKey, Config, Engine, SignalInput, sim_cloud_for};
+use headroom_kube::{KubeCluster, KubeSettings, sim_provider_id};
+use headroom_ledger::{Ledger, NewCapacityRequest, NodeEvent, SqliteLedger};
+use support::FakeApi;
+
+const CONFIG: &str = r#"
+cluster_id = "kube-test"
+[engine]
+tick = "1s"
+[[offerings]]
+id = "od"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az1"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "0.8048"
+gpus = 1
+sim_capacity = 8
+[[pools]]
+name = "llm"
+account = "ml"
+offerings = ["od"]
+min_replicas = 0
+max_replicas = 4
+warm_pool_size = 0
+[pools.ladder]
+node_acquisition = "60s"
+image_pull = "45s"
+weight_load = "90s"
+compile = "30s"
+warmup = "15s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+[kube]
+enabled = true
+register_timeout = "2m"
+drain_timeout = "3m"
+[kube.pools.llm]
+model_selector = "app=llm"
+node_labels = { "gpu" = "l4" }
+"#;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+    ledger: Arc<SqliteLedger>,
+    cloud: Arc<SimCloud>,
+    engine: Arc<Engine>,
+    api: FakeApi,
+    cluster: Arc<KubeCluster>,
+}
+
+fn pool() -> PoolName {
+    "llm".parse().unwrap()
+}
+
+async fn cluster_for(api: &FakeApi, config: &Config) -> Arc<KubeCluster> {
+    let settings = KubeSettings::from_table(config.kube.as_ref(), &[pool()], "test")
+        .unwrap()
+        .expect("[kube] is enabled");
+    let cluster = Arc::new(KubeCluster::at_url(&api.url, settings).unwrap());
+    cluster.wait_synced(Duration::from_secs(10)).await.unwrap();
+    cluster
+}
+
+async fn harness() -> Harness {
+    let api = FakeApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = Arc::new(Config::parse(CONFIG, "test").unwrap());
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("l.db"))
+            .await
+            .unwrap(),
+    );
+    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
+    let cluster = cluster_for(&api, &config).await;
+    let engine = Engine::with_cluster(
+        config,
+        ledger.clone(),
+        cloud.clone(),
+        clock.clone(),
+        Some(cluster.clone()),
+    );
+    Harness {
+        _dir: dir,
+        clock,
+        ledger,
+        cloud,
+        engine,
+        api,
+        cluster,
+    }
+}
+
+/// Polls (in real time: the watches run on their own) until `f` holds.
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+fn key(e: &NodeEvent) -> ClusterNodeKey {
+    ClusterNodeKey {
+        pool: e.pool.clone(),
+        node: e.node.clone(),
+        provider: e.provider,
+        zone: e.zone.clone(),
+        instance: e.instance.clone().expect("launched"),
+    }
+}
+
+impl Harness {
+    async fn request(&self, replicas: u32) -> headroom_core::RequestId {
+        let new = NewCapacityRequest {
+            pool: pool(),
+            replicas,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: self.clock.now(),
+        };
+        self.ledger
+            .record_capacity_request(&new)
+            .await
+            .unwrap()
+            .0
+            .id
+    }
+
+    async fn tick(&self) {
+        self.clock.advance(Duration::from_secs(5));
+        self.engine.tick().await.unwrap();
+    }
+
+    async fn run_for(&self, seconds: u64) {
+        for _ in 0..seconds / 5 {
+            self.tick().await;
+        }
+    }
+
+    async fn live(&self) -> Vec<NodeEvent> {
+        self.ledger.live_nodes().await.unwrap()
+    }
+
+    async fn only_node(&self) -> NodeEvent {
+        let live = self.live().await;
+        assert_eq!(live.len(), 1, "{live:?}");
+        live[0].clone()
+    }
+
+    async fn decisions(&self) -> Vec<serde_json::Value> {
+        self.engine.decisions(&pool()).await.unwrap()
+    }
+
+    /// Launches one node and takes it through the cluster's rungs to serving, with its model
+    /// pod `serving/llm-0` on Kubernetes node `gpu-1`.
+    async fn serving_node(&self) -> (headroom_core::RequestId, NodeEvent) {
+        let id = self.request(1).await;
+        self.tick().await;
+        let node = self.only_node().await;
+        let k = key(&node);
+        self.api.register_node(
+            "gpu-1",
+            &sim_provider_id(&node.zone, node.instance.as_deref().unwrap()),
+            &[("gpu", "l4")],
+        );
+        eventually("registered", || self.cluster.node(&k).registered).await;
+        self.run_for(300).await;
+        self.api.set_node_ready("gpu-1", true);
+        self.api
+            .add_pod("serving", "llm-0", "gpu-1", &[("app", "llm")], true, None);
+        eventually("the model pod is seen Ready", || {
+            self.cluster.node(&k).model_ready
+        })
+        .await;
+        self.tick().await;
+        let node = self.only_node().await;
+        assert_eq!(node.state, NodeState::Serving);
+        (id, node)
+    }
+
+    async fn scale_in(&self, id: &headroom_core::RequestId) {
+        self.ledger
+            .cancel_capacity_request(id, self.clock.now())
+            .await
+            .unwrap();
+        self.engine.push_signal(
+            &pool(),
+            SignalInput {
+                queue_depth: 0,
+                arrival_rate_rps: Some(0.0),
+                ..SignalInput::default()
+            },
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_node_serves_only_once_the_cluster_shows_its_model_server_ready() {
+    let h = harness().await;
+    let id = h.request(1).await;
+    h.tick().await;
+    h.tick().await;
+    let node = h.only_node().await;
+    assert_eq!(node.state, NodeState::Booting);
+    let k = key(&node);
+    assert!(!h.cluster.node(&k).registered);
+
+    // Registered (matched by provider ID), not Ready.
+    let provider_id = sim_provider_id(&node.zone, node.instance.as_deref().unwrap());
+    h.api.register_node("gpu-1", &provider_id, &[("gpu", "l4")]);
+    eventually("registered", || h.cluster.node(&k).registered).await;
+    // Past the whole ladder: the simulated cloud calls the instance ready by itself...
+    h.run_for(300).await;
+    let instances = h.cloud.list_owned("kube-test").await.unwrap();
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].phase, InstancePhase::Ready);
+    // ...but the cluster does not show it Ready, so it is not capacity (and, registered, it is
+    // not failed either).
+    assert_eq!(h.only_node().await.state, NodeState::Booting);
+    assert_eq!(h.engine.pool_status(&pool()).unwrap().ready, 0);
+
+    // Node Ready, no model server yet.
+    h.api.set_node_ready("gpu-1", true);
+    eventually("node ready", || h.cluster.node(&k).node_ready).await;
+    h.tick().await;
+    assert_eq!(h.only_node().await.state, NodeState::Booting);
+
+    // The model-server pod is scheduled there but still loading; a pod of another selector
+    // being Ready on it does not count.
+    h.api
+        .add_pod("serving", "llm-0", "gpu-1", &[("app", "llm")], false, None);
+    h.api.add_pod(
+        "serving",
+        "other-0",
+        "gpu-1",
+        &[("app", "other")],
+        true,
+        None,
+    );
+    h.tick().await;
+    assert_eq!(h.only_node().await.state, NodeState::Booting);
+    assert!(!h.cluster.node(&k).model_ready);
+
+    h.api.set_pod_ready("serving", "llm-0", true);
+    eventually("model server ready", || h.cluster.node(&k).model_ready).await;
+    h.tick().await;
+    let node = h.only_node().await;
+    assert_eq!(node.state, NodeState::Serving);
+    assert_eq!(node.reason.as_deref(), Some("model_server_ready"));
+    assert_eq!(h.engine.pool_status(&pool()).unwrap().ready, 1);
+    assert_eq!(
+        h.ledger.capacity_request(&id).await.unwrap().unwrap().state,
+        RequestState::Delivered
+    );
+    // Each rung is stamped once, in order, in the decision log (newest first).
+    let rungs: Vec<String> = h
+        .decisions()
+        .await
+        .iter()
+        .filter(|d| d["event"] == "cluster_rung")
+        .map(|d| d["rung"].as_str().unwrap().to_string())
+        .rev()
+        .collect();
+    assert_eq!(
+        rungs,
+        ["node_registered", "node_ready", "model_server_ready"]
+    );
+}
+
+#[tokio::test]
+async fn a_node_that_never_registers_is_failed_replaced_and_terminated() {
+    let h = harness().await;
+    h.request(1).await;
+    h.tick().await;
+    let first = h.only_node().await;
+    let first_instance = first.instance.clone().unwrap();
+    // register_timeout is 2 minutes; nothing ever registers.
+    h.run_for(150).await;
+    let events = h.ledger.node_events().await.unwrap();
+    let ends: Vec<(NodeState, Option<&str>)> = events
+        .iter()
+        .filter(|e| e.node == first.node)
+        .map(|e| (e.state, e.reason.as_deref()))
+        .skip_while(|(s, _)| *s != NodeState::Failed)
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (NodeState::Failed, Some("never_registered")),
+            (NodeState::Terminated, Some("never_registered"))
+        ]
+    );
+    // No orphan paying by the hour: the instance is gone, a replacement is on its way.
+    let instances = h.cloud.list_owned("kube-test").await.unwrap();
+    assert!(instances.iter().all(|i| i.id.0 != first_instance));
+    assert_eq!(instances.len(), 1);
+    let replacement = h.only_node().await;
+    assert_ne!(replacement.node, first.node);
+    assert!(replacement.state.is_starting(), "{replacement:?}");
+    assert!(
+        h.decisions()
+            .await
+            .iter()
+            .any(|d| d["event"] == "never_registered" && d["node"] == first.node.0)
+    );
+}
+
+#[tokio::test]
+async fn scale_in_cordons_evicts_through_the_disruption_budget_then_terminates() {
+    let h = harness().await;
+    let (id, node) = h.serving_node().await;
+    // Beside the model server: a pod a PodDisruptionBudget protects, and a DaemonSet pod that
+    // a drain leaves alone.
+    h.api.add_pod(
+        "default",
+        "batch-0",
+        "gpu-1",
+        &[("app", "batch")],
+        true,
+        None,
+    );
+    h.api.add_pod(
+        "kube-system",
+        "exporter-0",
+        "gpu-1",
+        &[("app", "exporter")],
+        true,
+        Some("DaemonSet"),
+    );
+    h.api.block_eviction("default", "batch-0", true);
+
+    h.scale_in(&id).await;
+    h.tick().await;
+    let draining = h.only_node().await;
+    assert_eq!(draining.state, NodeState::Draining);
+    assert_eq!(h.engine.pool_status(&pool()).unwrap().draining, 1);
+    let log = h.api.log();
+    assert_eq!(
+        log[0], "PATCH node/gpu-1 {\"spec\":{\"unschedulable\":true}}",
+        "cordoned first: {log:?}"
+    );
+    assert!(
+        log.contains(&"EVICT serving/llm-0 -> 201".to_string()),
+        "{log:?}"
+    );
+    assert!(
+        log.contains(&"EVICT default/batch-0 -> 429".to_string()),
+        "{log:?}"
+    );
+    assert!(!log.iter().any(|l| l.contains("exporter-0")), "{log:?}");
+    assert_eq!(h.cloud.list_owned("kube-test").await.unwrap().len(), 1);
+
+    // The budget still forbids it: asked again next tick, the node stays draining.
+    eventually("cordon seen", || h.cluster.node(&key(&node)).cordoned).await;
+    h.tick().await;
+    assert_eq!(h.only_node().await.state, NodeState::Draining);
+    let refused = |log: &[String]| {
+        log.iter()
+            .filter(|l| *l == "EVICT default/batch-0 -> 429")
+            .count()
+    };
+    assert_eq!(refused(&h.api.log()), 2);
+    assert_eq!(
+        h.api
+            .log()
+            .iter()
+            .filter(|l| l.starts_with("PATCH"))
+            .count(),
+        1,
+        "cordoned once"
+    );
+
+    // The budget allows it now: evicted, but the pods have not left yet.
+    h.api.block_eviction("default", "batch-0", false);
+    h.tick().await;
+    assert!(h.api.pod_terminating("default", "batch-0"));
+    assert_eq!(h.only_node().await.state, NodeState::Draining);
+    assert_eq!(h.cloud.list_owned("kube-test").await.unwrap().len(), 1);
+
+    // The kubelet finishes them: the next tick terminates the instance.
+    h.api.finish_terminating();
+    assert!(!h.api.pod_exists("serving", "llm-0"));
+    h.tick().await;
+    assert!(h.live().await.is_empty());
+    assert!(h.cloud.list_owned("kube-test").await.unwrap().is_empty());
+    let events = h.ledger.node_events().await.unwrap();
+    let last = events.iter().rfind(|e| e.node == node.node).unwrap();
+    assert_eq!(
+        (last.state, last.reason.as_deref()),
+        (NodeState::Terminated, Some("released"))
+    );
+    assert!(h.decisions().await.iter().any(|d| d["event"] == "drained"));
+}
+
+#[tokio::test]
+async fn a_drain_a_disruption_budget_blocks_goes_ahead_at_its_bound() {
+    let h = harness().await;
+    let (id, _) = h.serving_node().await;
+    h.api.block_eviction("serving", "llm-0", true);
+    h.scale_in(&id).await;
+    h.tick().await;
+    assert_eq!(h.only_node().await.state, NodeState::Draining);
+    // drain_timeout is 3 minutes.
+    h.run_for(170).await;
+    assert_eq!(h.only_node().await.state, NodeState::Draining);
+    h.run_for(15).await;
+    assert!(h.live().await.is_empty());
+    assert!(h.cloud.list_owned("kube-test").await.unwrap().is_empty());
+    let timeout = h
+        .decisions()
+        .await
+        .into_iter()
+        .find(|d| d["event"] == "drain_timeout")
+        .expect("the bound is on record");
+    assert_eq!(timeout["pods_left"], 1);
+    assert_eq!(timeout["blocked_by_disruption_budget"], 1);
+}
+
+#[tokio::test]
+async fn a_spot_notice_drains_within_the_notice() {
+    let h = harness().await;
+    let (_, node) = h.serving_node().await;
+    let reclaim_at = h.clock.now() + chrono::Duration::seconds(120);
+    assert_eq!(h.cloud.interrupt(&"od".parse().unwrap(), 1, reclaim_at), 1);
+    h.tick().await;
+    let events = h.ledger.node_events().await.unwrap();
+    let last = events.iter().rfind(|e| e.node == node.node).unwrap();
+    assert_eq!(
+        (last.state, last.reason.as_deref()),
+        (NodeState::Draining, Some("interruption_notice"))
+    );
+    assert!(h.api.log()[0].starts_with("PATCH node/gpu-1"));
+    assert!(h.api.pod_terminating("serving", "llm-0"));
+    // Its replacement is launched in the same tick.
+    assert_eq!(h.live().await.len(), 2);
+    // The evicted model server has not left yet: the node stays draining, the instance runs.
+    h.tick().await;
+    let events = h.ledger.node_events().await.unwrap();
+    let last = events.iter().rfind(|e| e.node == node.node).unwrap();
+    assert_eq!(last.state, NodeState::Draining);
+    let instance = node.instance.clone().unwrap();
+    assert!(
+        h.cloud
+            .list_owned("kube-test")
+            .await
+            .unwrap()
+            .iter()
+            .any(|i| i.id.0 == instance)
+    );
+    h.api.finish_terminating();
+    h.tick().await;
+    let events = h.ledger.node_events().await.unwrap();
+    let last = events.iter().rfind(|e| e.node == node.node).unwrap();
+    assert_eq!(last.state, NodeState::Terminated);
+    assert!(h.clock.now() < reclaim_at, "drained within the notice");
+}
+
+#[tokio::test]
+async fn watches_resume_after_a_close_and_relist_after_410_gone() {
+    let api = FakeApi::start().await;
+    let config = Config::parse(CONFIG, "test").unwrap();
+    let cluster = cluster_for(&api, &config).await;
+    let node = |name: &str, instance: &str| ClusterNodeKey {
+        pool: pool(),
+        node: headroom_core::NodeId(name.to_string()),
+        provider: headroom_core::ProviderKind::Sim,
+        zone: "use1-az1".to_string(),
+        instance: instance.to_string(),
+    };
+    let (a, b) = (node("n-a", "sim-1"), node("n-b", "sim-2"));
+    api.register_node("gpu-a", &sim_provider_id("use1-az1", "sim-1"), &[]);
+    api.set_node_ready("gpu-a", true);
+    eventually("a ready", || cluster.node(&a).node_ready).await;
+
+    // The server ends the watch; the client watches again from its resourceVersion and misses
+    // nothing that happened in between.
+    let (lists, watches) = api.counts();
+    api.close_watches();
+    api.set_node_ready("gpu-a", false);
+    eventually("a not ready", || !cluster.node(&a).node_ready).await;
+    eventually("watching again", || api.counts().1 > watches).await;
+    assert_eq!(api.counts().0, lists, "resumed without a re-list");
+
+    // The history is compacted while the watch is down and a node goes without an event:
+    // resuming answers 410 Gone, the client re-lists, and the view is right again.
+    api.compact();
+    api.delete_node_unseen("gpu-a");
+    api.register_node(
+        "gpu-b",
+        "",
+        &[("headroom.dev/node", "n-b"), ("headroom.dev/pool", "llm")],
+    );
+    api.close_watches();
+    eventually("a gone, b seen", || {
+        !cluster.node(&a).registered && cluster.node(&b).registered
+    })
+    .await;
+    assert!(api.counts().0 > lists, "re-listed after 410");
+
+    // A Node labelled for another pool never matches, whatever its provider ID says.
+    api.register_node(
+        "gpu-c",
+        &sim_provider_id("use1-az1", "sim-3"),
+        &[("headroom.dev/pool", "other")],
+    );
+    let c = node("n-c", "sim-3");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!cluster.node(&c).registered);
+}
