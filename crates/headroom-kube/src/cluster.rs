@@ -81,6 +81,7 @@ impl KubeCluster {
             None => kube::Config::infer().await.map_err(KubeError::Infer)?,
         };
         bound(&mut config);
+        use_ring_for_tls();
         let client = Client::try_from(config).map_err(KubeError::Client)?;
         Ok(KubeCluster::start(client, settings))
     }
@@ -92,6 +93,7 @@ impl KubeCluster {
             .map_err(|e| KubeError::Url(format!("{url}: {e}")))?;
         let mut config = kube::Config::new(uri);
         bound(&mut config);
+        use_ring_for_tls();
         let client = Client::try_from(config).map_err(KubeError::Client)?;
         Ok(KubeCluster::start(client, settings))
     }
@@ -358,4 +360,11 @@ fn evictable(pod: &Pod) -> bool {
         Some("Succeeded" | "Failed")
     );
     !daemon && !mirror && !finished
+}
+
+/// rustls picks its crypto provider by itself only when exactly one is compiled in; a binary
+/// that also links the cloud SDKs has two (ring and aws-lc-rs), so say which. Harmless when a
+/// provider is already installed.
+fn use_ring_for_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
