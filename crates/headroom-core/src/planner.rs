@@ -16,7 +16,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetStanding, HardAction};
-use crate::pool::WarmMode;
 use crate::{
     Market, Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, RefusalReason,
     RequestId, Timestamp,
@@ -231,21 +230,6 @@ pub struct Plan {
     pub deferred: u32,
     /// Organic replicas no offering could supply: the pool's fallback pool may take them.
     pub unserved: u32,
-}
-
-impl Plan {
-    /// Replicas refused for `reason` in this plan.
-    pub fn refused(&self, reason: RefusalReason) -> u32 {
-        self.actions
-            .iter()
-            .map(|a| match a {
-                Action::Refuse {
-                    count, reason: r, ..
-                } if *r == reason => *count,
-                _ => 0,
-            })
-            .sum()
-    }
 }
 
 #[derive(Clone)]
@@ -675,11 +659,6 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     b.plan
 }
 
-/// Whether a pool in `WarmMode::Running` keeps its warm nodes running (no stop on parking).
-pub fn parks_running(pool: &PoolSpec) -> bool {
-    pool.supply.warm_mode == WarmMode::Running
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -1087,6 +1066,19 @@ mod supply_tests {
         })
     }
 
+    /// Replicas refused for `reason` in `plan`.
+    fn refused(plan: &Plan, reason: RefusalReason) -> u32 {
+        plan.actions
+            .iter()
+            .map(|a| match a {
+                Action::Refuse {
+                    count, reason: r, ..
+                } if *r == reason => *count,
+                _ => 0,
+            })
+            .sum()
+    }
+
     fn launched(plan: &Plan) -> Vec<(String, Option<FallbackKind>)> {
         plan.actions
             .iter()
@@ -1207,7 +1199,7 @@ mod supply_tests {
         let p = pool(&ids(&offerings), SupplyPolicy::default());
         let planned = run(&p, &offerings, &[], 3);
         assert_eq!(planned.unserved, 3);
-        assert_eq!(planned.refused(RefusalReason::NoOffering), 3);
+        assert_eq!(refused(&planned, RefusalReason::NoOffering), 3);
     }
 
     #[test]
@@ -1229,7 +1221,7 @@ mod supply_tests {
         };
         let ceiling = plan(&input);
         assert_eq!(launched(&ceiling).len(), 2);
-        assert_eq!(ceiling.refused(RefusalReason::GlobalCeiling), 3);
+        assert_eq!(refused(&ceiling, RefusalReason::GlobalCeiling), 3);
 
         let limited = PlanInput {
             pool: &pool(

@@ -18,7 +18,7 @@ use headroom_core::planner::{
 };
 use headroom_core::{
     CapacityRequest, ErrorClass, HardAction, Money, NodeId, NodeState, Offering, OfferingId,
-    PoolName, PoolSpec, RefusalReason, RequestId, Timestamp,
+    PoolName, PoolSpec, RefusalReason, RequestId, Timestamp, WarmMode,
 };
 use headroom_ledger::{Admission, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
@@ -961,7 +961,7 @@ impl Engine {
         if self
             .config
             .pool(&last.pool)
-            .is_some_and(planner::parks_running)
+            .is_some_and(|p| p.supply.warm_mode == WarmMode::Running)
         {
             let mut e = last.next(NodeState::Standby, reason, self.clock.now());
             e.request = None;
@@ -1414,23 +1414,15 @@ impl Engine {
                     let Some(instance) = last.instance.clone().map(InstanceId) else {
                         continue;
                     };
-                    if last.state == NodeState::Standby {
-                        // Running warm: it serves the moment traffic is routed to it.
-                        let mut e = last.next(NodeState::Serving, "wake", now);
-                        e.request = request.clone();
-                        e.destination = Destination::Serve;
-                        e.hold = *hold;
-                        let span = self.action_span("wake", pool, request.as_ref(), node);
-                        if !self
-                            .admit_or_refuse(pool, &e, &mut pool_refusal)
-                            .instrument(span)
-                            .await?
-                        {
-                            break;
-                        }
-                        continue;
-                    }
-                    let mut e = last.next(NodeState::Booting, "wake", now);
+                    // A running warm node serves the moment traffic is routed to it; a stopped one
+                    // is started and climbs the rest of the ladder.
+                    let running = last.state == NodeState::Standby;
+                    let next = if running {
+                        NodeState::Serving
+                    } else {
+                        NodeState::Booting
+                    };
+                    let mut e = last.next(next, "wake", now);
                     e.request = request.clone();
                     e.destination = Destination::Serve;
                     e.hold = *hold;
@@ -1441,6 +1433,9 @@ impl Engine {
                         .await?
                     {
                         break;
+                    }
+                    if running {
+                        continue;
                     }
                     if let Err(err) = self.cloud.start(&instance).instrument(span).await {
                         let back = e.next(NodeState::Warm, err.code(), self.clock.now());

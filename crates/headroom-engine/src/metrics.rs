@@ -173,6 +173,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Replicas supplied by fallbacks so far for `pool`, by kind (kinds never taken are absent).
+    pub fn fallbacks_of(&self, pool: &str) -> std::collections::BTreeMap<String, u64> {
+        headroom_core::planner::FallbackKind::ALL
+            .iter()
+            .filter_map(|kind| {
+                let labels = FallbackLabels {
+                    pool: pool.to_string(),
+                    kind: kind.as_str().to_string(),
+                };
+                let n = self.fallbacks.get(&labels)?.get();
+                (n > 0).then(|| (kind.as_str().to_string(), n))
+            })
+            .collect()
+    }
+
     /// The OpenMetrics text exposition (Prometheus reads it).
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -955,6 +955,23 @@ async fn quota_falls_back_throttling_is_retried_and_an_invalid_request_halts_the
     );
 }
 
+/// One on-demand g6 offering (`od`) holding `capacity` nodes, one pool `llm` on it.
+fn on_demand_g6_config(engine: &str, capacity: u32, pool: &str, supply: &str) -> String {
+    format!(
+        "cluster_id = \"engine-test\"\n{engine}{}{}",
+        offering(
+            "od",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "on-demand",
+            "0.8",
+            capacity
+        ),
+        pool_block("llm", "\"od\"", pool, supply),
+    )
+}
+
 /// A reservation of two p5 nodes (`rsv`) beside on-demand p5 (`od`), one pool using both.
 fn reserved_config(engine: &str, reservation: &str) -> String {
     format!(
@@ -1015,23 +1032,11 @@ async fn reservations_first_then_the_global_ceiling_clamps_visibly() {
 
 #[tokio::test]
 async fn a_running_warm_node_serves_in_the_same_tick_it_is_woken() {
-    let config = format!(
-        "cluster_id = \"engine-test\"\n{}{}",
-        offering(
-            "od",
-            "us-east-1",
-            "use1-az1",
-            "g6.xlarge",
-            "on-demand",
-            "0.8",
-            8
-        ),
-        pool_block(
-            "llm",
-            "\"od\"",
-            "max_replicas = 8\nmax_scale_up_per_step = 8\nwarm_pool_size = 1",
-            "warm_mode = \"running\""
-        ),
+    let config = on_demand_g6_config(
+        "",
+        8,
+        "max_replicas = 8\nmax_scale_up_per_step = 8\nwarm_pool_size = 1",
+        "warm_mode = \"running\"",
     );
     let h = harness(&config).await;
     h.run_for(300).await;
@@ -1097,27 +1102,15 @@ async fn an_interruption_notice_is_replaced_before_the_node_is_gone() {
 
 #[tokio::test]
 async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands() {
-    let config = format!(
-        "cluster_id = \"engine-test\"\n[engine]\noffering_cooldown = \"1m\"\n{}{}",
-        offering(
-            "od",
-            "us-east-1",
-            "use1-az1",
-            "g6.xlarge",
-            "on-demand",
-            "0.8",
-            2
-        ),
-        pool_block(
-            "llm",
-            "\"od\"",
-            "max_replicas = 8\nmax_scale_up_per_step = 8",
-            ""
-        )
-        .replace(
-            "[pools.scaling]\n",
-            "[pools.scaling]\nbreach_window = \"5s\"\n"
-        ),
+    let config = on_demand_g6_config(
+        "[engine]\noffering_cooldown = \"1m\"\n",
+        2,
+        "max_replicas = 8\nmax_scale_up_per_step = 8",
+        "",
+    )
+    .replace(
+        "[pools.scaling]\n",
+        "[pools.scaling]\nbreach_window = \"5s\"\n",
     );
     let h = harness(&config).await;
     let pool: headroom_core::PoolName = "llm".parse().unwrap();

@@ -348,7 +348,7 @@ async fn run_policy(
         refusals,
         fallbacks: match &driver {
             // Headroom's planner names each fallback itself; the baselines' are inferred.
-            Driver::Engine(e) => e.fallbacks(&sc.pool.name.to_string()),
+            Driver::Engine(e) => e.engine.metrics().fallbacks_of(sc.pool.name.as_str()),
             _ => fallbacks(&log, &prices, cooldown),
         },
         scale_direction_changes: direction_changes(&desired_series),
@@ -596,22 +596,6 @@ impl EngineDriver {
             }),
             ready,
         })
-    }
-
-    /// Fallbacks by kind as the engine counted them (`headroom_fallbacks_total`).
-    fn fallbacks(&self, pool: &str) -> BTreeMap<String, u64> {
-        let prefix = format!("headroom_fallbacks_total{{pool=\"{pool}\",kind=\"");
-        self.engine
-            .metrics()
-            .encode()
-            .lines()
-            .filter_map(|line| {
-                let rest = line.strip_prefix(&prefix)?;
-                let (kind, value) = rest.split_once("\"} ")?;
-                Some((kind.to_string(), value.trim().parse::<f64>().ok()? as u64))
-            })
-            .filter(|(_, n)| *n > 0)
-            .collect()
     }
 
     /// Refusals by reason and the launch log, from the ledger, for the run's window.
