@@ -38,6 +38,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pools/{name}/admission", get(pool_admission))
         .route("/v1/budgets", get(list_budgets))
         .route("/v1/alerts", get(list_alerts))
+        .route("/v1/offerings", get(list_offerings))
         .route("/v1/reports/budget", get(budget_report))
         .route("/v1/budgets/{account}", get(get_budget).put(put_budget))
         .fallback(not_found)
@@ -927,6 +928,24 @@ async fn metrics(
 }
 
 #[derive(Debug, serde::Serialize)]
+struct OfferingList {
+    offerings: Vec<headroom_engine::OfferingPrice>,
+}
+
+/// Every offering at the price plans use now: the cloud's live quote (spot) or the configured
+/// one, whether the market is above the most a launch pays, and any refusal cooldown.
+#[utoipa::path(get, path = "/v1/offerings", responses((status = 200, description = "Offerings with configured, live and effective prices", body = Object), (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"), (status = 403, description = "Token lacks the scope", body = Problem, content_type = "application/problem+json"), (status = 429, description = "Rate limited; see Retry-After", body = Problem, content_type = "application/problem+json")))]
+async fn list_offerings(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Result<Json<OfferingList>, ApiError> {
+    principal.require(Scope::Reports)?;
+    Ok(Json(OfferingList {
+        offerings: state.engine.offering_prices(),
+    }))
+}
+
+#[derive(Debug, serde::Serialize)]
 struct AlertList {
     alerts: Vec<headroom_engine::alerts::ActiveAlert>,
 }
@@ -995,7 +1014,8 @@ async fn openapi_json() -> Response {
         put_budget,
         budget_report,
         metrics,
-        list_alerts
+        list_alerts,
+        list_offerings
     ),
     components(schemas(Problem, CreateCapacityRequest, SignalBody, PutBudget))
 )]

@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use headroom_api::auth::Scope;
 use headroom_api::{AppState, app};
-use headroom_cloud::ManualClock;
+use headroom_cloud::{ManualClock, SimCloud};
 use headroom_engine::{Config, Engine, sim_cloud_for};
 use headroom_ledger::{Ledger, SqliteLedger};
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ struct Api {
     ledger: Arc<SqliteLedger>,
     clock: Arc<ManualClock>,
     engine: Arc<Engine>,
+    cloud: Arc<SimCloud>,
 }
 
 async fn api() -> Api {
@@ -32,8 +33,9 @@ async fn api() -> Api {
             .unwrap(),
     );
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
-    let engine = Engine::new(config, ledger.clone(), cloud, clock.clone());
+    let engine = Engine::new(config, ledger.clone(), cloud.clone(), clock.clone());
     Api {
+        cloud,
         _dir: dir,
         // The demo's mode: open. Authentication has its own tests below.
         router: app(AppState::new(
@@ -292,6 +294,42 @@ async fn pools_show_their_counts() {
     }
     assert_eq!(pool.body["max_replicas"], 24);
     assert_eq!(pool.body["hold"], "signal_missing");
+}
+
+#[tokio::test]
+async fn offerings_show_the_price_plans_use_live_or_configured() {
+    let api = api().await;
+    let spot: headroom_core::OfferingId = "use1-g6-spot".parse().unwrap();
+    let max = api
+        .engine
+        .config()
+        .offering(&spot)
+        .unwrap()
+        .price_usd_per_hour;
+    let market: headroom_core::Money = "0.31".parse().unwrap();
+    api.cloud.set_spot_price(&spot, market);
+    api.engine.tick().await.unwrap();
+    let reply = api.get("/v1/offerings").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let offerings = reply.body["offerings"].as_array().unwrap();
+    assert_eq!(offerings.len(), api.engine.config().offerings.len());
+    let quoted = offerings
+        .iter()
+        .find(|o| o["offering"] == "use1-g6-spot")
+        .unwrap();
+    assert_eq!(quoted["live_usd_per_hour"], json!(market));
+    assert_eq!(quoted["effective_usd_per_hour"], json!(market));
+    assert_eq!(quoted["configured_usd_per_hour"], json!(max));
+    assert_eq!(quoted["above_max_price"], false);
+    let listed = offerings
+        .iter()
+        .find(|o| o["offering"] == "use1-g6-od")
+        .unwrap();
+    assert!(listed["live_usd_per_hour"].is_null(), "{listed}");
+    assert_eq!(
+        listed["effective_usd_per_hour"],
+        listed["configured_usd_per_hour"]
+    );
 }
 
 #[tokio::test]

@@ -25,7 +25,9 @@ use headroom_cloud::{
     Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
     OwnershipTags,
 };
-use headroom_core::{ErrorClass, LadderRung, Market, Money, OfferingId, ProviderKind, Timestamp};
+use headroom_core::{
+    ErrorClass, LadderRung, Market, Money, Offering, OfferingId, ProviderKind, Timestamp,
+};
 
 use crate::classify::{ErrorSource, classify};
 use crate::{AwsError, AwsSettings};
@@ -852,6 +854,33 @@ impl CloudProvider for AwsProvider {
             );
         }
         Ok(owned)
+    }
+
+    /// Spot offerings at the price in force now, from DescribeSpotPriceHistory (one call per
+    /// region); on-demand and reserved prices come from the configured catalog.
+    async fn current_prices(
+        &self,
+        offerings: &[Offering],
+    ) -> Result<Vec<(OfferingId, Money)>, CloudError> {
+        let mut by_region: BTreeMap<&str, Vec<&Offering>> = BTreeMap::new();
+        for o in offerings
+            .iter()
+            .filter(|o| o.provider == ProviderKind::Aws && o.market == Market::Spot)
+        {
+            by_region.entry(o.region.as_str()).or_default().push(o);
+        }
+        let mut quotes = Vec::new();
+        for (region, spot) in by_region {
+            let mut types: Vec<&str> = spot.iter().map(|o| o.instance_type.as_str()).collect();
+            types.sort_unstable();
+            types.dedup();
+            let prices = self.spot_prices(region, &types).await?;
+            quotes.extend(spot.iter().filter_map(|o| {
+                let key = (o.instance_type.clone(), o.zone.clone());
+                Some((o.id.clone(), *prices.get(&key)?))
+            }));
+        }
+        Ok(quotes)
     }
 }
 

@@ -1012,3 +1012,70 @@ async fn a_spot_interruption_warning_from_the_queue_gives_notice_then_interrupts
     assert_eq!(owned.len(), 1);
     assert_eq!(owned[0].id, spared.id);
 }
+
+#[tokio::test]
+async fn the_engine_plans_and_records_spot_at_the_price_ec2_quotes() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = engine_config_text(&moto)
+        .replace(
+            "offerings = [\"g6-od\"]",
+            "offerings = [\"g6-spot\", \"g6-od\"]",
+        )
+        .replace(
+            "[[pools]]",
+            &format!(
+                "[[offerings]]\nid = \"g6-spot\"\nprovider = \"aws\"\nregion = \"{REGION}\"\nzone = \"{ZONE}\"\ninstance_type = \"{GOOD_TYPE}\"\nmarket = \"spot\"\nprice_usd_per_hour = \"5.00\"\ngpus = 1\n[[pools]]"
+            ),
+        );
+    let config = Arc::new(Config::parse(&text, "test").unwrap());
+    let clock: Arc<dyn Clock> = clock();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("ledger.db"))
+            .await
+            .unwrap(),
+    );
+    let provider = Arc::new(provider_from_config(&moto, &config, clock.clone()).await);
+    let quoted = provider.spot_prices(REGION, &[GOOD_TYPE]).await.unwrap();
+    let market = *quoted
+        .get(&(GOOD_TYPE.to_string(), ZONE.to_string()))
+        .expect("moto quotes a spot price for the offering's type and zone");
+    assert!(market < "5.00".parse().unwrap(), "{market}");
+
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: "llm".parse().unwrap(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+    let engine = Engine::new(config.clone(), ledger.clone(), provider, clock.clone());
+    engine.tick().await.unwrap();
+
+    let prices = engine.offering_prices();
+    let spot = prices
+        .iter()
+        .find(|p| p.offering.as_str() == "g6-spot")
+        .unwrap();
+    assert_eq!(spot.live_usd_per_hour, Some(market));
+    assert_eq!(spot.effective_usd_per_hour, market);
+    let od = prices
+        .iter()
+        .find(|p| p.offering.as_str() == "g6-od")
+        .unwrap();
+    assert_eq!(
+        od.live_usd_per_hour, None,
+        "on-demand keeps the catalog price"
+    );
+
+    let nodes = ledger.live_nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].offering.as_str(), "g6-spot");
+    assert_eq!(
+        nodes[0].price_usd_per_hour, market,
+        "the node costs the market price, not the 5.00 maximum"
+    );
+}

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use async_trait::async_trait;
-use headroom_core::{ErrorClass, LadderRung, Offering, OfferingId, ProviderKind, Timestamp};
+use headroom_core::{ErrorClass, LadderRung, Money, Offering, OfferingId, ProviderKind, Timestamp};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -158,4 +158,15 @@ pub trait CloudProvider: Send + Sync + fmt::Debug {
     /// Every instance tagged with `cluster` that is not terminated: the inventory that
     /// reconciliation compares with the ledger.
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError>;
+
+    /// The price in force now, per hour, of those `offerings` the cloud quotes a live price for
+    /// (spot markets: AWS's spot price history). Offerings left out keep their configured price.
+    /// The default quotes nothing: list prices come from the configured catalog.
+    async fn current_prices(
+        &self,
+        offerings: &[Offering],
+    ) -> Result<Vec<(OfferingId, Money)>, CloudError> {
+        let _ = offerings;
+        Ok(Vec::new())
+    }
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use headroom_core::pool::ColdStartLadder;
 use headroom_core::{
-    ErrorClass, LadderRung, Market, Offering, OfferingId, ProviderKind, Timestamp,
+    ErrorClass, LadderRung, Market, Money, Offering, OfferingId, ProviderKind, Timestamp,
 };
 
 use serde::{Deserialize, Serialize};
@@ -89,6 +89,9 @@ pub struct SimCloud {
     gpu_quota_per_region: BTreeMap<String, u32>,
     state: Mutex<SimState>,
     launch_delay: Mutex<std::time::Duration>,
+    /// The spot market's current price per offering, where a test or scenario set one; a spot
+    /// launch whose most-we-pay (the offering's price) is below it is refused, as EC2 does.
+    spot_prices: Mutex<HashMap<OfferingId, Money>>,
     /// When set, the cloud's state lives in this file, shared by every process that names it
     /// and surviving their crashes (a lock file serialises them).
     state_file: Option<PathBuf>,
@@ -163,6 +166,7 @@ impl SimCloud {
             gpu_quota_per_region: config.gpu_quota_per_region,
             state_file: None,
             launch_delay: Mutex::new(std::time::Duration::ZERO),
+            spot_prices: Mutex::new(HashMap::new()),
             state: Mutex::new(SimState {
                 rng: fastrand::Rng::with_seed(config.seed),
                 next_id: 1,
@@ -231,6 +235,15 @@ impl SimCloud {
     /// Makes every launch take this long before the cloud answers (a slow or hanging API).
     pub fn set_launch_delay(&self, delay: std::time::Duration) {
         *self.launch_delay.lock().unwrap_or_else(|e| e.into_inner()) = delay;
+    }
+
+    /// Moves the spot market: `offering`'s price is now `price` per hour, quoted by
+    /// `current_prices` and compared with the most a launch will pay.
+    pub fn set_spot_price(&self, offering: &OfferingId, price: Money) {
+        self.spot_prices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(offering.clone(), price);
     }
 
     /// Makes the next `times` launches of `offering` fail with `class` (tests, chaos drills).
@@ -420,6 +433,24 @@ impl CloudProvider for SimCloud {
             return refresh(&mut state, &catalog, &existing, now)
                 .ok_or(CloudError::NotFound(existing));
         }
+        let spot_price = self
+            .spot_prices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&spec.offering.id)
+            .copied();
+        if let Some(price) = spot_price
+            && price > spec.offering.price_usd_per_hour
+        {
+            return Err(refused(
+                ErrorClass::Price,
+                "SpotMaxPriceTooLow",
+                format!(
+                    "spot price {price} for {} is above the maximum price {}",
+                    spec.offering.id, spec.offering.price_usd_per_hour
+                ),
+            ));
+        }
         let Some(offering) = catalog.get(&spec.offering.id) else {
             return Err(refused(
                 ErrorClass::InvalidRequest,
@@ -554,6 +585,18 @@ impl CloudProvider for SimCloud {
             .all_instances()
             .into_iter()
             .filter(|i| i.tags.cluster == cluster && i.phase != InstancePhase::Terminated)
+            .collect())
+    }
+
+    async fn current_prices(
+        &self,
+        offerings: &[Offering],
+    ) -> Result<Vec<(OfferingId, Money)>, CloudError> {
+        let prices = self.spot_prices.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(offerings
+            .iter()
+            .filter(|o| o.market == Market::Spot)
+            .filter_map(|o| Some((o.id.clone(), *prices.get(&o.id)?)))
             .collect())
     }
 }

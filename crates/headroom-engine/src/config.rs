@@ -63,6 +63,8 @@ pub struct EngineSettings {
     pub provider_timeout: Duration,
     /// The governor's ceiling across every pool: nodes that exist (starting, serving, warm).
     pub global_max_nodes: Option<u32>,
+    /// How often live prices (spot) are asked of the cloud; zero keeps the configured prices.
+    pub price_refresh: Duration,
 }
 
 /// `[api]`: limits every request meets.
@@ -230,6 +232,12 @@ struct RawEngine {
     #[serde(default = "default_provider_timeout")]
     provider_timeout: String,
     global_max_nodes: Option<u32>,
+    #[serde(default = "default_price_refresh")]
+    price_refresh: String,
+}
+
+fn default_price_refresh() -> String {
+    "5m".into()
 }
 
 fn default_provider_timeout() -> String {
@@ -254,6 +262,7 @@ impl Default for RawEngine {
             offering_cooldown: default_cooldown(),
             provider_timeout: default_provider_timeout(),
             global_max_nodes: None,
+            price_refresh: default_price_refresh(),
         }
     }
 }
@@ -642,7 +651,15 @@ impl RawConfig {
                 .duration("engine.offering_cooldown", &self.engine.offering_cooldown),
             provider_timeout: p.duration("engine.provider_timeout", &self.engine.provider_timeout),
             global_max_nodes: self.engine.global_max_nodes,
+            price_refresh: p.duration("engine.price_refresh", &self.engine.price_refresh),
         };
+        if !engine.price_refresh.is_zero() && engine.price_refresh < Duration::from_secs(10) {
+            p.add(
+                "engine.price_refresh",
+                "must be at least 10s (price history calls are rate-limited)",
+                "use e.g. \"5m\", or \"0s\" to keep the configured prices",
+            );
+        }
         if engine.global_max_nodes == Some(0) {
             p.add(
                 "engine.global_max_nodes",
@@ -1128,6 +1145,23 @@ mod tests {
                 && l.contains("\"90s\"")
         ));
         assert!(e.iter().all(|l| !l.contains('\n')));
+    }
+
+    #[test]
+    fn price_refresh_is_off_at_zero_and_never_a_hammering_loop() {
+        let c = Config::parse(
+            &EXAMPLE.replace("price_refresh = \"5m\"", "price_refresh = \"0s\""),
+            "t",
+        )
+        .unwrap();
+        assert!(c.engine.price_refresh.is_zero());
+        let e = errors(&EXAMPLE.replace("price_refresh = \"5m\"", "price_refresh = \"2s\""));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains("engine.price_refresh") && e[0].contains("\"0s\""),
+            "{}",
+            e[0]
+        );
     }
 
     #[test]

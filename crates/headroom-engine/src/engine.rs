@@ -30,6 +30,9 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 
 mod cluster_steps;
+mod prices;
+
+pub use prices::OfferingPrice;
 
 #[derive(Debug, Error)]
 pub enum EngineError {
@@ -172,7 +175,16 @@ struct LoopState {
     reservation_idle_since: HashMap<OfferingId, Timestamp>,
     /// What the cluster last showed for each climbing node, to stamp each rung once.
     cluster_seen: HashMap<NodeId, crate::cluster::ClusterNodeView>,
+    /// Prices the cloud quoted (spot), from the last refresh that answered.
+    live_prices: HashMap<OfferingId, Money>,
+    /// When prices were last asked for, and when an answer last came.
+    prices_asked_at: Option<Timestamp>,
+    prices_quoted_at: Option<Timestamp>,
 }
+
+/// Live prices older than this many refresh periods (the cloud stopped answering) are dropped:
+/// the configured prices apply again.
+const STALE_PRICE_PERIODS: i32 = 3;
 
 /// A reservation unused this long raises an alert...
 const RESERVATION_IDLE_ALERT: chrono::Duration = chrono::Duration::minutes(30);
@@ -739,6 +751,7 @@ impl Engine {
             .await
             .map_err(EngineError::Inventory)?;
         self.observe(&inventory, &owned).await?;
+        self.refresh_prices().await;
         for pool in self.config.pools.iter().filter(|p| owned.contains(&p.name)) {
             self.reconcile_pool(pool).await?;
         }
@@ -1241,12 +1254,21 @@ impl Engine {
                             log.pop_front();
                         }
                         let recent_refusals = log.len() as u32;
+                        // Ranked and held at the price in force; a spot market above the most a
+                        // launch pays would only earn a refusal.
+                        let mut offering = o.offering.clone();
+                        let mut affordable = true;
+                        if let Some(live) = st.live_prices.get(&offering.id) {
+                            affordable = *live <= offering.price_usd_per_hour;
+                            offering.price_usd_per_hour = *live;
+                        }
                         OfferingChoice {
-                            offering: o.offering.clone(),
-                            available: st
-                                .unavailable_until
-                                .get(&o.offering.id)
-                                .is_none_or(|until| *until <= now),
+                            offering,
+                            available: affordable
+                                && st
+                                    .unavailable_until
+                                    .get(&o.offering.id)
+                                    .is_none_or(|until| *until <= now),
                             recent_refusals,
                             // A reservation is shared by every pool that lists it.
                             reservation_free: o.reservation.map(|r| {
@@ -1354,9 +1376,11 @@ impl Engine {
                         continue;
                     };
                     let node = NodeId(format!("n-{}", uuid::Uuid::new_v4().simple()));
+                    // The ledger records the price in force (what the node costs); the cloud
+                    // is asked with the configured one (for spot, the most we pay).
                     let intent = NodeEvent::launch_intent(
                         pool,
-                        &offering,
+                        &self.priced(&offering),
                         node,
                         request.clone(),
                         *destination,

@@ -15,6 +15,6 @@ pub mod scrape;
 pub use cluster::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 pub use config::{Config, ConfigErrors};
 pub use engine::{
-    DECISION_LOG_LEN, DecisionRecord, Engine, EngineError, PoolStatus, SignalInput, error_chain,
-    sim_cloud_for,
+    DECISION_LOG_LEN, DecisionRecord, Engine, EngineError, OfferingPrice, PoolStatus, SignalInput,
+    error_chain, sim_cloud_for,
 };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use headroom_cloud::{CloudError, CloudProvider, Instance, InstanceId, LaunchSpec};
-use headroom_core::ProviderKind;
+use headroom_core::{Money, Offering, OfferingId, ProviderKind};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -59,6 +59,14 @@ pub struct CallErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OfferingPriceLabels {
+    pub offering: String,
+    pub market: String,
+    /// `live` when the cloud quoted it (spot price history), `configured` otherwise.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AccountLabels {
     pub account: String,
 }
@@ -80,6 +88,8 @@ pub struct Metrics {
     pub budget_ceiling_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub budget_spent_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub budget_held_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub offering_price_dollars:
+        Family<OfferingPriceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -101,6 +111,7 @@ impl Default for Metrics {
             budget_ceiling_dollars: Family::default(),
             budget_spent_dollars: Family::default(),
             budget_held_dollars: Family::default(),
+            offering_price_dollars: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -167,6 +178,11 @@ impl Default for Metrics {
             "budget_held_dollars",
             "Money held for launches not yet spent",
             m.budget_held_dollars.clone(),
+        );
+        registry.register(
+            "offering_price_dollars_per_hour",
+            "Price per node-hour the planner ranks and holds budgets with, live or configured",
+            m.offering_price_dollars.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -293,6 +309,14 @@ impl CloudProvider for InstrumentedCloud {
 
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
         self.bounded("list_owned", self.inner.list_owned(cluster))
+            .await
+    }
+
+    async fn current_prices(
+        &self,
+        offerings: &[Offering],
+    ) -> Result<Vec<(OfferingId, Money)>, CloudError> {
+        self.bounded("current_prices", self.inner.current_prices(offerings))
             .await
     }
 }

@@ -1203,3 +1203,116 @@ async fn an_idle_reservation_and_one_nearing_its_end_alert() {
         names(&h)
     );
 }
+
+/// A spot offering (`spot`, paying at most 3.00/h) beside on-demand (`od`, 2.00/h); the pool buys
+/// spot first.
+fn spot_market_config(price_refresh: &str) -> String {
+    format!(
+        "cluster_id = \"engine-test\"\n[engine]\nprice_refresh = \"{price_refresh}\"\n{}{}{}",
+        offering(
+            "spot",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "spot",
+            "3.00",
+            8
+        ),
+        offering(
+            "od",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "on-demand",
+            "2.00",
+            8
+        ),
+        pool_block(
+            "llm",
+            "\"spot\", \"od\"",
+            "max_replicas = 8\nmax_scale_up_per_step = 8",
+            "spot_percent_above_base = 100"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn live_spot_prices_set_what_nodes_cost_and_a_market_above_the_max_price_is_skipped() {
+    let h = harness(&spot_market_config("1m")).await;
+    let spot: headroom_core::OfferingId = "spot".parse().unwrap();
+    h.cloud.set_spot_price(&spot, "1.10".parse().unwrap());
+    h.request(2).await;
+    h.run_for(300).await;
+    let nodes = h.ledger.live_nodes().await.unwrap();
+    assert_eq!(nodes.len(), 2);
+    for node in &nodes {
+        assert_eq!(node.offering, spot);
+        assert_eq!(
+            node.price_usd_per_hour,
+            "1.10".parse().unwrap(),
+            "recorded at the market price, not the 3.00 maximum"
+        );
+    }
+    let prices = h.engine.offering_prices();
+    let quoted = prices.iter().find(|p| p.offering == spot).unwrap();
+    assert_eq!(quoted.live_usd_per_hour, Some("1.10".parse().unwrap()));
+    assert!(!quoted.above_max_price);
+    let metrics = h.engine.metrics().encode();
+    assert!(
+        metrics.contains(
+            "headroom_offering_price_dollars_per_hour{offering=\"spot\",market=\"spot\",source=\"live\"} 1.1"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains(
+        "headroom_offering_price_dollars_per_hour{offering=\"od\",market=\"on-demand\",source=\"configured\"} 2.0"
+    ));
+
+    // The market climbs above what the pool pays at most: after the next refresh new capacity
+    // comes from on-demand, without a refused spot launch first.
+    h.cloud.set_spot_price(&spot, "3.50".parse().unwrap());
+    h.run_for(60).await;
+    h.request(1).await;
+    h.run_for(300).await;
+    let od: Vec<_> = h
+        .ledger
+        .live_nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.offering.as_str() == "od")
+        .collect();
+    assert_eq!(od.len(), 1);
+    assert_eq!(od[0].price_usd_per_hour, "2.00".parse().unwrap());
+    assert!(
+        refusal_reasons(&h).await.is_empty(),
+        "no launch was sent to a market above its maximum price"
+    );
+    let quoted = h.engine.offering_prices();
+    assert!(
+        quoted
+            .iter()
+            .find(|p| p.offering == spot)
+            .unwrap()
+            .above_max_price
+    );
+}
+
+#[tokio::test]
+async fn without_live_prices_a_spot_market_above_the_max_price_costs_a_refusal_then_falls_back() {
+    let h = harness(&spot_market_config("0s")).await;
+    let spot: headroom_core::OfferingId = "spot".parse().unwrap();
+    h.cloud.set_spot_price(&spot, "3.50".parse().unwrap());
+    h.request(1).await;
+    h.run_for(300).await;
+    let nodes = h.ledger.live_nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].offering.as_str(), "od");
+    assert_eq!(
+        refusal_reasons(&h).await,
+        [RefusalReason::Cloud(ErrorClass::Price)],
+        "the cloud said no first"
+    );
+    let quoted = h.engine.offering_prices();
+    assert_eq!(quoted[0].live_usd_per_hour, None, "prices were never asked");
+}
