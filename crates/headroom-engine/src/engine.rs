@@ -31,6 +31,7 @@ use crate::config::Config;
 
 mod cluster_steps;
 mod prices;
+mod restore;
 
 pub use prices::OfferingPrice;
 
@@ -175,6 +176,8 @@ struct LoopState {
     reservation_idle_since: HashMap<OfferingId, Timestamp>,
     /// What the cluster last showed for each climbing node, to stamp each rung once.
     cluster_seen: HashMap<NodeId, crate::cluster::ClusterNodeView>,
+    /// Pools whose recent launches and refusals have been read back from the ledger.
+    restored: HashSet<PoolName>,
     /// Prices the cloud quoted (spot), from the last refresh that answered.
     live_prices: HashMap<OfferingId, Money>,
     /// When prices were last asked for, and when an answer last came.
@@ -745,6 +748,7 @@ impl Engine {
         // Leases first: only the pools this process owns are observed, planned and changed.
         let names: Vec<PoolName> = self.config.pools.iter().map(|p| p.name.clone()).collect();
         let owned = self.ledger.pool_leases(&names).await?;
+        self.restore_recent_history(&owned).await?;
         let inventory = self
             .cloud
             .list_owned(&self.config.cluster_id)

@@ -1316,3 +1316,66 @@ async fn without_live_prices_a_spot_market_above_the_max_price_costs_a_refusal_t
     let quoted = h.engine.offering_prices();
     assert_eq!(quoted[0].live_usd_per_hour, None, "prices were never asked");
 }
+
+#[tokio::test]
+async fn a_restart_remembers_the_offerings_that_refused_and_the_launches_of_the_period() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}{}{}",
+        offering(
+            "cheap",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "on-demand",
+            "0.50",
+            0
+        ),
+        offering(
+            "dear",
+            "us-east-1",
+            "use1-az1",
+            "g6.xlarge",
+            "on-demand",
+            "0.80",
+            8
+        ),
+        pool_block(
+            "llm",
+            "\"cheap\", \"dear\"",
+            "max_replicas = 8\nmax_scale_up_per_step = 8",
+            "max_launches_per_period = 2\nlaunch_period = \"10m\""
+        ),
+    );
+    let h = harness(&config).await;
+    let id = h.request(3).await;
+    h.engine.tick().await.unwrap();
+    let launch_calls = |h: &Harness| {
+        h.cloud
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("launch "))
+            .count()
+    };
+    // The stocked-out offering refused once, then one launch on the dear one: two launches,
+    // the period's limit.
+    assert_eq!(launch_calls(&h), 2);
+    assert_eq!(h.live_instances().await, 1);
+
+    // A restart must neither ask the refusing offering again within its cooldown nor launch
+    // past the period's limit.
+    let restarted = h.restarted();
+    h.clock.advance(Duration::from_secs(30));
+    restarted.tick().await.unwrap();
+    assert_eq!(launch_calls(&h), 2, "{:?}", h.cloud.calls());
+    let status = restarted.pool_status(&"llm".parse().unwrap()).unwrap();
+    assert_eq!(status.requested + status.starting, 1, "{status:?}");
+
+    // Later periods launch the rest: the cheap offering is tried again after its cooldown, and
+    // once it has refused twice in 15 minutes it ranks below the dear one.
+    for _ in 0..300 {
+        h.clock.advance(Duration::from_secs(5));
+        restarted.tick().await.unwrap();
+    }
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(outcome.state, RequestState::Delivered, "{outcome:?}");
+}

@@ -1,0 +1,80 @@
+//! What the planner remembers of a pool's recent past — launches in the current launch period,
+//! and the cloud's recent refusals of its offerings — rebuilt from the ledger when this process
+//! takes the pool (at start, or on taking over a dead replica's lease). Without it a restart
+//! would forget the per-period limit and send one more launch to every offering that just
+//! refused.
+
+use super::*;
+
+impl Engine {
+    pub(super) async fn restore_recent_history(
+        &self,
+        owned: &BTreeSet<PoolName>,
+    ) -> Result<(), EngineError> {
+        let taken: Vec<&PoolSpec> = {
+            let st = self.state();
+            self.config
+                .pools
+                .iter()
+                .filter(|p| owned.contains(&p.name) && !st.restored.contains(&p.name))
+                .collect()
+        };
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let cooldown = chrono::Duration::from_std(self.config.engine.offering_cooldown)
+            .unwrap_or(chrono::Duration::minutes(3));
+        let refusals = self
+            .ledger
+            .refusals_between(now - RECENT_REFUSALS.max(cooldown), now)
+            .await?;
+        for pool in taken {
+            let period = chrono::Duration::from_std(pool.supply.launch_period)
+                .unwrap_or(chrono::Duration::minutes(1));
+            let launches: VecDeque<Timestamp> = self
+                .ledger
+                .pool_events(&pool.name)
+                .await?
+                .into_iter()
+                .filter(|e| e.state == NodeState::Requested && e.at > now - period)
+                .map(|e| e.at)
+                .collect();
+            let mut st = self.state();
+            // What this process saw itself is never replaced, only what it cannot have seen.
+            if !launches.is_empty() {
+                st.launch_log.entry(pool.name.clone()).or_insert(launches);
+            }
+            for offering in &pool.offerings {
+                if st.refusal_log.contains_key(offering) {
+                    continue;
+                }
+                let mut times: Vec<Timestamp> = refusals
+                    .iter()
+                    .filter(|r| r.offering.as_ref() == Some(offering))
+                    .filter(|r| matches!(r.reason, RefusalReason::Cloud(c) if c.falls_back()))
+                    .map(|r| r.at)
+                    .collect();
+                if times.is_empty() {
+                    continue;
+                }
+                times.sort();
+                if let Some(last) = times.last()
+                    && *last + cooldown > now
+                {
+                    st.unavailable_until
+                        .insert(offering.clone(), *last + cooldown);
+                }
+                st.refusal_log.insert(
+                    offering.clone(),
+                    times
+                        .into_iter()
+                        .filter(|t| *t >= now - RECENT_REFUSALS)
+                        .collect(),
+                );
+            }
+            st.restored.insert(pool.name.clone());
+        }
+        Ok(())
+    }
+}
