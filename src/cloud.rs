@@ -64,6 +64,16 @@ async fn aws(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<dyn C
     let provider = headroom_aws::AwsProvider::new(settings, regions, clock)
         .await
         .map_err(|e| crate::BadInput(e.to_string()))?;
+    // The Auto Scaling warm pools of group-mode pools are Headroom's configuration: put them at
+    // start. A group that is missing or a permission that is lacking stops the start; a passing
+    // fault (throttling, an activity in progress) only delays the warm pool to the next start.
+    if let Err(e) = provider.sync_group_warm_pools().await {
+        if e.class().is_retryable() {
+            tracing::warn!(error = %e, "auto scaling warm pools not configured; the next start retries");
+        } else {
+            bail!("aws.group_warm_pools: {e}");
+        }
+    }
     Ok(Arc::new(provider))
 }
 

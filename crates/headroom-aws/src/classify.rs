@@ -1,7 +1,8 @@
 //! EC2 error codes → the cloud error taxonomy, as a pure function of the code and where it came
 //! from. EC2 reports the same code in two shapes: as a failed API call (real EC2 answers capacity
 //! errors with a 5xx status, moto with 400) and as a per-instance entry in an instant
-//! CreateFleet's `Errors[]`, where the call itself succeeds.
+//! CreateFleet's `Errors[]`, where the call itself succeeds. The Auto Scaling API (group mode)
+//! has codes of its own, classified here too: its calls fail as API calls only.
 
 use headroom_core::ErrorClass;
 
@@ -31,7 +32,9 @@ pub fn classify(code: &str, source: ErrorSource) -> ErrorClass {
         | "VcpuLimitExceeded"
         | "InstanceLimitExceeded"
         | "MaxSpotFleetRequestCountExceeded"
-        | "ResourceLimitExceeded" => ErrorClass::Quota,
+        | "ResourceLimitExceeded"
+        // Auto Scaling: too many groups, launch configurations or warm pools in the account.
+        | "LimitExceeded" => ErrorClass::Quota,
         "SpotMaxPriceTooLow" | "price-too-low" => ErrorClass::Price,
         "RequestLimitExceeded"
         | "Throttling"
@@ -39,9 +42,15 @@ pub fn classify(code: &str, source: ErrorSource) -> ErrorClass {
         | "RequestThrottled"
         | "RequestThrottledException"
         | "TooManyRequestsException"
-        | "SlowDown" => ErrorClass::Throttled,
+        | "SlowDown"
+        // Auto Scaling: another activity (a scale-out, an instance refresh) holds the group, or
+        // another caller changed it at the same moment; both pass within seconds.
+        | "ScalingActivityInProgress"
+        | "ResourceContention" => ErrorClass::Throttled,
         "InternalError" | "InternalFailure" | "ServiceUnavailable" | "Unavailable"
         | "RequestTimeout" | "RequestExpired" => ErrorClass::Transient,
+        // Auto Scaling: the group is being changed (ResourceInUse) or refreshed; try next tick.
+        "ResourceInUse" | "InstanceRefreshInProgress" => ErrorClass::Transient,
         // The instance is between states (stopping, pending): the next activation tries again.
         "IncorrectInstanceState" | "IncorrectState" => ErrorClass::Transient,
         "InvalidInstanceID.NotFound" | "InvalidInstanceID.Malformed" => ErrorClass::NotFound,
@@ -56,7 +65,14 @@ pub fn classify(code: &str, source: ErrorSource) -> ErrorClass {
         | "UnsupportedOperation"
         | "Unsupported"
         | "IdempotentParameterMismatch"
-        | "DryRunOperation" => ErrorClass::InvalidRequest,
+        | "DryRunOperation"
+        // Auto Scaling (query protocol): a parameter our request got wrong (desired above the
+        // group's max, a group that does not exist), or missing permissions.
+        | "ValidationError"
+        | "AccessDenied"
+        | "AccessDeniedException"
+        | "ServiceLinkedRoleFailure"
+        | "AlreadyExists" => ErrorClass::InvalidRequest,
         // InvalidParameter, InvalidParameterValue, InvalidParameterCombination, InvalidAMIID.*,
         // InvalidLaunchTemplateName.*, InvalidSubnetID.*: all our request's fault.
         c if c.starts_with("Invalid") => ErrorClass::InvalidRequest,
@@ -141,6 +157,27 @@ mod tests {
             "MissingParameter",
         ] {
             each_shape(code, ErrorClass::InvalidRequest);
+        }
+    }
+
+    #[test]
+    fn auto_scaling_codes_are_classified() {
+        for (code, class) in [
+            ("ScalingActivityInProgress", ErrorClass::Throttled),
+            ("ResourceContention", ErrorClass::Throttled),
+            ("LimitExceeded", ErrorClass::Quota),
+            ("ValidationError", ErrorClass::InvalidRequest),
+            ("AccessDenied", ErrorClass::InvalidRequest),
+            ("ServiceLinkedRoleFailure", ErrorClass::InvalidRequest),
+            ("ResourceInUse", ErrorClass::Transient),
+            ("InstanceRefreshInProgress", ErrorClass::Transient),
+        ] {
+            for status in [400, 403, 500] {
+                let source = ErrorSource::Api {
+                    status: Some(status),
+                };
+                assert_eq!(classify(code, source), class, "{code} with {status}");
+            }
         }
     }
 

@@ -6,16 +6,23 @@
 //! reservation). The warm pool is our own stopped instances (StartInstances / StopInstances);
 //! inventory is DescribeInstances filtered by the cluster tag; spot interruptions are read from
 //! the instance's state reason. Error codes are classified by the pure [`classify`] function.
+//! Pools in Auto Scaling group mode (`aws.auto_scaling_groups`) are launched by their group
+//! instead: SetDesiredCapacity, then the new instance is claimed by tagging it (module `group`);
+//! the group's own warm pool is set with PutWarmPool and read with DescribeWarmPool.
 //!
 //! [`CloudProvider`]: headroom_cloud::CloudProvider
 
 mod classify;
+mod group;
 mod provider;
 mod settings;
 
 pub use classify::{ErrorSource, classify};
+pub use group::{
+    GroupMember, GroupStep, GroupView, GroupWarmPoolStatus, TAG_GROUP_NAME, next_step,
+};
 pub use provider::{AwsProvider, TAG_CLIENT_TOKEN, TAG_OFFERING, phase_of, warned_instance};
-pub use settings::AwsSettings;
+pub use settings::{AwsSettings, GroupWarmPool, WarmPoolState};
 
 use thiserror::Error;
 
@@ -39,11 +46,11 @@ mod iam {
     /// Operations IAM authorises under another action's name.
     const ALIASES: [(&str, &str); 1] = [("sqs:DeleteMessageBatch", "sqs:DeleteMessage")];
 
-    /// `ec2.some_operation(` (or `sqs.…`) in source text → `ec2:SomeOperation`, for every such
+    /// `ec2.some_operation(` (or `sqs.…`, `autoscaling.…`) in source text → `ec2:SomeOperation`, for every such
     /// call on a client bound to the name of its service.
     fn calls_in(text: &str) -> BTreeSet<String> {
         let mut actions = BTreeSet::new();
-        for service in ["ec2", "sqs"] {
+        for service in ["ec2", "sqs", "autoscaling"] {
             actions.extend(service_calls_in(text, service));
         }
         actions
@@ -103,11 +110,12 @@ mod iam {
 
     #[test]
     fn the_scanner_reads_chained_calls() {
-        let text = "let ec2 = c;\nec2\n    .run_instances()\n; aws_sdk_ec2::x(); ec2.describe_spot_price_history().send(); sqs.delete_message_batch()";
+        let text = "let ec2 = c;\nec2\n    .run_instances()\n; aws_sdk_ec2::x(); ec2.describe_spot_price_history().send(); sqs.delete_message_batch(); \"aws:autoscaling:groupName\"; autoscaling\n.set_desired_capacity()";
         let found: Vec<String> = calls_in(text).into_iter().collect();
         assert_eq!(
             found,
             [
+                "autoscaling:SetDesiredCapacity",
                 "ec2:DescribeSpotPriceHistory",
                 "ec2:RunInstances",
                 "sqs:DeleteMessage"

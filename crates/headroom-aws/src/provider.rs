@@ -52,7 +52,12 @@ const SPOT_TERMINATION: &str = "Server.SpotInstanceTermination";
 #[derive(Debug)]
 pub struct AwsProvider {
     clients: BTreeMap<String, Client>,
-    settings: AwsSettings,
+    /// Region → Auto Scaling client, for pools in group mode.
+    pub(crate) autoscaling_clients: BTreeMap<String, aws_sdk_autoscaling::Client>,
+    /// Held across the read-decide-write of a group's desired capacity (launch and terminate
+    /// of group pools): SetDesiredCapacity is absolute, so two at once would lose one.
+    pub(crate) group_changes: tokio::sync::Mutex<()>,
+    pub(crate) settings: AwsSettings,
     clock: Arc<dyn Clock>,
     regions_of: Mutex<HashMap<InstanceId, String>>,
     /// Region → the SQS queue of spot interruption warnings, where configured.
@@ -120,6 +125,18 @@ impl AwsProvider {
                 (region.clone(), Client::from_conf(config))
             })
             .collect();
+        let autoscaling_clients = regions
+            .iter()
+            .map(|region| {
+                let config = aws_sdk_autoscaling::config::Builder::from(&shared)
+                    .region(aws_sdk_autoscaling::config::Region::new(region.clone()))
+                    .build();
+                (
+                    region.clone(),
+                    aws_sdk_autoscaling::Client::from_conf(config),
+                )
+            })
+            .collect();
         let queues = settings
             .interruption_queues
             .iter()
@@ -137,6 +154,8 @@ impl AwsProvider {
             queues,
             warned: Mutex::new(HashMap::new()),
             clients,
+            autoscaling_clients,
+            group_changes: tokio::sync::Mutex::new(()),
             settings,
             clock,
             regions_of: Mutex::new(HashMap::new()),
@@ -144,7 +163,7 @@ impl AwsProvider {
         })
     }
 
-    fn client(&self, region: &str) -> Result<&Client, CloudError> {
+    pub(crate) fn client(&self, region: &str) -> Result<&Client, CloudError> {
         self.clients.get(region).ok_or_else(|| CloudError::Refused {
             provider: ProviderKind::Aws,
             class: ErrorClass::InvalidRequest,
@@ -198,7 +217,7 @@ impl AwsProvider {
         Ok(self.to_instance(region, &raw))
     }
 
-    async fn describe_raw(
+    pub(crate) async fn describe_raw(
         &self,
         region: &str,
         id: &InstanceId,
@@ -236,6 +255,8 @@ impl AwsProvider {
                 out.reservations()
                     .iter()
                     .flat_map(|r| r.instances())
+                    // An Auto Scaling group's instance is ours once a launch claims it.
+                    .filter(|i| !self.is_unclaimed_group_member(i))
                     .map(|i| self.to_instance(region, i)),
             );
             match out.next_token() {
@@ -250,7 +271,7 @@ impl AwsProvider {
         Ok(instances)
     }
 
-    fn to_instance(&self, region: &str, i: &aws_sdk_ec2::types::Instance) -> Instance {
+    pub(crate) fn to_instance(&self, region: &str, i: &aws_sdk_ec2::types::Instance) -> Instance {
         let tags: HashMap<&str, &str> = i
             .tags()
             .iter()
@@ -554,7 +575,7 @@ fn to_timestamp(t: &aws_sdk_ec2::primitives::DateTime) -> Option<Timestamp> {
 
 /// A failed SDK call as a [`CloudError`]. `NotFound` codes become [`CloudError::NotFound`] when
 /// the call was about one instance.
-fn api_error<E>(err: SdkError<E, HttpResponse>, id: Option<&InstanceId>) -> CloudError
+pub(crate) fn api_error<E>(err: SdkError<E, HttpResponse>, id: Option<&InstanceId>) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -596,7 +617,7 @@ where
     }
 }
 
-fn ec2_tag(key: &str, value: &str) -> Tag {
+pub(crate) fn ec2_tag(key: &str, value: &str) -> Tag {
     Tag::builder().key(key).value(value).build()
 }
 
@@ -622,6 +643,9 @@ impl CloudProvider for AwsProvider {
             .min_by_key(|i| i.launched_at)
         {
             return Ok(existing);
+        }
+        if let Some(group) = self.settings.group_of(&spec.tags.pool) {
+            return self.launch_in_group(spec, group).await;
         }
 
         let mut tags: Vec<Tag> = spec
@@ -759,12 +783,14 @@ impl CloudProvider for AwsProvider {
     }
 
     async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        let (region, current) = self.locate(id).await?;
+        let (region, raw) = self.locate_raw(id).await?;
+        let current = self.to_instance(&region, &raw);
         match current.phase {
             InstancePhase::Terminated | InstancePhase::Interrupted => {
                 Err(CloudError::NotFound(id.clone()))
             }
             InstancePhase::Stopped => {
+                self.refuse_for_group(&raw, "start")?;
                 let ec2 = self.client(&region)?;
                 ec2.start_instances()
                     .instance_ids(id.0.clone())
@@ -778,13 +804,15 @@ impl CloudProvider for AwsProvider {
     }
 
     async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        let (region, current) = self.locate(id).await?;
+        let (region, raw) = self.locate_raw(id).await?;
+        let current = self.to_instance(&region, &raw);
         match current.phase {
             InstancePhase::Terminated | InstancePhase::Interrupted => {
                 Err(CloudError::NotFound(id.clone()))
             }
             InstancePhase::Stopped => Ok(current),
             _ => {
+                self.refuse_for_group(&raw, "stop")?;
                 let ec2 = self.client(&region)?;
                 ec2.stop_instances()
                     .instance_ids(id.0.clone())
@@ -798,26 +826,13 @@ impl CloudProvider for AwsProvider {
 
     async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
         let (region, raw) = self.locate_raw(id).await?;
-        let ec2 = self.client(&region)?;
-        // A persistent spot request (stoppable spot pools) would launch a replacement for the
-        // instance we terminate: cancel it first.
-        if let Some(request) = raw.spot_instance_request_id() {
-            match ec2
-                .cancel_spot_instance_requests()
-                .spot_instance_request_ids(request)
-                .send()
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.code() == Some("InvalidSpotInstanceRequestID.NotFound") => {}
-                Err(e) => return Err(api_error(e, Some(id))),
+        if let Some(group) = self.configured_group_of(&raw) {
+            if self.to_instance(&region, &raw).phase != InstancePhase::Terminated {
+                self.terminate_in_group(&region, id, group).await?;
             }
+        } else {
+            self.terminate_outside_groups(&region, &raw, id).await?;
         }
-        ec2.terminate_instances()
-            .instance_ids(id.0.clone())
-            .send()
-            .await
-            .map_err(|e| api_error(e, Some(id)))?;
         self.warned
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -881,6 +896,38 @@ impl CloudProvider for AwsProvider {
             }));
         }
         Ok(quotes)
+    }
+}
+
+impl AwsProvider {
+    /// TerminateInstances, after cancelling the instance's persistent spot request if it has one.
+    async fn terminate_outside_groups(
+        &self,
+        region: &str,
+        raw: &aws_sdk_ec2::types::Instance,
+        id: &InstanceId,
+    ) -> Result<(), CloudError> {
+        let ec2 = self.client(region)?;
+        // A persistent spot request (stoppable spot pools) would launch a replacement for the
+        // instance we terminate: cancel it first.
+        if let Some(request) = raw.spot_instance_request_id() {
+            match ec2
+                .cancel_spot_instance_requests()
+                .spot_instance_request_ids(request)
+                .send()
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("InvalidSpotInstanceRequestID.NotFound") => {}
+                Err(e) => return Err(api_error(e, Some(id))),
+            }
+        }
+        ec2.terminate_instances()
+            .instance_ids(id.0.clone())
+            .send()
+            .await
+            .map_err(|e| api_error(e, Some(id)))?;
+        Ok(())
     }
 }
 

@@ -53,6 +53,56 @@ pub struct AwsSettings {
     /// inside the node; until readiness comes from the cluster this stands in for the ladder.
     #[serde(default)]
     pub ready_after_secs: u64,
+    /// Pool → EC2 Auto Scaling group name: the group launches that pool's nodes (its launch
+    /// template, zones and instance type), Headroom only sets its desired capacity and claims the
+    /// instances it brings in. The group must carry the tag `headroom-cluster = <cluster_id>`
+    /// with PropagateAtLaunch, so its instances are ours from their first second.
+    #[serde(default)]
+    pub auto_scaling_groups: BTreeMap<String, String>,
+    /// Pool (of `auto_scaling_groups`) → the group's own warm pool, put on the group at start.
+    #[serde(default)]
+    pub group_warm_pools: BTreeMap<String, GroupWarmPool>,
+}
+
+/// An Auto Scaling warm pool (PutWarmPool): pre-initialised instances the group scales out from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupWarmPool {
+    /// Instances kept in the warm pool at least.
+    #[serde(default)]
+    pub min_size: u32,
+    /// Group size plus warm pool at most; left out, the group's max size.
+    #[serde(default)]
+    pub max_prepared_capacity: Option<u32>,
+    /// The state warm instances wait in.
+    #[serde(default)]
+    pub pool_state: WarmPoolState,
+    /// Instances the group scales in go back to the warm pool instead of terminating. Our own
+    /// terminations (TerminateInstanceInAutoScalingGroup) still terminate.
+    #[serde(default)]
+    pub reuse_on_scale_in: bool,
+}
+
+/// The state an Auto Scaling warm pool keeps its instances in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum WarmPoolState {
+    /// Disk only: no instance charge while waiting.
+    #[default]
+    Stopped,
+    /// Billed as running; joins the group fastest.
+    Running,
+    /// Memory saved to disk; needs an instance type and image that support hibernation.
+    Hibernated,
+}
+
+impl WarmPoolState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarmPoolState::Stopped => "Stopped",
+            WarmPoolState::Running => "Running",
+            WarmPoolState::Hibernated => "Hibernated",
+        }
+    }
 }
 
 fn config_error(key: &str, message: impl Into<String>) -> AwsError {
@@ -157,6 +207,7 @@ impl AwsSettings {
                 ));
             }
         }
+        self.validate_groups()?;
         for (zone, subnet) in &self.subnets {
             if !subnet.starts_with("subnet-") {
                 return Err(config_error(
@@ -168,8 +219,76 @@ impl AwsSettings {
         Ok(())
     }
 
+    /// Auto Scaling group mode: one group per pool, nothing else of ours launching that pool.
+    fn validate_groups(&self) -> Result<(), AwsError> {
+        let mut owner_of: BTreeMap<&str, &str> = BTreeMap::new();
+        for (pool, group) in &self.auto_scaling_groups {
+            let key = format!("auto_scaling_groups.{pool}");
+            // AWS allows 1..=255 characters for a group name.
+            if group.trim().is_empty() || group.len() > 255 {
+                return Err(config_error(
+                    &key,
+                    "is not an Auto Scaling group name; name the group (1 to 255 characters) or remove the entry",
+                ));
+            }
+            // Two pools on one group would claim each other's instances.
+            if let Some(other) = owner_of.insert(group, pool) {
+                return Err(config_error(
+                    &key,
+                    format!(
+                        "group {group:?} is already pool {other}'s; give each pool its own group"
+                    ),
+                ));
+            }
+            if self.launch_templates.contains_key(pool) {
+                return Err(config_error(
+                    &format!("launch_templates.{pool}"),
+                    format!(
+                        "pool {pool} launches through Auto Scaling group {group:?}; remove the launch template or the group"
+                    ),
+                ));
+            }
+            if self.stoppable_spot_pools.contains(pool) {
+                return Err(config_error(
+                    "stoppable_spot_pools",
+                    format!(
+                        "pool {pool} launches through Auto Scaling group {group:?}, whose warm pool is aws.group_warm_pools.{pool}; remove it from stoppable_spot_pools"
+                    ),
+                ));
+            }
+        }
+        for (pool, warm) in &self.group_warm_pools {
+            let key = format!("group_warm_pools.{pool}");
+            if !self.auto_scaling_groups.contains_key(pool) {
+                return Err(config_error(
+                    &key,
+                    format!(
+                        "pool {pool} has no Auto Scaling group; add aws.auto_scaling_groups.{pool} or remove the entry"
+                    ),
+                ));
+            }
+            if let Some(max) = warm.max_prepared_capacity
+                && max < warm.min_size
+            {
+                return Err(config_error(
+                    &format!("{key}.max_prepared_capacity"),
+                    format!(
+                        "{max} is below min_size {}; raise it or leave it out",
+                        warm.min_size
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The Auto Scaling group that launches `pool`, if it is in group mode.
+    pub fn group_of(&self, pool: &str) -> Option<&str> {
+        self.auto_scaling_groups.get(pool).map(String::as_str)
+    }
+
     /// Checks the settings against the rest of the configuration: every pool launched on AWS needs
-    /// an image or a launch template, and launch templates name configured pools.
+    /// an image, a launch template or an Auto Scaling group, and those name configured pools.
     pub fn check_pools<'a>(
         &self,
         pools: impl IntoIterator<Item = &'a str>,
@@ -195,15 +314,26 @@ impl AwsSettings {
                 format!("{unknown} is no configured pool; use a name from [[pools]]"),
             ));
         }
+        if let Some(unknown) = self
+            .auto_scaling_groups
+            .keys()
+            .find(|p| !pools.contains(&p.as_str()))
+        {
+            return Err(config_error(
+                &format!("auto_scaling_groups.{unknown}"),
+                "names no configured pool; use a name from [[pools]] or remove the entry",
+            ));
+        }
         if self.image_id.is_none()
-            && let Some(pool) = pools
-                .iter()
-                .find(|p| !self.launch_templates.contains_key(**p))
+            && let Some(pool) = pools.iter().find(|p| {
+                !self.launch_templates.contains_key(**p)
+                    && !self.auto_scaling_groups.contains_key(**p)
+            })
         {
             return Err(config_error(
                 "image_id",
                 format!(
-                    "pool {pool} has no launch template and there is no image_id; set aws.image_id or aws.launch_templates.{pool}"
+                    "pool {pool} has no launch template and there is no image_id; set aws.image_id, aws.launch_templates.{pool} or aws.auto_scaling_groups.{pool}"
                 ),
             ));
         }
@@ -248,13 +378,30 @@ mod tests {
             capacity_blocks = ["p5-block"]
             stoppable_spot_pools = ["batch"]
             ready_after_secs = 120
+            auto_scaling_groups = { chat = "headroom-chat" }
+            [group_warm_pools.chat]
+            min_size = 1
+            max_prepared_capacity = 4
+            pool_state = "Hibernated"
+            reuse_on_scale_in = true
             "#,
         )
         .unwrap();
         assert_eq!(s.regions_or([]), ["us-east-1", "us-west-2"]);
         assert_eq!(s.launch_templates["llm"], "llm-nodes");
         assert_eq!(s.ready_after_secs, 120);
-        s.check_pools(["llm", "batch"]).unwrap();
+        assert_eq!(s.group_of("chat"), Some("headroom-chat"));
+        assert_eq!(s.group_of("llm"), None);
+        assert_eq!(
+            s.group_warm_pools["chat"],
+            GroupWarmPool {
+                min_size: 1,
+                max_prepared_capacity: Some(4),
+                pool_state: WarmPoolState::Hibernated,
+                reuse_on_scale_in: true,
+            }
+        );
+        s.check_pools(["llm", "batch", "chat"]).unwrap();
     }
 
     #[test]
@@ -302,5 +449,72 @@ mod tests {
         let s = parse("image_id = \"ami-1\"\nstoppable_spot_pools = [\"gone\"]").unwrap();
         let err = s.check_pools(["llm"]).unwrap_err().to_string();
         assert!(err.starts_with("aws.stoppable_spot_pools:"), "{err}");
+    }
+
+    #[test]
+    fn a_group_warm_pool_defaults_to_stopped_instances() {
+        let s = parse("auto_scaling_groups = { chat = \"g\" }\n[group_warm_pools.chat]\n").unwrap();
+        assert_eq!(s.group_warm_pools["chat"], GroupWarmPool::default());
+        assert_eq!(GroupWarmPool::default().pool_state.as_str(), "Stopped");
+    }
+
+    #[test]
+    fn group_mistakes_name_their_key_and_the_fix() {
+        for (text, key, fix) in [
+            (
+                "auto_scaling_groups = { chat = \" \" }",
+                "aws.auto_scaling_groups.chat:",
+                "name the group",
+            ),
+            (
+                "auto_scaling_groups = { a = \"g\", b = \"g\" }",
+                "aws.auto_scaling_groups.b:",
+                "its own group",
+            ),
+            (
+                "auto_scaling_groups = { chat = \"g\" }\nlaunch_templates = { chat = \"t\" }",
+                "aws.launch_templates.chat:",
+                "remove the launch template or the group",
+            ),
+            (
+                "auto_scaling_groups = { chat = \"g\" }\nstoppable_spot_pools = [\"chat\"]",
+                "aws.stoppable_spot_pools:",
+                "aws.group_warm_pools.chat",
+            ),
+            (
+                "[group_warm_pools.chat]\nmin_size = 1",
+                "aws.group_warm_pools.chat:",
+                "add aws.auto_scaling_groups.chat",
+            ),
+            (
+                "auto_scaling_groups = { chat = \"g\" }\n[group_warm_pools.chat]\nmin_size = 3\nmax_prepared_capacity = 2",
+                "aws.group_warm_pools.chat.max_prepared_capacity:",
+                "raise it",
+            ),
+            (
+                "auto_scaling_groups = { chat = \"g\" }\n[group_warm_pools.chat]\npool_state = \"Frozen\"",
+                "aws.group_warm_pools:",
+                "unknown variant",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.starts_with(key), "{text}: {err}");
+            assert!(err.contains(fix), "{text}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_pool_in_group_mode_needs_no_image_and_a_group_needs_a_pool() {
+        let s = parse("auto_scaling_groups = { chat = \"headroom-chat\" }").unwrap();
+        s.check_pools(["chat"]).unwrap();
+        let err = s.check_pools(["chat", "batch"]).unwrap_err().to_string();
+        assert!(err.starts_with("aws.image_id:"), "{err}");
+        assert!(err.contains("aws.auto_scaling_groups.batch"), "{err}");
+        let err = s.check_pools(["other"]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("aws.auto_scaling_groups.chat: names no configured pool"),
+            "{err}"
+        );
     }
 }

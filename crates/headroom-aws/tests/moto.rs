@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_config::BehaviorVersion;
 use aws_sdk_ec2::config::{Credentials, Region};
-use headroom_aws::{AwsProvider, AwsSettings};
+use headroom_aws::{AwsProvider, AwsSettings, GroupWarmPool, GroupWarmPoolStatus, WarmPoolState};
 use headroom_cloud::contract::{self, ContractFixture};
 use headroom_cloud::{
     Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
@@ -1011,6 +1011,424 @@ async fn a_spot_interruption_warning_from_the_queue_gives_notice_then_interrupts
     let owned = provider.list_owned("warn").await.unwrap();
     assert_eq!(owned.len(), 1);
     assert_eq!(owned[0].id, spared.id);
+}
+
+// --- Auto Scaling group mode -------------------------------------------------------------
+
+const GROUP: &str = "headroom-llm";
+const GROUP_TEMPLATE: &str = "headroom-llm-nodes";
+
+/// A plain Auto Scaling client on the moto server.
+async fn raw_autoscaling(moto: &Moto) -> aws_sdk_autoscaling::Client {
+    let config = moto
+        .loader()
+        .region(Region::new(REGION))
+        .endpoint_url(moto.endpoint())
+        .load()
+        .await;
+    aws_sdk_autoscaling::Client::new(&config)
+}
+
+/// What an operator sets up once: a launch template of the pool's instance type and an empty
+/// group on it (desired 0, min 0), tagged with the cluster id and propagating it.
+async fn create_group(moto: &Moto, cluster: &str, max: i32) {
+    moto.raw_client()
+        .await
+        .create_launch_template()
+        .launch_template_name(GROUP_TEMPLATE)
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(IMAGE)
+                .instance_type(aws_sdk_ec2::types::InstanceType::from(GOOD_TYPE))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    raw_autoscaling(moto)
+        .await
+        .create_auto_scaling_group()
+        .auto_scaling_group_name(GROUP)
+        .launch_template(
+            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                .launch_template_name(GROUP_TEMPLATE)
+                .version("$Default")
+                .build(),
+        )
+        .min_size(0)
+        .max_size(max)
+        .desired_capacity(0)
+        .availability_zones(ZONE)
+        .tags(
+            aws_sdk_autoscaling::types::Tag::builder()
+                .resource_id(GROUP)
+                .resource_type("auto-scaling-group")
+                .key("headroom-cluster")
+                .value(cluster)
+                .propagate_at_launch(true)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The group's desired capacity and its instances (id, lifecycle state), as AWS reports them.
+async fn group_state(moto: &Moto) -> (i32, Vec<(String, String)>) {
+    let out = raw_autoscaling(moto)
+        .await
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(GROUP)
+        .send()
+        .await
+        .unwrap();
+    let group = &out.auto_scaling_groups()[0];
+    let members = group
+        .instances()
+        .iter()
+        .map(|i| {
+            (
+                i.instance_id().unwrap().to_string(),
+                i.lifecycle_state().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    (group.desired_capacity().unwrap(), members)
+}
+
+async fn set_desired(moto: &Moto, desired: i32) {
+    raw_autoscaling(moto)
+        .await
+        .set_desired_capacity()
+        .auto_scaling_group_name(GROUP)
+        .desired_capacity(desired)
+        .send()
+        .await
+        .unwrap();
+}
+
+fn group_settings(moto: &Moto) -> AwsSettings {
+    AwsSettings {
+        auto_scaling_groups: [("llm".to_string(), GROUP.to_string())].into(),
+        ..moto.settings()
+    }
+}
+
+fn ec2_state(instances: &[aws_sdk_ec2::types::Instance], id: &InstanceId) -> String {
+    instances
+        .iter()
+        .find(|i| i.instance_id() == Some(id.0.as_str()))
+        .and_then(|i| i.state()?.name().map(|n| n.as_str().to_string()))
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_group_pool_launches_by_desired_capacity_claims_once_and_terminates_with_decrement() {
+    let moto = Moto::start();
+    create_group(&moto, "asg", 3).await;
+    let provider = moto.provider_with(group_settings(&moto), clock()).await;
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+
+    let first = provider.launch(&spec("asg", &od, "a1")).await.unwrap();
+    let again = provider.launch(&spec("asg", &od, "a1")).await.unwrap();
+    assert_eq!(again.id, first.id, "the same token is the same instance");
+    let (desired, members) = group_state(&moto).await;
+    assert_eq!(desired, 1, "one SetDesiredCapacity for one token");
+    assert_eq!(members.len(), 1);
+    assert_eq!(
+        members[0].0, first.id.0,
+        "the group's own instance was claimed"
+    );
+    assert_eq!(first.client_token, "hr-a1");
+    assert_eq!(first.offering.as_str(), "g6-od");
+    assert_eq!(first.tags.cluster, "asg", "propagated by the group");
+    assert_eq!(first.tags.node, "a1");
+
+    // A crash after SetDesiredCapacity and before the claim: the group has an instance nobody
+    // tagged. It is not ours yet (so no orphan), and the next launch claims it.
+    set_desired(&moto, 2).await;
+    let owned = provider.list_owned("asg").await.unwrap();
+    assert_eq!(
+        owned.len(),
+        1,
+        "an unclaimed instance is the group's: {owned:?}"
+    );
+    let second = provider.launch(&spec("asg", &od, "a2")).await.unwrap();
+    let (desired, members) = group_state(&moto).await;
+    assert_eq!(desired, 2, "claimed, not scaled out again");
+    assert_eq!(members.len(), 2);
+    assert_ne!(second.id, first.id);
+    assert_eq!(provider.list_owned("asg").await.unwrap().len(), 2);
+    assert_eq!(provider.describe(&second.id).await.unwrap().tags.node, "a2");
+
+    // A third fits (max 3), a fourth does not: the planner falls back on a quota refusal.
+    provider.launch(&spec("asg", &od, "a3")).await.unwrap();
+    let err = provider.launch(&spec("asg", &od, "a4")).await.unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::Quota, "GroupAtMaxSize")
+    );
+    assert_eq!(group_state(&moto).await.0, 3);
+
+    // Terminate: out of the group without a replacement, and idempotent.
+    provider.terminate(&second.id).await.unwrap();
+    let (desired, members) = group_state(&moto).await;
+    assert_eq!(desired, 2, "the desired capacity went down with it");
+    assert!(
+        !members.iter().any(|(id, _)| *id == second.id.0),
+        "{members:?}"
+    );
+    assert_eq!(
+        ec2_state(&moto.all_instances().await, &second.id),
+        "terminated"
+    );
+    provider.terminate(&second.id).await.unwrap();
+    assert_eq!(group_state(&moto).await.0, 2, "a repeat decrements nothing");
+    assert_eq!(provider.list_owned("asg").await.unwrap().len(), 2);
+
+    // Headroom's own stop would make the group replace the node: refused, nothing changes.
+    let err = provider.stop(&first.id).await.unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::InvalidRequest, "GroupManagedInstance")
+    );
+    assert_eq!(ec2_state(&moto.all_instances().await, &first.id), "running");
+    assert_eq!(
+        provider.start(&first.id).await.unwrap().id,
+        first.id,
+        "starting a running instance stays a no-op"
+    );
+}
+
+#[tokio::test]
+async fn a_group_pool_refuses_what_the_group_cannot_be() {
+    let moto = Moto::start();
+    create_group(&moto, "asg", 3).await;
+    let provider = moto.provider_with(group_settings(&moto), clock()).await;
+
+    let spot = offering("g6-spot", GOOD_TYPE, Market::Spot, "0.35");
+    let err = provider
+        .launch(&spec("asg", &spot, "s1"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::InvalidRequest, "MarketNotInGroup")
+    );
+    // The group launches g6.xlarge; an offering of another type would misprice its nodes.
+    let p5 = offering("p5-od", "p5.48xlarge", Market::OnDemand, "55.04");
+    set_desired(&moto, 1).await;
+    let err = provider.launch(&spec("asg", &p5, "p1")).await.unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::InvalidRequest, "OfferingNotInGroup")
+    );
+    assert_eq!(group_state(&moto).await.0, 1, "not scaled out for it");
+
+    // A cluster the group does not propagate: its instances would not be ours.
+    let err = provider
+        .launch(&spec(
+            "other-cluster",
+            &offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8"),
+            "o1",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::InvalidRequest, "GroupNotTagged")
+    );
+
+    let missing = AwsSettings {
+        auto_scaling_groups: [("llm".to_string(), "no-such-group".to_string())].into(),
+        ..moto.settings()
+    };
+    let provider = moto.provider_with(missing, clock()).await;
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let err = provider.launch(&spec("asg", &od, "m1")).await.unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::InvalidRequest, "GroupNotFound")
+    );
+}
+
+/// Auto Scaling errors injected by moto_server.py, through the SDK's query-protocol parser.
+#[tokio::test]
+async fn group_errors_arrive_classified_and_raise_nothing() {
+    let moto = Moto::start();
+    create_group(&moto, "asg", 3).await;
+    let provider = moto.provider_with(group_settings(&moto), clock()).await;
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    for (i, (code, status, class)) in [
+        ("ScalingActivityInProgress", 400, ErrorClass::Throttled),
+        ("ResourceContention", 500, ErrorClass::Throttled),
+        ("Throttling", 400, ErrorClass::Throttled),
+        ("LimitExceeded", 400, ErrorClass::Quota),
+        ("ValidationError", 400, ErrorClass::InvalidRequest),
+        ("AccessDenied", 403, ErrorClass::InvalidRequest),
+        ("InternalFailure", 500, ErrorClass::Transient),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        moto.set_faults(&format!(
+            r#"{{"autoscaling": {{"SetDesiredCapacity": {{"code": "{code}", "status": {status}}}}}}}"#
+        ));
+        let err = provider
+            .launch(&spec("asg", &od, &format!("e{i}")))
+            .await
+            .expect_err(code);
+        assert_eq!(err.class(), class, "{code} with {status}: {err}");
+        assert_eq!(err.code(), code, "the cloud's own code is kept");
+    }
+    assert_eq!(group_state(&moto).await, (0, vec![]), "nothing was raised");
+    assert!(moto.all_instances().await.is_empty());
+
+    // Reads fail the same way: the launch stops before it changes anything.
+    moto.set_faults(
+        r#"{"autoscaling": {"DescribeAutoScalingGroups": {"code": "AccessDenied", "status": 403}}}"#,
+    );
+    let err = provider.launch(&spec("asg", &od, "r1")).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::InvalidRequest, "{err}");
+    moto.set_faults("{}");
+    provider.launch(&spec("asg", &od, "ok")).await.unwrap();
+    assert_eq!(group_state(&moto).await.0, 1);
+}
+
+#[tokio::test]
+async fn the_group_warm_pool_is_put_by_headroom_and_read_back() {
+    let moto = Moto::start();
+    create_group(&moto, "asg", 4).await;
+    let settings = AwsSettings {
+        group_warm_pools: [(
+            "llm".to_string(),
+            GroupWarmPool {
+                min_size: 2,
+                max_prepared_capacity: Some(4),
+                pool_state: WarmPoolState::Hibernated,
+                reuse_on_scale_in: true,
+            },
+        )]
+        .into(),
+        ..group_settings(&moto)
+    };
+    let provider = moto.provider_with(settings, clock()).await;
+    assert_eq!(
+        provider.group_warm_pool("llm").await.unwrap(),
+        None,
+        "none yet"
+    );
+    provider.sync_group_warm_pools().await.unwrap();
+    provider.sync_group_warm_pools().await.unwrap();
+    let status = provider.group_warm_pool("llm").await.unwrap().unwrap();
+    assert_eq!(
+        status,
+        GroupWarmPoolStatus {
+            group: GROUP.to_string(),
+            min_size: 2,
+            max_prepared_capacity: Some(4),
+            pool_state: "Hibernated".to_string(),
+            instances: 0,
+        }
+    );
+    // What AWS holds, read with a plain client.
+    let raw = raw_autoscaling(&moto)
+        .await
+        .describe_warm_pool()
+        .auto_scaling_group_name(GROUP)
+        .send()
+        .await
+        .unwrap();
+    let config = raw.warm_pool_configuration().unwrap();
+    assert_eq!(
+        config
+            .instance_reuse_policy()
+            .and_then(|p| p.reuse_on_scale_in()),
+        Some(true)
+    );
+    assert_eq!(
+        provider.group_warm_pool("batch").await.unwrap(),
+        None,
+        "not a group pool"
+    );
+
+    moto.set_faults(
+        r#"{"autoscaling": {"PutWarmPool": {"code": "LimitExceeded", "status": 400}}}"#,
+    );
+    let err = provider.sync_group_warm_pools().await.unwrap_err();
+    assert_eq!(
+        (err.class(), err.code()),
+        (ErrorClass::Quota, "LimitExceeded")
+    );
+}
+
+/// The engine over a group pool: a crash after the claim but before the ledger outcome, and one
+/// after SetDesiredCapacity but before the claim; the restarted process adopts one instance.
+#[tokio::test]
+async fn a_crash_in_a_group_launch_neither_leaks_nor_duplicates() {
+    let moto = Moto::start();
+    create_group(&moto, "crash-test", 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = engine_config_text(&moto).replace(
+        &format!("image_id = \"{IMAGE}\""),
+        &format!("auto_scaling_groups = {{ llm = \"{GROUP}\" }}"),
+    );
+    let config = Arc::new(Config::parse(&text, "test").unwrap());
+    let clock: Arc<dyn Clock> = clock();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("ledger.db"))
+            .await
+            .unwrap(),
+    );
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: "llm".parse().unwrap(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+    let dying = Arc::new(DiesAfterLaunch(
+        provider_from_config(&moto, &config, clock.clone()).await,
+    ));
+    let first = Engine::new(config.clone(), ledger.clone(), dying, clock.clone());
+    let crashed = tokio::spawn(async move { first.tick().await }).await;
+    assert!(crashed.is_err_and(|e| e.is_panic()));
+    // And the group raised once more by a process that died before claiming.
+    set_desired(&moto, 2).await;
+
+    let restarted = Engine::new(
+        config.clone(),
+        ledger.clone(),
+        Arc::new(provider_from_config(&moto, &config, clock.clone()).await),
+        clock.clone(),
+    );
+    restarted.tick().await.unwrap();
+    restarted.tick().await.unwrap();
+
+    let (desired, members) = group_state(&moto).await;
+    assert_eq!(desired, 2, "{members:?}");
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(
+        members.iter().all(|(_, state)| state == "InService"),
+        "the unclaimed one waits in the group for the next launch, not terminated as an orphan: {members:?}"
+    );
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    let adopted = live[0].instance.clone().unwrap();
+    assert!(
+        members
+            .iter()
+            .any(|(id, state)| *id == adopted && state == "InService"),
+        "the ledger adopted the claimed instance and it was not terminated: {members:?}"
+    );
+    assert_eq!(
+        moto.all_instances().await.len(),
+        2,
+        "nothing else was launched"
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
       "spot_min_price": 0.5,
       "throttle": {"code": "RequestLimitExceeded", "status": 503},
       "interrupt": ["i-0123456789abcdef0"],
-      "reservations": {"cr-0123456789abcdef0": 2}
+      "reservations": {"cr-0123456789abcdef0": 2},
+      "autoscaling": {"SetDesiredCapacity": {"code": "ScalingActivityInProgress", "status": 400}}
     }
 
 - launch: RunInstances of a listed instance type fails with that EC2 error code and HTTP status
@@ -30,6 +31,8 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
   a replacement).
 - interrupt: these instances are reclaimed as the spot market does it (terminated, with the state
   reason Server.SpotInstanceTermination) before the request is answered.
+- autoscaling: an Auto Scaling action (SetDesiredCapacity, DescribeAutoScalingGroups, PutWarmPool,
+  ...) fails with that code and status, in the query protocol's error shape, changing nothing.
 
 A failed call creates nothing, as on EC2.
 """
@@ -39,6 +42,7 @@ import re
 import sys
 import uuid
 
+from moto.autoscaling.responses import AutoScalingResponse
 from moto.ec2.models.instances import StateReason
 from moto.ec2.responses import EC2Response
 from moto.server import main
@@ -213,6 +217,25 @@ def call_action(self):
 
 
 EC2Response.call_action = call_action
+
+original_autoscaling_call_action = AutoScalingResponse.call_action
+
+
+def autoscaling_call_action(self):
+    fault = faults().get("autoscaling", {}).get(self._get_action())
+    if fault:
+        status = fault.get("status", 400)
+        body = (
+            '<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">'
+            f"<Error><Type>{'Receiver' if status >= 500 else 'Sender'}</Type>"
+            f"<Code>{fault['code']}</Code><Message>injected {fault['code']}</Message></Error>"
+            f"<RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>"
+        )
+        return status, {"Content-Type": "text/xml", "status": status}, body
+    return original_autoscaling_call_action(self)
+
+
+AutoScalingResponse.call_action = autoscaling_call_action
 
 if __name__ == "__main__":
     main(["-H", "127.0.0.1", "-p", sys.argv[1]])

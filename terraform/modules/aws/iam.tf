@@ -49,10 +49,12 @@ locals {
     tag = [
       "ec2:CreateTags",
     ]
-    # Auto Scaling groups (warm pools) tagged with this deployment's cluster id.
+    # Auto Scaling groups tagged with this deployment's cluster id (group mode: the group
+    # propagates that tag to its instances, which Headroom then claims with ec2:CreateTags).
     owned_asgs = [
       "autoscaling:PutWarmPool",
       "autoscaling:SetDesiredCapacity",
+      "autoscaling:TerminateInstanceInAutoScalingGroup",
     ]
     # Interruption / state-change queues named in sqs_queue_arns.
     queues = [
