@@ -20,7 +20,9 @@
 //! A crash between any two calls therefore leaves at most one unclaimed instance, which the next
 //! launch of the pool claims; nothing is launched twice for one token. Unclaimed instances are
 //! the group's, not Headroom's: inventory leaves them out, so reconciliation never takes them for
-//! orphans. Launches and terminations of group pools are serialised in the process (one process
+//! orphans — until `aws.group_unclaimed_after_secs` (15 minutes) has passed with no launch
+//! claiming one: then it is listed under its pool as an orphan, and reconciliation terminates it
+//! with the group's capacity decremented. Launches and terminations of group pools are serialised in the process (one process
 //! owns a pool, and each pool has its own group), because SetDesiredCapacity is absolute.
 //!
 //! The group must carry `headroom-cluster = <cluster id>` with PropagateAtLaunch: its instances
@@ -409,6 +411,30 @@ impl AwsProvider {
     /// An instance of a configured group that no launch has claimed: the group's, not ours.
     pub(crate) fn is_unclaimed_group_member(&self, raw: &aws_sdk_ec2::types::Instance) -> bool {
         token_tag(raw).is_none() && self.configured_group_of(raw).is_some()
+    }
+
+    /// The pool of an unclaimed group instance that has waited longer than
+    /// `aws.group_unclaimed_after_secs`: no launch is coming for it, so the inventory lists it
+    /// under that pool, and reconciliation terminates it as the orphan it now is (decrementing
+    /// the group, so the group does not replace it).
+    pub(crate) fn abandoned_group_member(
+        &self,
+        raw: &aws_sdk_ec2::types::Instance,
+    ) -> Option<String> {
+        if !self.is_unclaimed_group_member(raw) {
+            return None;
+        }
+        let group = self.configured_group_of(raw)?;
+        let launched = raw.launch_time().and_then(crate::provider::to_timestamp)?;
+        let waited = (self.clock.now() - launched).to_std().unwrap_or_default();
+        if waited < self.settings.group_unclaimed_after() {
+            return None;
+        }
+        self.settings
+            .auto_scaling_groups
+            .iter()
+            .find(|(_, g)| g.as_str() == group)
+            .map(|(pool, _)| pool.clone())
     }
 
     /// Refuses Headroom's own stop/start for a group instance (see the module documentation).

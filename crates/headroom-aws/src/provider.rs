@@ -58,7 +58,7 @@ pub struct AwsProvider {
     /// of group pools): SetDesiredCapacity is absolute, so two at once would lose one.
     pub(crate) group_changes: tokio::sync::Mutex<()>,
     pub(crate) settings: AwsSettings,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     regions_of: Mutex<HashMap<InstanceId, String>>,
     /// Region → the SQS queue of spot interruption warnings, where configured.
     queues: BTreeMap<String, (aws_sdk_sqs::Client, String)>,
@@ -255,9 +255,17 @@ impl AwsProvider {
                 out.reservations()
                     .iter()
                     .flat_map(|r| r.instances())
-                    // An Auto Scaling group's instance is ours once a launch claims it.
-                    .filter(|i| !self.is_unclaimed_group_member(i))
-                    .map(|i| self.to_instance(region, i)),
+                    // An Auto Scaling group's instance is ours once a launch claims it, or once
+                    // it has waited unclaimed too long (then as an orphan of its pool).
+                    .filter_map(|i| {
+                        if !self.is_unclaimed_group_member(i) {
+                            return Some(self.to_instance(region, i));
+                        }
+                        let pool = self.abandoned_group_member(i)?;
+                        let mut instance = self.to_instance(region, i);
+                        instance.tags.pool = pool;
+                        Some(instance)
+                    }),
             );
             match out.next_token() {
                 Some(token) if !token.is_empty() => next = Some(token.to_string()),
@@ -569,7 +577,7 @@ pub fn warned_instance(body: &str) -> Option<InstanceId> {
     Some(InstanceId(id.to_string()))
 }
 
-fn to_timestamp(t: &aws_sdk_ec2::primitives::DateTime) -> Option<Timestamp> {
+pub(crate) fn to_timestamp(t: &aws_sdk_ec2::primitives::DateTime) -> Option<Timestamp> {
     chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
 }
 

@@ -1,6 +1,7 @@
 //! The `[aws]` table of Headroom's configuration.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -62,7 +63,16 @@ pub struct AwsSettings {
     /// Pool (of `auto_scaling_groups`) → the group's own warm pool, put on the group at start.
     #[serde(default)]
     pub group_warm_pools: BTreeMap<String, GroupWarmPool>,
+    /// Seconds an instance of a group may stay unclaimed (default 900): past that no launch is
+    /// coming for it (its demand went away, or a crash lost the intent), so it is listed as an
+    /// orphan of its pool and terminated, decrementing the group. Must outlast a launch's
+    /// retries, so at least 60.
+    #[serde(default)]
+    pub group_unclaimed_after_secs: Option<u64>,
 }
+
+/// How long a group instance may stay unclaimed when `group_unclaimed_after_secs` is not set.
+const GROUP_UNCLAIMED_AFTER: Duration = Duration::from_secs(900);
 
 /// An Auto Scaling warm pool (PutWarmPool): pre-initialised instances the group scales out from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -143,6 +153,12 @@ impl AwsSettings {
     }
 
     fn validate(&self) -> Result<(), AwsError> {
+        if self.group_unclaimed_after_secs.is_some_and(|s| s < 60) {
+            return Err(config_error(
+                "group_unclaimed_after_secs",
+                "must be at least 60: a launch's retries must be able to claim the instance first; use e.g. 900",
+            ));
+        }
         for region in self.region.iter().chain(&self.regions) {
             let ok = !region.is_empty()
                 && region
@@ -340,6 +356,12 @@ impl AwsSettings {
         Ok(())
     }
 
+    /// How long an instance of a group may stay unclaimed before it is reaped.
+    pub fn group_unclaimed_after(&self) -> Duration {
+        self.group_unclaimed_after_secs
+            .map_or(GROUP_UNCLAIMED_AFTER, Duration::from_secs)
+    }
+
     /// The regions to work in: those configured, else those the offerings name.
     pub fn regions_or<'a>(
         &self,
@@ -431,6 +453,10 @@ mod tests {
             ),
             ("capacity_blocks = [\"x\"]", "aws.capacity_blocks:"),
             ("ready_after_secs = -1", "aws.ready_after_secs:"),
+            (
+                "group_unclaimed_after_secs = 5",
+                "aws.group_unclaimed_after_secs:",
+            ),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.starts_with(key), "{text}: {err}");

@@ -1328,3 +1328,47 @@ async fn the_engine_plans_and_records_spot_at_the_price_ec2_quotes() {
         "the node costs the market price, not the 5.00 maximum"
     );
 }
+
+#[tokio::test]
+async fn a_group_instance_no_launch_claims_is_terminated_as_an_orphan_after_its_grace() {
+    let moto = Moto::start();
+    create_group(&moto, "crash-test", 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = engine_config_text(&moto).replace(
+        &format!("image_id = \"{IMAGE}\""),
+        &format!("auto_scaling_groups = {{ llm = \"{GROUP}\" }}"),
+    );
+    let config = Arc::new(Config::parse(&text, "test").unwrap());
+    let manual = Arc::new(ManualClock::new(clock().now()));
+    let clock: Arc<dyn Clock> = manual.clone();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("ledger.db"))
+            .await
+            .unwrap(),
+    );
+    // The group was raised by a process that died before it could claim the instance, and no
+    // demand is left to claim it: nothing in the ledger asks for it.
+    set_desired(&moto, 1).await;
+    let engine = Engine::new(
+        config.clone(),
+        ledger.clone(),
+        Arc::new(provider_from_config(&moto, &config, clock.clone()).await),
+        clock.clone(),
+    );
+    engine.tick().await.unwrap();
+    let (desired, members) = group_state(&moto).await;
+    assert_eq!(
+        (desired, members.len()),
+        (1, 1),
+        "within its grace the instance waits for a claim"
+    );
+
+    manual.advance(Duration::from_secs(16 * 60));
+    engine.tick().await.unwrap();
+    let (desired, members) = group_state(&moto).await;
+    assert_eq!(
+        desired, 0,
+        "terminated with the capacity decremented, so the group does not replace it: {members:?}"
+    );
+    assert!(ledger.live_nodes().await.unwrap().is_empty());
+}
