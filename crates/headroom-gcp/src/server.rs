@@ -570,6 +570,23 @@ async fn insert(
             }
         }
     }
+    if let Some(items) = vm.pointer("/metadata/items").and_then(Value::as_array) {
+        // GCE's bounds: keys of letters, digits, '-' and '_' up to 128; a value up to 256 KB.
+        for item in items {
+            let key = item["key"].as_str().unwrap_or_default();
+            let value = item["value"].as_str().unwrap_or_default();
+            let key_ok = !key.is_empty()
+                && key.len() <= 128
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !key_ok || value.len() > 256 * 1024 {
+                return Err(invalid(format!(
+                    "Invalid value for field 'resource.metadata': '{key}'. Metadata keys must be letters, digits, '-' or '_' (at most 128) and values at most 256 KB."
+                )));
+            }
+        }
+    }
     let from_template =
         q.contains_key("sourceInstanceTemplate") || q.contains_key("sourceMachineImage");
     let has_disk = vm["disks"].as_array().is_some_and(|d| !d.is_empty());

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use headroom_core::{PoolName, ProviderKind};
+use headroom_core::{NodeId, PoolName, ProviderKind};
 use headroom_engine::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
@@ -270,8 +270,20 @@ impl Cluster for KubeCluster {
         Ok(())
     }
 
+    fn bootstrap(&self, pool: &PoolName, node: &NodeId, provider: ProviderKind) -> Option<String> {
+        let bootstrap = self.settings.bootstrap.as_ref()?;
+        let kube = self.settings.pools.get(pool)?;
+        Some(crate::bootstrap::render(
+            bootstrap, pool, &node.0, provider, kube,
+        ))
+    }
+
     fn register_timeout(&self) -> Duration {
         self.settings.register_timeout
+    }
+
+    fn ready_timeout(&self) -> Duration {
+        self.settings.ready_timeout
     }
 
     fn drain_timeout(&self) -> Duration {

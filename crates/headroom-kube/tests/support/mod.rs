@@ -158,6 +158,13 @@ impl FakeApi {
         self.put_node(name, node, "MODIFIED");
     }
 
+    /// Someone (a drain, an operator) marks the Node unschedulable.
+    pub fn cordon(&self, name: &str) {
+        let mut node = self.lock().nodes[name].clone();
+        node["spec"]["unschedulable"] = json!(true);
+        self.put_node(name, node, "MODIFIED");
+    }
+
     /// Removes a Node without telling any watch: what a client misses while its watch is down
     /// and the history it would resume from has been compacted.
     pub fn delete_node_unseen(&self, name: &str) {
