@@ -66,6 +66,11 @@ pub trait Cluster: Send + Sync + fmt::Debug {
     /// image or launch template bootstraps nodes by itself. Rendered from settings, no API call.
     fn bootstrap(&self, pool: &PoolName, node: &NodeId, provider: ProviderKind) -> Option<String>;
 
+    /// The pool's model-server pods the scheduler could not place (Pending, `PodScheduled`
+    /// False with reason `Unschedulable`) whose node selector a node of the pool satisfies:
+    /// replicas waiting for a node, a demand signal beside queue depth.
+    fn unschedulable_pods(&self, pool: &PoolName) -> u32;
+
     /// A launched node that has not registered within this is failed, replaced and terminated.
     fn register_timeout(&self) -> Duration;
 

@@ -174,6 +174,8 @@ struct LoopState {
     cluster_seen: HashMap<NodeId, crate::cluster::ClusterNodeView>,
     /// Pools whose stamped rungs have been read back from the decision log into `cluster_seen`.
     rungs_loaded: HashSet<PoolName>,
+    /// Unschedulable model-server pods last seen per pool (logged when the count changes).
+    pending_pods: HashMap<PoolName, u32>,
 }
 
 /// A reservation unused this long raises an alert...
@@ -1168,6 +1170,9 @@ impl Engine {
             (target, closed)
         };
         let (controller_target, closed) = controller_target;
+        let controller_target = self
+            .floor_for_pending_pods(pool, counts, controller_target, now)
+            .await?;
         if let Some(closed) = closed
             && let Ok(json) = serde_json::to_string(&closed)
         {

@@ -7,7 +7,8 @@
 //! start, stop, suspend, resume; `zoneOperations` get, wait and list (filter on
 //! `operationType`). Inserts and verbs honour `requestId` (a repeat returns the first
 //! operation); a second insert of a name fails with HTTP 409 `alreadyExists`. Operations finish
-//! at once, or after N polls ([`ComputeServer::set_operation_polls`]).
+//! at once, or after N polls ([`ComputeServer::set_operation_polls`]). An inserted VM keeps its
+//! whole body (labels, metadata items such as `user-data`, checked against GCE's bounds).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -759,3 +759,35 @@ async fn rung_stamps_are_not_repeated_by_a_restarted_engine() {
         ["node_registered", "node_ready", "model_server_ready"]
     );
 }
+
+#[tokio::test]
+async fn unschedulable_model_server_pods_ask_for_nodes() {
+    let h = harness().await;
+    // No queue signal at all: the controller holds; two replicas of the model server wait.
+    h.api
+        .add_unschedulable_pod("serving", "llm-0", &[("app", "llm")]);
+    h.api
+        .add_unschedulable_pod("serving", "llm-1", &[("app", "llm")]);
+    eventually("pending pods seen", || {
+        h.cluster.unschedulable_pods(&pool()) == 2
+    })
+    .await;
+    h.tick().await;
+    assert_eq!(h.live().await.len(), 2, "one node per waiting pod");
+    // The nodes on their way cover the pods: no more launches while they start.
+    h.run_for(60).await;
+    assert_eq!(h.live().await.len(), 2);
+    let entries: Vec<serde_json::Value> = h
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d["event"] == "unschedulable_pods")
+        .collect();
+    assert_eq!(
+        entries.len(),
+        1,
+        "logged when the count changes: {entries:?}"
+    );
+    assert_eq!(entries[0]["pods"], 2);
+    assert_eq!(entries[0]["target"], 2);
+}

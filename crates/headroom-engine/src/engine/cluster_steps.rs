@@ -189,6 +189,49 @@ impl Engine {
         Ok(())
     }
 
+    /// With a cluster, model-server pods the scheduler cannot place are replicas waiting for a
+    /// node: the pool's organic target is at least its ready nodes plus the larger of the nodes
+    /// on their way and those pods (a starting node will take a pending pod). The controller
+    /// remembers the raised target, so it scales down from there by its own stabilised rules.
+    pub(super) async fn floor_for_pending_pods(
+        &self,
+        pool: &PoolSpec,
+        counts: ReplicaCounts,
+        target: u32,
+        now: Timestamp,
+    ) -> Result<u32, EngineError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(target);
+        };
+        let pending = cluster.unschedulable_pods(&pool.name);
+        let floor = counts.ready + (counts.requested + counts.starting).max(pending);
+        let raised = pending > 0 && floor > target && !pool.scaling.shadow;
+        let changed = {
+            let mut st = self.state();
+            let before = st
+                .pending_pods
+                .insert(pool.name.clone(), pending)
+                .unwrap_or(0);
+            if raised && let Some(memory) = st.memory.get_mut(&pool.name) {
+                memory.target = floor;
+            }
+            before != pending
+        };
+        if changed {
+            let entry = serde_json::json!({
+                "at": now,
+                "event": "unschedulable_pods",
+                "pods": pending,
+                "target": if raised { floor } else { target },
+                "reason": "model-server pods the scheduler cannot place; each needs a node",
+            });
+            self.ledger
+                .append_decision(&pool.name, now, &entry.to_string())
+                .await?;
+        }
+        Ok(if raised { floor } else { target })
+    }
+
     /// Reads back, once per pool and process (again after the pool's lease comes back), the
     /// rungs already stamped in the pool's decision log, so a restarted process does not stamp
     /// them a second time. Bounded by [`RUNG_LOOKBACK`] entries: a node climbs for minutes, and

@@ -197,6 +197,18 @@ impl FakeApi {
         self.put_pod(ns, name, pod, "ADDED");
     }
 
+    /// A pod the scheduler could not place (Pending, PodScheduled False: Unschedulable).
+    pub fn add_unschedulable_pod(&self, ns: &str, name: &str, labels: &[(&str, &str)]) {
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "namespace": ns, "labels": labels },
+            "spec": { "containers": [ { "name": "main" } ], "nodeSelector": { "gpu": "l4" } },
+            "status": { "phase": "Pending", "conditions": [ { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" } ] },
+        });
+        self.put_pod(ns, name, pod, "ADDED");
+    }
+
     pub fn set_pod_ready(&self, ns: &str, name: &str, ready: bool) {
         let mut pod = self.lock().pods[&(ns.to_string(), name.to_string())].clone();
         pod["status"]["conditions"][0]["status"] = json!(if ready { "True" } else { "False" });
