@@ -665,7 +665,11 @@ impl CloudProvider for AwsProvider {
         tags.push(ec2_tag(TAG_CLIENT_TOKEN, &spec.client_token));
         tags.push(ec2_tag(TAG_OFFERING, spec.offering.id.as_str()));
         let template = self.settings.launch_templates.get(&spec.tags.pool);
-        if let (Some(template), Market::OnDemand | Market::Spot) = (template, spec.offering.market)
+        // Fleet overrides cannot carry user data, and a launch template version per node (the
+        // user data names the node) would pile up towards EC2's 10,000 versions a template:
+        // a node with its own user data is launched by RunInstances from the same template.
+        if let (Some(template), Market::OnDemand | Market::Spot, None) =
+            (template, spec.offering.market, &spec.user_data)
         {
             return self.launch_fleet(spec, template, tags).await;
         }
@@ -685,7 +689,11 @@ impl CloudProvider for AwsProvider {
                     .resource_type(ResourceType::Instance)
                     .set_tags(Some(tags.clone()))
                     .build(),
-            );
+            )
+            .set_user_data(spec.user_data.as_deref().map(|u| {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD.encode(u)
+            }));
         match template {
             Some(template) => {
                 request = request.launch_template(

@@ -1372,3 +1372,66 @@ async fn a_group_instance_no_launch_claims_is_terminated_as_an_orphan_after_its_
     );
     assert!(ledger.live_nodes().await.unwrap().is_empty());
 }
+
+/// A node's bootstrap (what `[kube] bootstrap` renders) is its instance's user data, as EC2
+/// shows it: launched by RunInstances without a launch template, and by RunInstances from the
+/// template with one (an instant fleet's overrides cannot carry user data). A template pool's
+/// node without user data still goes by fleet.
+#[tokio::test]
+async fn a_nodes_bootstrap_is_its_instances_user_data_with_or_without_a_launch_template() {
+    use base64::Engine as _;
+    let moto = Moto::start();
+    let od = offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let bootstrap = |node: &str| {
+        format!(
+            "MIME-Version: 1.0\nkind: NodeConfig\n  kubelet:\n    flags:\n      - \"--node-labels=gpu=l4,headroom.dev/node={node},headroom.dev/pool=llm\"\n"
+        )
+    };
+    let plain = moto.provider(clock()).await;
+    let templated = fleet_provider(&moto).await;
+    for (provider, node) in [(&plain, "u1"), (&templated, "u2")] {
+        let mut with_user_data = spec("ud", &od, node);
+        with_user_data.user_data = Some(bootstrap(node));
+        let launched = provider.launch(&with_user_data).await.unwrap();
+        let attribute = moto
+            .raw_client()
+            .await
+            .describe_instance_attribute()
+            .instance_id(&launched.id.0)
+            .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+            .send()
+            .await
+            .unwrap();
+        let encoded = attribute
+            .user_data()
+            .and_then(|v| v.value())
+            .expect("the instance has user data");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap();
+        assert_eq!(String::from_utf8(decoded).unwrap(), bootstrap(node));
+        let raw = moto.all_instances().await;
+        let made = raw
+            .iter()
+            .find(|i| i.instance_id() == Some(launched.id.0.as_str()))
+            .unwrap();
+        assert_eq!(made.image_id(), Some(IMAGE));
+    }
+    let fleets = || async {
+        moto.raw_client()
+            .await
+            .describe_fleets()
+            .send()
+            .await
+            .unwrap()
+            .fleets()
+            .len()
+    };
+    assert_eq!(fleets().await, 0, "user data went by RunInstances");
+    templated.launch(&spec("ud", &od, "u3")).await.unwrap();
+    assert_eq!(
+        fleets().await,
+        1,
+        "no user data: the template's own, by fleet"
+    );
+}

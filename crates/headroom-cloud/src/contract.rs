@@ -31,6 +31,7 @@ fn spec(fixture: &ContractFixture, offering: &Offering, token: &str) -> LaunchSp
             node: token.to_string(),
             request: None,
         },
+        user_data: None,
     }
 }
 

@@ -51,6 +51,9 @@ pub struct LaunchSpec {
     /// (AWS `ClientToken`, GCP `requestId`).
     pub client_token: String,
     pub tags: OwnershipTags,
+    /// What the instance runs at first boot (cloud-init / nodeadm), rendered per node when a
+    /// cluster is configured with a bootstrap; `None` leaves the image's or template's own.
+    pub user_data: Option<String>,
 }
 
 /// Where an instance is, as the provider can tell.

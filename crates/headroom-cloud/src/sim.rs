@@ -59,6 +59,9 @@ struct SimInstance {
     life: Life,
     /// When the cloud will reclaim this spot instance, drawn from the seeded RNG at launch.
     interrupt_at: Option<Timestamp>,
+    /// The launch's user data, as a cloud keeps it on the instance.
+    #[serde(default)]
+    user_data: Option<String>,
 }
 
 /// What a state file keeps: the cloud's side of the world, which outlives any one process.
@@ -286,6 +289,15 @@ impl SimCloud {
         self.state().calls.clone()
     }
 
+    /// The user data an instance was launched with (what EC2's DescribeInstanceAttribute
+    /// `userData` or GCE's metadata would show).
+    pub fn user_data(&self, id: &InstanceId) -> Option<String> {
+        self.state()
+            .instances
+            .get(id)
+            .and_then(|i| i.user_data.clone())
+    }
+
     /// Every instance ever created, whatever its phase (for tests and the simulator).
     pub fn all_instances(&self) -> Vec<Instance> {
         let now = self.clock.now();
@@ -499,6 +511,7 @@ impl CloudProvider for SimCloud {
                     from_stopped: false,
                 },
                 interrupt_at,
+                user_data: spec.user_data.clone(),
             },
         );
         state.by_token.insert(spec.client_token.clone(), id.clone());

@@ -67,6 +67,7 @@ fn spec(offering: &Offering, token: &str) -> LaunchSpec {
             node: token.into(),
             request: None,
         },
+        user_data: None,
     }
 }
 

@@ -61,8 +61,23 @@ pub trait Cluster: Send + Sync + fmt::Debug {
     /// Makes a node schedulable again: one Headroom cordoned to park warm and now wakes.
     async fn uncordon(&self, key: &ClusterNodeKey) -> Result<(), ClusterError>;
 
+    /// The first-boot user data (cloud-init, nodeadm) that gives a node of `pool` its identity
+    /// in the cluster: its pool's labels and taints and Headroom's node label. `None` when the
+    /// image or launch template bootstraps nodes by itself. Rendered from settings, no API call.
+    fn bootstrap(&self, pool: &PoolName, node: &NodeId, provider: ProviderKind) -> Option<String>;
+
+    /// The pool's model-server pods the scheduler could not place (Pending, `PodScheduled`
+    /// False with reason `Unschedulable`) whose node selector a node of the pool satisfies:
+    /// replicas waiting for a node, a demand signal beside queue depth.
+    fn unschedulable_pods(&self, pool: &PoolName) -> u32;
+
     /// A launched node that has not registered within this is failed, replaced and terminated.
     fn register_timeout(&self) -> Duration;
+
+    /// A registered node whose model server is not Ready within this is failed, replaced and
+    /// terminated. Counted from the same instant as `register_timeout`: the instance running,
+    /// or the warm node being woken.
+    fn ready_timeout(&self) -> Duration;
 
     /// A drain still waiting after this goes ahead (stop or terminate) anyway.
     fn drain_timeout(&self) -> Duration;

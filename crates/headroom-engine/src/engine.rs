@@ -183,6 +183,10 @@ struct LoopState {
     /// When prices were last asked for, and when an answer last came.
     prices_asked_at: Option<Timestamp>,
     prices_quoted_at: Option<Timestamp>,
+    /// Pools whose stamped rungs have been read back from the decision log into `cluster_seen`.
+    rungs_loaded: HashSet<PoolName>,
+    /// Unschedulable model-server pods last seen per pool (logged when the count changes).
+    pending_pods: HashMap<PoolName, u32>,
 }
 
 /// Live prices older than this many refresh periods (the cloud stopped answering) are dropped:
@@ -804,6 +808,8 @@ impl Engine {
             let mut st = self.state();
             st.noticed.retain(|n| live_ids.contains(n));
             st.cluster_seen.retain(|n, _| live_ids.contains(n));
+            // A pool owned by another replica meanwhile may have stamped rungs: read them again.
+            st.rungs_loaded.retain(|p| owned.contains(p));
         }
         for last in live.iter().filter(|e| owned.contains(&e.pool)) {
             if let Some(instance) = by_token.get(last.client_token.as_str())
@@ -1033,6 +1039,10 @@ impl Engine {
                 node: intent.node.0.clone(),
                 request: intent.request.as_ref().map(|r| r.0.clone()),
             },
+            user_data: self
+                .cluster
+                .as_ref()
+                .and_then(|c| c.bootstrap(&pool.name, &intent.node, offering.provider)),
         };
         // Throttling is retried here, a few times with jittered backoff, within the tick; past
         // that the intent stays and the next tick repeats it with the same client token.
@@ -1177,6 +1187,9 @@ impl Engine {
             (target, closed)
         };
         let (controller_target, closed) = controller_target;
+        let controller_target = self
+            .floor_for_pending_pods(pool, counts, controller_target, now)
+            .await?;
         if let Some(closed) = closed
             && let Ok(json) = serde_json::to_string(&closed)
         {
@@ -1442,10 +1455,16 @@ impl Engine {
                     let Some(instance) = last.instance.clone().map(InstanceId) else {
                         continue;
                     };
-                    // A running warm node serves the moment traffic is routed to it; a stopped one
-                    // is started and climbs the rest of the ladder.
+                    // A running warm node serves the moment traffic is routed to it (with a
+                    // cluster: once it shows the model server Ready); a stopped one is started
+                    // and climbs the rest of the ladder.
                     let running = last.state == NodeState::Standby;
-                    let next = if running {
+                    let serves_now = running
+                        && self
+                            .cluster
+                            .as_ref()
+                            .is_none_or(|c| self.standby_serves_now(c, last));
+                    let next = if serves_now {
                         NodeState::Serving
                     } else {
                         NodeState::Booting
@@ -1463,6 +1482,11 @@ impl Engine {
                         break;
                     }
                     if running {
+                        if let Some(cluster) = &self.cluster
+                            && !serves_now
+                        {
+                            self.uncordon_standby(cluster, last).await;
+                        }
                         continue;
                     }
                     if let Err(err) = self.cloud.start(&instance).instrument(span).await {

@@ -302,6 +302,7 @@ async fn a_restart_reconciles_intents_without_outcomes() {
                 node: "n-after-call".into(),
                 request: None,
             },
+            user_data: None,
         })
         .await
         .unwrap();
@@ -341,6 +342,7 @@ async fn an_orphaned_instance_is_terminated() {
                 node: "ghost".into(),
                 request: None,
             },
+            user_data: None,
         })
         .await
         .unwrap();

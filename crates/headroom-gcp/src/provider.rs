@@ -273,6 +273,15 @@ impl GcpProvider {
             }
             .encode(),
         );
+        if let Some(user_data) = &spec.user_data {
+            // cloud-init and GKE-style images read the bootstrap from the `user-data` key.
+            let mut item = model::metadata::Items::default();
+            item.key = Some("user-data".to_string());
+            item.value = Some(user_data.clone());
+            let mut metadata = model::Metadata::default();
+            metadata.items = vec![item];
+            inst.metadata = Some(metadata);
+        }
         let mut scheduling = model::Scheduling::default();
         // GPU VMs cannot live-migrate.
         scheduling.on_host_maintenance = Some("TERMINATE".into());

@@ -7,7 +7,8 @@
 //! start, stop, suspend, resume; `zoneOperations` get, wait and list (filter on
 //! `operationType`). Inserts and verbs honour `requestId` (a repeat returns the first
 //! operation); a second insert of a name fails with HTTP 409 `alreadyExists`. Operations finish
-//! at once, or after N polls ([`ComputeServer::set_operation_polls`]).
+//! at once, or after N polls ([`ComputeServer::set_operation_polls`]). An inserted VM keeps its
+//! whole body (labels, metadata items such as `user-data`, checked against GCE's bounds).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -566,6 +567,23 @@ async fn insert(
             if !valid_label(k, true) || !v.as_str().is_some_and(|v| valid_label(v, false)) {
                 return Err(invalid(format!(
                     "Invalid value for field 'resource.labels': '{k}'. Label keys and values must be lowercase letters, digits, '_' or '-', at most 63 characters."
+                )));
+            }
+        }
+    }
+    if let Some(items) = vm.pointer("/metadata/items").and_then(Value::as_array) {
+        // GCE's bounds: keys of letters, digits, '-' and '_' up to 128; a value up to 256 KB.
+        for item in items {
+            let key = item["key"].as_str().unwrap_or_default();
+            let value = item["value"].as_str().unwrap_or_default();
+            let key_ok = !key.is_empty()
+                && key.len() <= 128
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !key_ok || value.len() > 256 * 1024 {
+                return Err(invalid(format!(
+                    "Invalid value for field 'resource.metadata': '{key}'. Metadata keys must be letters, digits, '-' or '_' (at most 128) and values at most 256 KB."
                 )));
             }
         }

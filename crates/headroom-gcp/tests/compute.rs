@@ -85,6 +85,7 @@ fn spec(o: &Offering, cluster: &str, token: &str) -> LaunchSpec {
             node: format!("n-{token}"),
             request: Some("r-1".into()),
         },
+        user_data: None,
     }
 }
 
@@ -742,4 +743,44 @@ async fn the_engine_replaces_a_preempted_spot_vm() {
     let live = ledger.live_nodes().await.unwrap();
     assert_eq!(live.len(), 1, "{live:?}");
     assert_eq!(gcp.list_owned("gcp-crash").await.unwrap().len(), 1);
+}
+
+/// A node's bootstrap (what `[kube] bootstrap` renders) goes into the VM's metadata as
+/// `user-data`, beside a template's own settings, and GCE keeps it on the instance.
+#[tokio::test]
+async fn a_nodes_bootstrap_is_its_vms_user_data_metadata() {
+    let e = env(r#"
+[instance_templates]
+llm = "projects/headroom-test/global/instanceTemplates/llm-v2"
+"#)
+    .await;
+    let od = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    let bootstrap = "#cloud-config\nruncmd:\n  - kubeadm join --node-labels=gpu=a100,headroom.dev/node=n-ud,headroom.dev/pool=llm --register-with-taints=nvidia.com/gpu=present:NoSchedule\n";
+    let mut with_user_data = spec(&od, "boot", "ud");
+    with_user_data.user_data = Some(bootstrap.to_string());
+    let launched = e.provider.launch(&with_user_data).await.unwrap();
+    let plain = e
+        .provider
+        .launch(&spec(&od, "boot", "plain"))
+        .await
+        .unwrap();
+    let vms = e.server.server.instances();
+    let vm = |id: &InstanceId| {
+        vms.iter()
+            .find(|v| v["name"] == name_of(id))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        vm(&launched.id)["metadata"]["items"],
+        json!([{"key": "user-data", "value": bootstrap}])
+    );
+    assert_eq!(
+        vm(&launched.id)["sourceInstanceTemplate"],
+        "projects/headroom-test/global/instanceTemplates/llm-v2"
+    );
+    assert!(
+        vm(&plain.id).get("metadata").is_none(),
+        "no bootstrap: the template's metadata stands"
+    );
 }

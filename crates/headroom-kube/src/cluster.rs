@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use headroom_core::{PoolName, ProviderKind};
+use headroom_core::{NodeId, PoolName, ProviderKind};
 use headroom_engine::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
@@ -19,7 +19,7 @@ use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
 
 use crate::KubeError;
-use crate::settings::{KubeSettings, NODE_LABEL, POOL_LABEL};
+use crate::settings::{KubeSettings, NODE_LABEL, POOL_LABEL, PoolKube};
 
 /// Evictions asked for in one drain step; the rest wait for the next tick.
 const MAX_EVICTIONS_PER_STEP: usize = 50;
@@ -270,8 +270,30 @@ impl Cluster for KubeCluster {
         Ok(())
     }
 
+    fn bootstrap(&self, pool: &PoolName, node: &NodeId, provider: ProviderKind) -> Option<String> {
+        let bootstrap = self.settings.bootstrap.as_ref()?;
+        let kube = self.settings.pools.get(pool)?;
+        Some(crate::bootstrap::render(
+            bootstrap, pool, &node.0, provider, kube,
+        ))
+    }
+
+    fn unschedulable_pods(&self, pool: &PoolName) -> u32 {
+        let (Some(pods), Some(kube)) = (self.pods.get(pool), self.settings.pools.get(pool)) else {
+            return 0;
+        };
+        pods.state()
+            .iter()
+            .filter(|p| waits_for_a_node_of(p, pool, kube))
+            .count() as u32
+    }
+
     fn register_timeout(&self) -> Duration {
         self.settings.register_timeout
+    }
+
+    fn ready_timeout(&self) -> Duration {
+        self.settings.ready_timeout
     }
 
     fn drain_timeout(&self) -> Duration {
@@ -348,6 +370,62 @@ impl ConditionLike for k8s_openapi::api::core::v1::PodCondition {
     }
 }
 
+/// Whether `pod` (one of the pool's model-server pods) is waiting for a node the pool would
+/// add: Pending and refused by the scheduler as `Unschedulable`, with a node selector the pool's
+/// labels satisfy and a toleration for each of its NoSchedule/NoExecute taints. Node affinity is
+/// not read.
+pub fn waits_for_a_node_of(pod: &Pod, pool: &PoolName, kube: &PoolKube) -> bool {
+    let status = pod.status.as_ref();
+    let unschedulable = status.and_then(|s| s.phase.as_deref()) == Some("Pending")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            });
+    if !unschedulable || pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let spec = pod.spec.as_ref();
+    let selector_fits = spec
+        .and_then(|s| s.node_selector.as_ref())
+        .is_none_or(|selector| {
+            selector.iter().all(|(k, v)| match k.as_str() {
+                POOL_LABEL => v == pool.as_str(),
+                _ => kube.node_labels.get(k) == Some(v),
+            })
+        });
+    let tolerations = spec
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let tolerates_taints = kube.node_taints.iter().all(|taint| {
+        let Some((kv, effect)) = taint.rsplit_once(':') else {
+            return true;
+        };
+        if effect == "PreferNoSchedule" {
+            return true;
+        }
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        tolerations.iter().any(|t| {
+            let key_ok = match t.key.as_deref() {
+                None | Some("") => t.operator.as_deref() == Some("Exists"),
+                Some(k) => k == key,
+            };
+            let value_ok = t.operator.as_deref() == Some("Exists")
+                || t.value.as_deref().unwrap_or_default() == value;
+            let effect_ok = t
+                .effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == effect);
+            key_ok && value_ok && effect_ok
+        })
+    });
+    selector_fits && tolerates_taints
+}
+
 /// What `kubectl drain` evicts: not DaemonSet pods (they would come straight back), not mirror
 /// pods (the kubelet owns them), not pods that already finished.
 fn evictable(pod: &Pod) -> bool {
@@ -367,4 +445,86 @@ fn evictable(pod: &Pod) -> bool {
 /// provider is already installed.
 fn use_ring_for_tls() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> PoolName {
+        "llm".parse().unwrap()
+    }
+
+    fn kube(taints: &[&str]) -> PoolKube {
+        PoolKube {
+            model_selector: "app=llm".to_string(),
+            node_labels: [("gpu".to_string(), "l4".to_string())].into(),
+            node_taints: taints.iter().map(|t| t.to_string()).collect(),
+        }
+    }
+
+    fn pod(phase: &str, reason: &str, spec: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "llm-0", "namespace": "serving" },
+            "spec": spec,
+            "status": { "phase": phase, "conditions": [
+                { "type": "PodScheduled", "status": "False", "reason": reason }
+            ] },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_unschedulable_pod_the_pools_nodes_would_take_is_waiting_for_one() {
+        let k = kube(&[
+            "nvidia.com/gpu=present:NoSchedule",
+            "soft=x:PreferNoSchedule",
+        ]);
+        let tolerating = serde_json::json!({ "containers": [],
+            "nodeSelector": { "gpu": "l4", "headroom.dev/pool": "llm" },
+            "tolerations": [ { "key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule" } ] });
+        assert!(waits_for_a_node_of(
+            &pod("Pending", "Unschedulable", tolerating.clone()),
+            &pool(),
+            &k
+        ));
+        // Tolerating everything works too.
+        let all =
+            serde_json::json!({ "containers": [], "tolerations": [ { "operator": "Exists" } ] });
+        assert!(waits_for_a_node_of(
+            &pod("Pending", "Unschedulable", all),
+            &pool(),
+            &k
+        ));
+        // Not refused by the scheduler (yet), or already running: not waiting for a node.
+        assert!(!waits_for_a_node_of(
+            &pod("Pending", "SchedulingGated", tolerating.clone()),
+            &pool(),
+            &k
+        ));
+        assert!(!waits_for_a_node_of(
+            &pod("Running", "Unschedulable", tolerating),
+            &pool(),
+            &k
+        ));
+        // A selector the pool's nodes do not satisfy, another pool, or an untolerated taint.
+        for spec in [
+            serde_json::json!({ "containers": [], "nodeSelector": { "gpu": "h100" }, "tolerations": [ { "operator": "Exists" } ] }),
+            serde_json::json!({ "containers": [], "nodeSelector": { "headroom.dev/pool": "other" }, "tolerations": [ { "operator": "Exists" } ] }),
+            serde_json::json!({ "containers": [], "tolerations": [ { "key": "nvidia.com/gpu", "value": "absent" } ] }),
+            serde_json::json!({ "containers": [] }),
+        ] {
+            assert!(
+                !waits_for_a_node_of(&pod("Pending", "Unschedulable", spec.clone()), &pool(), &k),
+                "{spec}"
+            );
+        }
+        // Without taints, no toleration is needed.
+        let bare = serde_json::json!({ "containers": [] });
+        assert!(waits_for_a_node_of(
+            &pod("Pending", "Unschedulable", bare),
+            &pool(),
+            &kube(&[])
+        ));
+    }
 }

@@ -3,9 +3,11 @@
 //! only after it is cordoned and its pods are evicted (PodDisruptionBudgets honoured), within a
 //! bound. `KubeCluster` implements the engine's `Cluster` seam; `KubeSettings` reads `[kube]`.
 
+mod bootstrap;
 mod cluster;
 mod settings;
 
+pub use bootstrap::{Bootstrap, EksCluster, render as render_bootstrap};
 pub use cluster::{KubeCluster, node_matches, provider_id_matches, sim_provider_id};
 pub use settings::{KubeSettings, NODE_LABEL, POOL_LABEL, PoolKube};
 

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use headroom_cloud::{Clock, CloudProvider, InstancePhase, ManualClock, SimCloud};
+use headroom_cloud::{Clock, CloudProvider, InstanceId, InstancePhase, ManualClock, SimCloud};
 use headroom_core::{NodeState, PoolName, Priority, RequestState};
 use headroom_engine::{Cluster, ClusterNodeKey, Config, Engine, SignalInput, sim_cloud_for};
 use headroom_kube::{KubeCluster, KubeSettings, sim_provider_id};
@@ -45,6 +45,7 @@ replica_throughput_rps = 5.0
 [kube]
 enabled = true
 register_timeout = "2m"
+ready_timeout = "8m"
 drain_timeout = "3m"
 [kube.pools.llm]
 model_selector = "app=llm"
@@ -75,9 +76,13 @@ async fn cluster_for(api: &FakeApi, config: &Config) -> Arc<KubeCluster> {
 }
 
 async fn harness() -> Harness {
+    harness_from(CONFIG).await
+}
+
+async fn harness_from(config_text: &str) -> Harness {
     let api = FakeApi::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = Arc::new(Config::parse(CONFIG, "test").unwrap());
+    let config = Arc::new(Config::parse(config_text, "test").unwrap());
     let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
     let ledger = Arc::new(
         SqliteLedger::open_path(&dir.path().join("l.db"))
@@ -522,4 +527,267 @@ async fn watches_resume_after_a_close_and_relist_after_410_gone() {
     let c = node("n-c", "sim-3");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!cluster.node(&c).registered);
+}
+
+/// The configuration with `[kube] bootstrap = "eks-al2023"` and its cluster.
+fn eks_config() -> String {
+    CONFIG.replace(
+        "[kube]\nenabled = true\n",
+        "[kube]\nenabled = true\nbootstrap = \"eks-al2023\"\n",
+    ) + r#"
+[kube.eks]
+cluster_name = "gpu-prod"
+api_server_endpoint = "https://ABC.gr7.us-east-1.eks.amazonaws.com"
+certificate_authority = "LS0tLS1CRUdJTg=="
+service_cidr = "10.100.0.0/16"
+"#
+}
+
+#[tokio::test]
+async fn each_launch_carries_its_nodes_bootstrap_with_the_pools_labels() {
+    let h = harness_from(&eks_config()).await;
+    h.request(2).await;
+    h.tick().await;
+    let live = h.live().await;
+    assert_eq!(live.len(), 2);
+    for node in &live {
+        let user_data = h
+            .cloud
+            .user_data(&InstanceId(node.instance.clone().unwrap()))
+            .expect("launched with user data");
+        assert!(user_data.contains("kind: NodeConfig\n"), "{user_data}");
+        assert!(
+            user_data.contains("    name: \"gpu-prod\"\n"),
+            "{user_data}"
+        );
+        assert!(
+            user_data.contains(&format!(
+                "      - \"--node-labels=gpu=l4,headroom.dev/node={},headroom.dev/pool=llm\"\n",
+                node.node.0
+            )),
+            "{user_data}"
+        );
+    }
+
+    // Without a bootstrap setting nothing is sent: the image or template bootstraps itself.
+    let plain = harness().await;
+    plain.request(1).await;
+    plain.tick().await;
+    let node = plain.only_node().await;
+    assert_eq!(
+        plain
+            .cloud
+            .user_data(&InstanceId(node.instance.clone().unwrap())),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_registered_node_whose_model_server_never_becomes_ready_is_failed_replaced_and_terminated()
+ {
+    let h = harness().await;
+    h.request(1).await;
+    h.tick().await;
+    let first = h.only_node().await;
+    let instance = first.instance.clone().unwrap();
+    h.api.register_node(
+        "gpu-1",
+        &sim_provider_id(&first.zone, &instance),
+        &[("gpu", "l4")],
+    );
+    h.api.set_node_ready("gpu-1", true);
+    h.api
+        .add_pod("serving", "llm-0", "gpu-1", &[("app", "llm")], false, None);
+    eventually("node ready", || h.cluster.node(&key(&first)).node_ready).await;
+    // Registered in time, so not `never_registered`; ready_timeout is 8 minutes.
+    h.run_for(420).await;
+    assert_eq!(h.only_node().await.state, NodeState::Booting);
+    h.run_for(150).await;
+    let events = h.ledger.node_events().await.unwrap();
+    let ends: Vec<(NodeState, Option<&str>)> = events
+        .iter()
+        .filter(|e| e.node == first.node)
+        .map(|e| (e.state, e.reason.as_deref()))
+        .skip_while(|(s, _)| *s != NodeState::Failed)
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (NodeState::Failed, Some("never_ready")),
+            (NodeState::Terminated, Some("never_ready"))
+        ]
+    );
+    // Cordoned before it went, so nothing new was scheduled there.
+    assert!(
+        h.api
+            .log()
+            .contains(&"PATCH node/gpu-1 {\"spec\":{\"unschedulable\":true}}".to_string()),
+        "{:?}",
+        h.api.log()
+    );
+    let instances = h.cloud.list_owned("kube-test").await.unwrap();
+    assert!(instances.iter().all(|i| i.id.0 != instance));
+    let replacement = h.only_node().await;
+    assert_ne!(replacement.node, first.node);
+    assert!(replacement.state.is_starting(), "{replacement:?}");
+    let entry = h
+        .decisions()
+        .await
+        .into_iter()
+        .find(|d| d["event"] == "never_ready")
+        .expect("on record");
+    assert_eq!(entry["node"], first.node.0);
+    assert!(entry["waited_s"].as_i64().unwrap() >= 480, "{entry}");
+}
+
+#[tokio::test]
+async fn a_woken_standby_node_serves_only_once_the_cluster_shows_its_model_server_ready() {
+    let config = CONFIG
+        .replace("warm_pool_size = 0", "warm_pool_size = 1")
+        .replace(
+            "[pools.scaling]\n",
+            "[pools.supply]\nwarm_mode = \"running\"\n[pools.scaling]\n",
+        );
+    let h = harness_from(&config).await;
+    // The warm floor launches a node that climbs to its model server, then parks running.
+    h.tick().await;
+    let warm = h.only_node().await;
+    let k = key(&warm);
+    h.api.register_node(
+        "gpu-w",
+        &sim_provider_id(&warm.zone, warm.instance.as_deref().unwrap()),
+        &[("gpu", "l4")],
+    );
+    h.api.set_node_ready("gpu-w", true);
+    h.api
+        .add_pod("serving", "llm-w", "gpu-w", &[("app", "llm")], true, None);
+    eventually("model ready", || h.cluster.node(&k).model_ready).await;
+    h.tick().await;
+    assert_eq!(h.only_node().await.state, NodeState::Standby);
+
+    // While parked, its model server went away and the node was cordoned.
+    h.api.set_pod_ready("serving", "llm-w", false);
+    h.api.cordon("gpu-w");
+    eventually("parked node changed", || {
+        let v = h.cluster.node(&k);
+        v.cordoned && !v.model_ready
+    })
+    .await;
+
+    // Woken for a request: not capacity yet, and made schedulable again.
+    h.request(1).await;
+    h.tick().await;
+    let state_of_warm = || async {
+        h.live()
+            .await
+            .into_iter()
+            .find(|e| e.node == warm.node)
+            .unwrap()
+    };
+    let woken = state_of_warm().await;
+    assert_eq!(
+        (woken.state, woken.reason.as_deref()),
+        (NodeState::Booting, Some("wake"))
+    );
+    assert_eq!(h.engine.pool_status(&pool()).unwrap().ready, 0);
+    assert!(
+        h.api
+            .log()
+            .contains(&"PATCH node/gpu-w {\"spec\":{\"unschedulable\":false}}".to_string()),
+        "{:?}",
+        h.api.log()
+    );
+    eventually("uncordoned", || !h.cluster.node(&k).cordoned).await;
+    h.tick().await;
+    assert_eq!(state_of_warm().await.state, NodeState::Booting);
+
+    // The model server is back: now it serves.
+    h.api.set_pod_ready("serving", "llm-w", true);
+    eventually("model ready again", || h.cluster.node(&k).model_ready).await;
+    h.tick().await;
+    let serving = state_of_warm().await;
+    assert_eq!(
+        (serving.state, serving.reason.as_deref()),
+        (NodeState::Serving, Some("model_server_ready"))
+    );
+    assert_eq!(h.engine.pool_status(&pool()).unwrap().ready, 1);
+}
+
+#[tokio::test]
+async fn rung_stamps_are_not_repeated_by_a_restarted_engine() {
+    let h = harness().await;
+    h.request(1).await;
+    h.tick().await;
+    let node = h.only_node().await;
+    let k = key(&node);
+    h.api.register_node(
+        "gpu-1",
+        &sim_provider_id(&node.zone, node.instance.as_deref().unwrap()),
+        &[("gpu", "l4")],
+    );
+    h.api.set_node_ready("gpu-1", true);
+    eventually("node ready", || h.cluster.node(&k).node_ready).await;
+    h.tick().await;
+
+    // A second process on the same ledger (the first one restarted).
+    let restarted = Engine::with_cluster(
+        Arc::new(h.engine.config().clone()),
+        h.ledger.clone(),
+        h.cloud.clone(),
+        h.clock.clone(),
+        Some(h.cluster.clone()),
+    );
+    h.clock.advance(Duration::from_secs(5));
+    restarted.tick().await.unwrap();
+    h.api
+        .add_pod("serving", "llm-0", "gpu-1", &[("app", "llm")], true, None);
+    eventually("model ready", || h.cluster.node(&k).model_ready).await;
+    h.clock.advance(Duration::from_secs(5));
+    restarted.tick().await.unwrap();
+    assert_eq!(h.only_node().await.state, NodeState::Serving);
+    let rungs: Vec<String> = restarted
+        .decisions(&pool())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|d| d["event"] == "cluster_rung")
+        .map(|d| d["rung"].as_str().unwrap().to_string())
+        .rev()
+        .collect();
+    assert_eq!(
+        rungs,
+        ["node_registered", "node_ready", "model_server_ready"]
+    );
+}
+
+#[tokio::test]
+async fn unschedulable_model_server_pods_ask_for_nodes() {
+    let h = harness().await;
+    // No queue signal at all: the controller holds; two replicas of the model server wait.
+    h.api
+        .add_unschedulable_pod("serving", "llm-0", &[("app", "llm")]);
+    h.api
+        .add_unschedulable_pod("serving", "llm-1", &[("app", "llm")]);
+    eventually("pending pods seen", || {
+        h.cluster.unschedulable_pods(&pool()) == 2
+    })
+    .await;
+    h.tick().await;
+    assert_eq!(h.live().await.len(), 2, "one node per waiting pod");
+    // The nodes on their way cover the pods: no more launches while they start.
+    h.run_for(60).await;
+    assert_eq!(h.live().await.len(), 2);
+    let entries: Vec<serde_json::Value> = h
+        .decisions()
+        .await
+        .into_iter()
+        .filter(|d| d["event"] == "unschedulable_pods")
+        .collect();
+    assert_eq!(
+        entries.len(),
+        1,
+        "logged when the count changes: {entries:?}"
+    );
+    assert_eq!(entries[0]["pods"], 2);
+    assert_eq!(entries[0]["target"], 2);
 }

@@ -775,6 +775,7 @@ impl Fleet {
                     node: format!("{}-{}", self.name, self.seq),
                     request: None,
                 },
+                user_data: None,
             };
             match self.cloud.launch(&spec).await {
                 Ok(i) => {

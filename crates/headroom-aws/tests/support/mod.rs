@@ -178,5 +178,6 @@ pub fn spec(cluster: &str, offering: &Offering, node: &str) -> LaunchSpec {
             node: node.to_string(),
             request: Some("req-1".to_string()),
         },
+        user_data: None,
     }
 }

@@ -69,43 +69,104 @@ impl Engine {
         }
         if view.cordoned {
             // Cordoned by the drain that parked it warm; woken now, it must take pods again.
-            if let Err(e) = cluster.uncordon(&key).await {
-                tracing::warn!(node = %last.node, error = %e, "uncordon failed; next tick retries");
-            }
+            self.uncordon_woken(cluster, &last, &key).await;
+        }
+        // Registered or not, the clock runs from the same instant; only the bound differs.
+        let (bound, failure, reason) = if view.registered {
+            (
+                cluster.ready_timeout(),
+                "never_ready",
+                "the Node registered but no Ready pod of the pool's model_selector ran on it in time; replaced and terminated",
+            )
+        } else {
+            (
+                cluster.register_timeout(),
+                "never_registered",
+                "no Kubernetes Node matched the instance's provider ID or node label in time; replaced and terminated",
+            )
+        };
+        let bound = chrono::Duration::from_std(bound).unwrap_or(chrono::Duration::minutes(10));
+        if waited < bound {
             return Ok(());
         }
-        let timeout = chrono::Duration::from_std(cluster.register_timeout())
-            .unwrap_or(chrono::Duration::minutes(10));
-        if !view.registered && waited >= timeout {
-            // Paying by the hour for a node the cluster cannot use: record it failed, which takes
-            // it out of the planner's count (its replacement is planned this tick), and end it.
-            tracing::warn!(pool = %last.pool, node = %last.node, instance = %instance.id, waited_s = waited.num_seconds(), "node never registered with the cluster; terminating it");
-            let failed = last.next(NodeState::Failed, "never_registered", now);
-            self.ledger.append_node_event(&failed).await?;
-            self.log_cluster_event(
-                &last,
-                serde_json::json!({
-                    "event": "never_registered",
-                    "waited_s": waited.num_seconds(),
-                    "reason": "no Kubernetes Node matched the instance's provider ID or node label in time; replaced and terminated",
-                }),
-                now,
+        // Paying by the hour for a node the cluster cannot use: record it failed, which takes it
+        // out of the planner's count (its replacement is planned this tick), and end it.
+        tracing::warn!(pool = %last.pool, node = %last.node, instance = %instance.id, waited_s = waited.num_seconds(), failure, "node not usable by the cluster in time; terminating it");
+        let failed = last.next(NodeState::Failed, failure, now);
+        self.ledger.append_node_event(&failed).await?;
+        self.log_cluster_event(
+            &last,
+            serde_json::json!({
+                "event": failure,
+                "waited_s": waited.num_seconds(),
+                "reason": reason,
+            }),
+            now,
+        )
+        .await?;
+        self.state().cluster_seen.remove(&last.node);
+        if view.registered {
+            // Cordon it and ask its pods to leave, once and without waiting: the instance goes
+            // now, and nothing new should land on it meanwhile.
+            let step = tokio::time::timeout(
+                self.config.engine.provider_timeout,
+                cluster.drain_step(&key),
             )
-            .await?;
-            self.state().cluster_seen.remove(&last.node);
-            self.terminate_node(&failed, "never_registered").await?;
+            .await
+            .unwrap_or_else(|_| Err("drain step timed out".into()));
+            if let Err(e) = step {
+                tracing::warn!(node = %last.node, error = %e, "drain of a never-ready node failed; terminating anyway");
+            }
         }
+        self.terminate_node(&failed, failure).await?;
         Ok(())
     }
 
+    /// Whether a running warm node woken now can serve at once: the cluster shows its model
+    /// server Ready and the node schedulable. A node parked by a drain had its pods evicted, so
+    /// it climbs again until its model server is back.
+    pub(super) fn standby_serves_now(&self, cluster: &Arc<dyn Cluster>, last: &NodeEvent) -> bool {
+        let Some(instance) = &last.instance else {
+            return false;
+        };
+        let view = cluster.node(&cluster_key(last, instance));
+        view.model_ready && !view.cordoned
+    }
+
+    /// Uncordons a woken node; a failure is retried by the next tick's climb.
+    pub(super) async fn uncordon_woken(
+        &self,
+        cluster: &Arc<dyn Cluster>,
+        last: &NodeEvent,
+        key: &ClusterNodeKey,
+    ) {
+        let call = tokio::time::timeout(self.config.engine.provider_timeout, cluster.uncordon(key))
+            .await
+            .unwrap_or_else(|_| Err("uncordon timed out".into()));
+        if let Err(e) = call {
+            tracing::warn!(node = %last.node, error = %e, "uncordon failed; next tick retries");
+        }
+    }
+
+    /// Uncordons the woken running warm node `last`, if it has an instance.
+    pub(super) async fn uncordon_standby(&self, cluster: &Arc<dyn Cluster>, last: &NodeEvent) {
+        if let Some(instance) = &last.instance {
+            let key = cluster_key(last, instance);
+            if cluster.node(&key).cordoned {
+                self.uncordon_woken(cluster, last, &key).await;
+            }
+        }
+    }
+
     /// Stamps the cluster's rungs (registered, Node Ready, model server Ready) in the pool's
-    /// decision log the first time this process sees each.
+    /// decision log once per node, across restarts.
     async fn stamp_cluster_rungs(
         &self,
         last: &NodeEvent,
         view: ClusterNodeView,
         now: Timestamp,
     ) -> Result<(), EngineError> {
+        self.load_rung_stamps(&last.pool).await?;
         let before = self
             .state()
             .cluster_seen
@@ -125,6 +186,70 @@ impl Engine {
                 .await?;
             }
         }
+        Ok(())
+    }
+
+    /// With a cluster, model-server pods the scheduler cannot place are replicas waiting for a
+    /// node: the pool's organic target is at least its ready nodes plus the larger of the nodes
+    /// on their way and those pods (a starting node will take a pending pod). The controller
+    /// remembers the raised target, so it scales down from there by its own stabilised rules.
+    pub(super) async fn floor_for_pending_pods(
+        &self,
+        pool: &PoolSpec,
+        counts: ReplicaCounts,
+        target: u32,
+        now: Timestamp,
+    ) -> Result<u32, EngineError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(target);
+        };
+        let pending = cluster.unschedulable_pods(&pool.name);
+        let floor = counts.ready + (counts.requested + counts.starting).max(pending);
+        let raised = pending > 0 && floor > target && !pool.scaling.shadow;
+        let changed = {
+            let mut st = self.state();
+            let before = st
+                .pending_pods
+                .insert(pool.name.clone(), pending)
+                .unwrap_or(0);
+            if raised && let Some(memory) = st.memory.get_mut(&pool.name) {
+                memory.target = floor;
+            }
+            before != pending
+        };
+        if changed {
+            let entry = serde_json::json!({
+                "at": now,
+                "event": "unschedulable_pods",
+                "pods": pending,
+                "target": if raised { floor } else { target },
+                "reason": "model-server pods the scheduler cannot place; each needs a node",
+            });
+            self.ledger
+                .append_decision(&pool.name, now, &entry.to_string())
+                .await?;
+        }
+        Ok(if raised { floor } else { target })
+    }
+
+    /// Reads back, once per pool and process (again after the pool's lease comes back), the
+    /// rungs already stamped in the pool's decision log, so a restarted process does not stamp
+    /// them a second time. Bounded by [`RUNG_LOOKBACK`] entries: a node climbs for minutes, and
+    /// the decisions of those minutes are far fewer.
+    async fn load_rung_stamps(&self, pool: &PoolName) -> Result<(), EngineError> {
+        if self.state().rungs_loaded.contains(pool) {
+            return Ok(());
+        }
+        let records = self.ledger.decisions(pool, RUNG_LOOKBACK).await?;
+        let stamped = rungs_on_record(&records);
+        let mut st = self.state();
+        for (node, view) in stamped {
+            let seen = st.cluster_seen.entry(node).or_default();
+            seen.registered |= view.registered;
+            seen.node_ready |= view.node_ready;
+            seen.model_ready |= view.model_ready;
+        }
+        st.rungs_loaded.insert(pool.clone());
         Ok(())
     }
 
@@ -218,7 +343,34 @@ impl Engine {
     }
 }
 
-fn cluster_key(e: &NodeEvent, instance: &str) -> ClusterNodeKey {
+/// Decisions read back at most, per pool, to find the rungs already stamped.
+const RUNG_LOOKBACK: i64 = 1000;
+
+/// The rungs each node has stamped, from a pool's decision log records (JSON documents).
+fn rungs_on_record(records: &[String]) -> HashMap<NodeId, ClusterNodeView> {
+    let mut out: HashMap<NodeId, ClusterNodeView> = HashMap::new();
+    for record in records {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(record) else {
+            continue;
+        };
+        if entry["event"] != "cluster_rung" {
+            continue;
+        }
+        let Some(node) = entry["node"].as_str() else {
+            continue;
+        };
+        let view = out.entry(NodeId(node.to_string())).or_default();
+        match entry["rung"].as_str() {
+            Some("node_registered") => view.registered = true,
+            Some("node_ready") => view.node_ready = true,
+            Some("model_server_ready") => view.model_ready = true,
+            _ => {}
+        }
+    }
+    out
+}
+
+pub(super) fn cluster_key(e: &NodeEvent, instance: &str) -> ClusterNodeKey {
     ClusterNodeKey {
         pool: e.pool.clone(),
         node: e.node.clone(),

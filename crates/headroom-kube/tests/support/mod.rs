@@ -158,6 +158,13 @@ impl FakeApi {
         self.put_node(name, node, "MODIFIED");
     }
 
+    /// Someone (a drain, an operator) marks the Node unschedulable.
+    pub fn cordon(&self, name: &str) {
+        let mut node = self.lock().nodes[name].clone();
+        node["spec"]["unschedulable"] = json!(true);
+        self.put_node(name, node, "MODIFIED");
+    }
+
     /// Removes a Node without telling any watch: what a client misses while its watch is down
     /// and the history it would resume from has been compacted.
     pub fn delete_node_unseen(&self, name: &str) {
@@ -186,6 +193,18 @@ impl FakeApi {
             "metadata": { "name": name, "namespace": ns, "labels": labels, "ownerReferences": owners },
             "spec": { "nodeName": node, "containers": [ { "name": "main" } ] },
             "status": { "phase": "Running", "conditions": [ { "type": "Ready", "status": if ready { "True" } else { "False" } } ] },
+        });
+        self.put_pod(ns, name, pod, "ADDED");
+    }
+
+    /// A pod the scheduler could not place (Pending, PodScheduled False: Unschedulable).
+    pub fn add_unschedulable_pod(&self, ns: &str, name: &str, labels: &[(&str, &str)]) {
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "namespace": ns, "labels": labels },
+            "spec": { "containers": [ { "name": "main" } ], "nodeSelector": { "gpu": "l4" } },
+            "status": { "phase": "Pending", "conditions": [ { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" } ] },
         });
         self.put_pod(ns, name, pod, "ADDED");
     }
