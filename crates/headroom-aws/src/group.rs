@@ -37,6 +37,9 @@
 //! mix is its own business). A group at its max size refuses with `Quota` (`GroupAtMaxSize`), so
 //! the planner falls back to another offering.
 //!
+//! A launch's user data (the node bootstrap `[kube] bootstrap` renders) is not used: the group's
+//! launch template carries the bootstrap, and the cluster matches the node by provider ID.
+//!
 //! Terminate is TerminateInstanceInAutoScalingGroup with ShouldDecrementDesiredCapacity, so the
 //! group does not replace the node; an instance already terminating or gone succeeds, and one no
 //! longer in the group (detached) is terminated through EC2. Stop and start are refused for group
