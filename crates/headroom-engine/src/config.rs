@@ -65,6 +65,29 @@ pub struct EngineSettings {
     pub global_max_nodes: Option<u32>,
     /// How often live prices (spot) are asked of the cloud; zero keeps the configured prices.
     pub price_refresh: Duration,
+    /// What happens to instances tagged as this deployment's that the ledger does not know.
+    pub orphan_policy: OrphanPolicy,
+}
+
+/// `engine.orphan_policy`: what reconciliation does with an orphan (an instance tagged with this
+/// deployment's cluster id that the ledger does not know).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OrphanPolicy {
+    /// Terminate it: it costs money and serves nobody.
+    #[default]
+    Terminate,
+    /// Leave it, and say so (alert `OrphanInstances`, metric, decision log): for adopting
+    /// Headroom into an account where instances may already carry its tags.
+    Report,
+}
+
+impl OrphanPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrphanPolicy::Terminate => "terminate",
+            OrphanPolicy::Report => "report",
+        }
+    }
 }
 
 /// `[api]`: limits every request meets.
@@ -234,6 +257,12 @@ struct RawEngine {
     global_max_nodes: Option<u32>,
     #[serde(default = "default_price_refresh")]
     price_refresh: String,
+    #[serde(default = "default_orphan_policy")]
+    orphan_policy: String,
+}
+
+fn default_orphan_policy() -> String {
+    "terminate".into()
 }
 
 fn default_price_refresh() -> String {
@@ -263,6 +292,7 @@ impl Default for RawEngine {
             provider_timeout: default_provider_timeout(),
             global_max_nodes: None,
             price_refresh: default_price_refresh(),
+            orphan_policy: default_orphan_policy(),
         }
     }
 }
@@ -652,6 +682,18 @@ impl RawConfig {
             provider_timeout: p.duration("engine.provider_timeout", &self.engine.provider_timeout),
             global_max_nodes: self.engine.global_max_nodes,
             price_refresh: p.duration("engine.price_refresh", &self.engine.price_refresh),
+            orphan_policy: match self.engine.orphan_policy.as_str() {
+                "terminate" => OrphanPolicy::Terminate,
+                "report" => OrphanPolicy::Report,
+                other => {
+                    p.add(
+                        "engine.orphan_policy",
+                        format!("{other:?} is not a policy"),
+                        "write \"terminate\" or \"report\"",
+                    );
+                    OrphanPolicy::Terminate
+                }
+            },
         };
         if !engine.price_refresh.is_zero() && engine.price_refresh < Duration::from_secs(10) {
             p.add(
@@ -1159,6 +1201,27 @@ mod tests {
         assert_eq!(e.len(), 1, "{e:#?}");
         assert!(
             e[0].contains("engine.price_refresh") && e[0].contains("\"0s\""),
+            "{}",
+            e[0]
+        );
+    }
+
+    #[test]
+    fn orphan_policy_is_terminate_or_report() {
+        let c = Config::parse(
+            &EXAMPLE.replace(
+                "orphan_policy = \"terminate\"",
+                "orphan_policy = \"report\"",
+            ),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.engine.orphan_policy, OrphanPolicy::Report);
+        let e =
+            errors(&EXAMPLE.replace("orphan_policy = \"terminate\"", "orphan_policy = \"keep\""));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains("engine.orphan_policy") && e[0].contains("\"report\""),
             "{}",
             e[0]
         );

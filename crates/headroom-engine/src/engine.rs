@@ -30,6 +30,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 
 mod cluster_steps;
+mod orphans;
 mod prices;
 mod restore;
 
@@ -176,6 +177,10 @@ struct LoopState {
     reservation_idle_since: HashMap<OfferingId, Timestamp>,
     /// What the cluster last showed for each climbing node, to stamp each rung once.
     cluster_seen: HashMap<NodeId, crate::cluster::ClusterNodeView>,
+    /// Orphans in the last inventory, by the pool they are counted under (see `orphans.rs`).
+    orphans: BTreeMap<PoolName, Vec<InstanceId>>,
+    /// Orphans already written to the decision log (those still orphans).
+    orphans_seen: HashSet<InstanceId>,
     /// Pools whose recent launches and refusals have been read back from the ledger.
     restored: HashSet<PoolName>,
     /// Prices the cloud quoted (spot), from the last refresh that answered.
@@ -529,6 +534,24 @@ impl Engine {
             };
             holding.push(alert);
         }
+        if self.config.engine.orphan_policy == crate::config::OrphanPolicy::Report {
+            let orphans = self.state().orphans.clone();
+            for (pool, ids) in orphans.iter().filter(|(p, _)| owned.contains(*p)) {
+                let shown: Vec<String> = ids.iter().take(5).map(|i| i.to_string()).collect();
+                holding.push(Alert::new(
+                    "OrphanInstances",
+                    "warning",
+                    &[("pool", pool.to_string())],
+                    format!(
+                        "{} instance(s) tagged for pool {pool} of cluster {} are unknown to the ledger and left running ({}{}); terminate them, or set engine.orphan_policy = \"terminate\"",
+                        ids.len(),
+                        self.config.cluster_id,
+                        shown.join(", "),
+                        if ids.len() > shown.len() { ", …" } else { "" }
+                    ),
+                ));
+            }
+        }
         if owns_budgets {
             let live = self.ledger.live_nodes().await?;
             for o in &self.config.offerings {
@@ -831,7 +854,7 @@ impl Engine {
             self.settle(last, instance, now).await?;
         }
 
-        for orphan in inventory
+        let orphans: Vec<&Instance> = inventory
             .iter()
             .filter(|i| !known.contains(i.client_token.as_str()))
             .filter(|i| {
@@ -846,16 +869,8 @@ impl Engine {
                         .is_some_and(|p| owned.contains(&p.name)),
                 }
             })
-        {
-            // Tagged as ours but unknown to the ledger's live nodes: a leak. Terminate it.
-            tracing::warn!(instance = %orphan.id, node = %orphan.tags.node, "terminating orphaned instance");
-            match self.cloud.terminate(&orphan.id).await {
-                Ok(()) | Err(CloudError::NotFound(_)) => {}
-                Err(e) => {
-                    tracing::warn!(instance = %orphan.id, error = %e, "orphan termination failed; next tick retries")
-                }
-            }
-        }
+            .collect();
+        self.handle_orphans(&orphans, now).await?;
         Ok(())
     }
 

@@ -90,6 +90,7 @@ pub struct Metrics {
     pub budget_held_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub offering_price_dollars:
         Family<OfferingPriceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub orphan_instances: Family<PoolLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -112,6 +113,7 @@ impl Default for Metrics {
             budget_spent_dollars: Family::default(),
             budget_held_dollars: Family::default(),
             offering_price_dollars: Family::default(),
+            orphan_instances: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -183,6 +185,11 @@ impl Default for Metrics {
             "offering_price_dollars_per_hour",
             "Price per node-hour the planner ranks and holds budgets with, live or configured",
             m.offering_price_dollars.clone(),
+        );
+        registry.register(
+            "orphan_instances",
+            "Instances tagged for the pool that the ledger does not know, in the last inventory (terminated or reported per engine.orphan_policy)",
+            m.orphan_instances.clone(),
         );
         Metrics { registry, ..m }
     }

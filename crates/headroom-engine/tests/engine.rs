@@ -351,6 +351,81 @@ async fn an_orphaned_instance_is_terminated() {
         h.cloud.describe(&orphan.id).await.unwrap().phase,
         InstancePhase::Terminated
     );
+    let decisions = h.engine.decisions(&"llm".parse().unwrap()).await.unwrap();
+    assert!(
+        decisions.iter().any(|d| d["event"] == "orphan"
+            && d["instance"] == orphan.id.0.as_str()
+            && d["policy"] == "terminate"),
+        "{decisions:?}"
+    );
+}
+
+#[tokio::test]
+async fn with_the_report_policy_an_orphan_is_left_running_alerted_and_logged_once() {
+    let h =
+        harness(&CONFIG.replacen("[engine]\n", "[engine]\norphan_policy = \"report\"\n", 1)).await;
+    let offering = h.config.offering(&"dear".parse().unwrap()).unwrap().clone();
+    let orphan = h
+        .cloud
+        .launch(&LaunchSpec {
+            offering,
+            client_token: "made-by-hand".into(),
+            tags: OwnershipTags {
+                cluster: "engine-test".into(),
+                pool: "llm".into(),
+                node: "ghost".into(),
+                request: None,
+            },
+            user_data: None,
+        })
+        .await
+        .unwrap();
+    h.run_for(60).await;
+    assert_ne!(
+        h.cloud.describe(&orphan.id).await.unwrap().phase,
+        InstancePhase::Terminated,
+        "reported, not terminated"
+    );
+    let alerts = h.engine.active_alerts();
+    let alert = alerts
+        .iter()
+        .find(|a| a.alert.name == "OrphanInstances")
+        .expect("an OrphanInstances alert fires");
+    assert!(
+        alert.alert.summary.contains(&orphan.id.0),
+        "{}",
+        alert.alert.summary
+    );
+    assert_eq!(
+        count_metric(
+            &h.engine.metrics().encode(),
+            "headroom_orphan_instances{pool=\"llm\"}"
+        ),
+        1.0
+    );
+    let decisions = h.engine.decisions(&"llm".parse().unwrap()).await.unwrap();
+    let logged = decisions
+        .iter()
+        .filter(|d| d["event"] == "orphan" && d["policy"] == "report")
+        .count();
+    assert_eq!(logged, 1, "written once, not every tick: {decisions:?}");
+
+    // Once someone terminates it, the alert clears and the gauge drops.
+    h.cloud.terminate(&orphan.id).await.unwrap();
+    h.run_for(10).await;
+    assert!(
+        h.engine
+            .active_alerts()
+            .iter()
+            .all(|a| a.alert.name != "OrphanInstances")
+    );
+    assert_eq!(
+        count_metric(
+            &h.engine.metrics().encode(),
+            "headroom_orphan_instances{pool=\"llm\"}"
+        ),
+        0.0
+    );
 }
 
 #[tokio::test]

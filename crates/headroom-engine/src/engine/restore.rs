@@ -12,7 +12,9 @@ impl Engine {
         owned: &BTreeSet<PoolName>,
     ) -> Result<(), EngineError> {
         let taken: Vec<&PoolSpec> = {
-            let st = self.state();
+            let mut st = self.state();
+            // A pool another replica owned meanwhile has a history this process did not see.
+            st.restored.retain(|p| owned.contains(p));
             self.config
                 .pools
                 .iter()

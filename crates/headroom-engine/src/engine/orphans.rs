@@ -1,0 +1,84 @@
+//! Orphans: instances tagged with this deployment's cluster id that the ledger does not know — a
+//! node the ledger ended that the cloud kept, an instance made by hand or by an older deployment
+//! with our tags, an Auto Scaling group instance no launch claimed. `engine.orphan_policy` decides:
+//! `terminate` (the default) ends them, since they cost money and serve nobody; `report` leaves
+//! them and raises `OrphanInstances`, for adopting Headroom into an account that may already hold
+//! such instances. Either way each one is written once to its pool's decision log and counted in
+//! `headroom_orphan_instances`.
+
+use super::*;
+use crate::config::OrphanPolicy;
+
+impl Engine {
+    pub(super) async fn handle_orphans(
+        &self,
+        orphans: &[&Instance],
+        now: Timestamp,
+    ) -> Result<(), EngineError> {
+        let policy = self.config.engine.orphan_policy;
+        let mut by_pool: BTreeMap<PoolName, Vec<InstanceId>> = BTreeMap::new();
+        for orphan in orphans {
+            // Instances of pools no longer configured are counted under the first pool, whose
+            // owner cleans them.
+            let pool = orphan
+                .tags
+                .pool
+                .parse::<PoolName>()
+                .ok()
+                .filter(|p| self.config.pool(p).is_some())
+                .or_else(|| self.config.pools.first().map(|p| p.name.clone()));
+            let Some(pool) = pool else {
+                continue;
+            };
+            by_pool
+                .entry(pool.clone())
+                .or_default()
+                .push(orphan.id.clone());
+            let first_seen = self.state().orphans_seen.insert(orphan.id.clone());
+            if first_seen {
+                let entry = serde_json::json!({
+                    "at": now,
+                    "event": "orphan",
+                    "instance": orphan.id,
+                    "node": orphan.tags.node,
+                    "offering": orphan.offering,
+                    "policy": policy.as_str(),
+                    "reason": "tagged with this deployment's cluster id but unknown to the ledger",
+                });
+                self.ledger
+                    .append_decision(&pool, now, &entry.to_string())
+                    .await?;
+            }
+            match policy {
+                OrphanPolicy::Report => {
+                    if first_seen {
+                        tracing::warn!(instance = %orphan.id, node = %orphan.tags.node, %pool, "orphaned instance left running (engine.orphan_policy = report)");
+                    }
+                }
+                OrphanPolicy::Terminate => {
+                    tracing::warn!(instance = %orphan.id, node = %orphan.tags.node, %pool, "terminating orphaned instance");
+                    match self.cloud.terminate(&orphan.id).await {
+                        Ok(()) | Err(CloudError::NotFound(_)) => {}
+                        Err(e) => {
+                            tracing::warn!(instance = %orphan.id, error = %e, "orphan termination failed; next tick retries")
+                        }
+                    }
+                }
+            }
+        }
+        for pool in &self.config.pools {
+            let count = by_pool.get(&pool.name).map_or(0, Vec::len);
+            self.metrics
+                .orphan_instances
+                .get_or_create(&crate::metrics::PoolLabels {
+                    pool: pool.name.to_string(),
+                })
+                .set(count as i64);
+        }
+        let mut st = self.state();
+        let current: HashSet<&InstanceId> = by_pool.values().flatten().collect();
+        st.orphans_seen.retain(|id| current.contains(id));
+        st.orphans = by_pool;
+        Ok(())
+    }
+}
