@@ -319,6 +319,29 @@ replica_throughput_rps = 5.0
     )
 }
 
+/// A SQLite ledger in `dir`, as `headroom serve` opens one.
+async fn ledger_in(dir: &tempfile::TempDir) -> Arc<SqliteLedger> {
+    Arc::new(
+        SqliteLedger::open_path(&dir.path().join("ledger.db"))
+            .await
+            .unwrap(),
+    )
+}
+
+/// A capacity request for one more node of pool `llm`.
+async fn ask_for_one_node(ledger: &SqliteLedger, clock: &Arc<dyn Clock>) {
+    ledger
+        .record_capacity_request(&NewCapacityRequest {
+            pool: "llm".parse().unwrap(),
+            replicas: 1,
+            priority: Priority::Normal,
+            idempotency_key: None,
+            at: clock.now(),
+        })
+        .await
+        .unwrap();
+}
+
 async fn provider_from_config(moto: &Moto, config: &Config, clock: Arc<dyn Clock>) -> AwsProvider {
     let settings = AwsSettings::from_table(config.aws.as_ref()).unwrap();
     settings
@@ -367,21 +390,8 @@ async fn a_crash_between_launch_and_outcome_neither_leaks_nor_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     let config = Arc::new(engine_config(&moto));
     let clock: Arc<dyn Clock> = clock();
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("ledger.db"))
-            .await
-            .unwrap(),
-    );
-    ledger
-        .record_capacity_request(&NewCapacityRequest {
-            pool: "llm".parse().unwrap(),
-            replicas: 1,
-            priority: Priority::Normal,
-            idempotency_key: None,
-            at: clock.now(),
-        })
-        .await
-        .unwrap();
+    let ledger = ledger_in(&dir).await;
+    ask_for_one_node(&ledger, &clock).await;
 
     let dying = Arc::new(DiesAfterLaunch(
         provider_from_config(&moto, &config, clock.clone()).await,
@@ -542,11 +552,7 @@ async fn the_warm_pool_is_stopped_instances_woken_on_demand() {
     let text = engine_config_text(&moto).replace("warm_pool_size = 0", "warm_pool_size = 1");
     let config = Arc::new(Config::parse(&text, "test").unwrap());
     let clock: Arc<dyn Clock> = clock();
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("ledger.db"))
-            .await
-            .unwrap(),
-    );
+    let ledger = ledger_in(&dir).await;
     let provider = Arc::new(provider_from_config(&moto, &config, clock.clone()).await);
     let engine = Engine::new(config.clone(), ledger.clone(), provider, clock.clone());
     let pool: headroom_core::PoolName = "llm".parse().unwrap();
@@ -847,6 +853,15 @@ async fn a_spot_interruption_warning_from_the_queue_gives_notice_then_interrupts
 // --- Auto Scaling group mode -------------------------------------------------------------
 
 const GROUP: &str = "headroom-llm";
+
+/// The engine tests' configuration with pool `llm` launching through the group.
+fn group_engine_config(moto: &Moto) -> Config {
+    let text = engine_config_text(moto).replace(
+        &format!("image_id = \"{IMAGE}\""),
+        &format!("auto_scaling_groups = {{ llm = \"{GROUP}\" }}"),
+    );
+    Config::parse(&text, "test").unwrap()
+}
 const GROUP_TEMPLATE: &str = "headroom-llm-nodes";
 
 /// A plain Auto Scaling client on the moto server.
@@ -1200,27 +1215,10 @@ async fn a_crash_in_a_group_launch_neither_leaks_nor_duplicates() {
     let moto = Moto::start();
     create_group(&moto, "crash-test", 4).await;
     let dir = tempfile::tempdir().unwrap();
-    let text = engine_config_text(&moto).replace(
-        &format!("image_id = \"{IMAGE}\""),
-        &format!("auto_scaling_groups = {{ llm = \"{GROUP}\" }}"),
-    );
-    let config = Arc::new(Config::parse(&text, "test").unwrap());
+    let config = Arc::new(group_engine_config(&moto));
     let clock: Arc<dyn Clock> = clock();
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("ledger.db"))
-            .await
-            .unwrap(),
-    );
-    ledger
-        .record_capacity_request(&NewCapacityRequest {
-            pool: "llm".parse().unwrap(),
-            replicas: 1,
-            priority: Priority::Normal,
-            idempotency_key: None,
-            at: clock.now(),
-        })
-        .await
-        .unwrap();
+    let ledger = ledger_in(&dir).await;
+    ask_for_one_node(&ledger, &clock).await;
     let dying = Arc::new(DiesAfterLaunch(
         provider_from_config(&moto, &config, clock.clone()).await,
     ));
@@ -1279,11 +1277,7 @@ async fn the_engine_plans_and_records_spot_at_the_price_ec2_quotes() {
         );
     let config = Arc::new(Config::parse(&text, "test").unwrap());
     let clock: Arc<dyn Clock> = clock();
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("ledger.db"))
-            .await
-            .unwrap(),
-    );
+    let ledger = ledger_in(&dir).await;
     let provider = Arc::new(provider_from_config(&moto, &config, clock.clone()).await);
     let quoted = provider.spot_prices(REGION, &[GOOD_TYPE]).await.unwrap();
     let market = *quoted
@@ -1291,16 +1285,7 @@ async fn the_engine_plans_and_records_spot_at_the_price_ec2_quotes() {
         .expect("moto quotes a spot price for the offering's type and zone");
     assert!(market < "5.00".parse().unwrap(), "{market}");
 
-    ledger
-        .record_capacity_request(&NewCapacityRequest {
-            pool: "llm".parse().unwrap(),
-            replicas: 1,
-            priority: Priority::Normal,
-            idempotency_key: None,
-            at: clock.now(),
-        })
-        .await
-        .unwrap();
+    ask_for_one_node(&ledger, &clock).await;
     let engine = Engine::new(config.clone(), ledger.clone(), provider, clock.clone());
     engine.tick().await.unwrap();
 
@@ -1334,18 +1319,10 @@ async fn a_group_instance_no_launch_claims_is_terminated_as_an_orphan_after_its_
     let moto = Moto::start();
     create_group(&moto, "crash-test", 4).await;
     let dir = tempfile::tempdir().unwrap();
-    let text = engine_config_text(&moto).replace(
-        &format!("image_id = \"{IMAGE}\""),
-        &format!("auto_scaling_groups = {{ llm = \"{GROUP}\" }}"),
-    );
-    let config = Arc::new(Config::parse(&text, "test").unwrap());
+    let config = Arc::new(group_engine_config(&moto));
     let manual = Arc::new(ManualClock::new(clock().now()));
     let clock: Arc<dyn Clock> = manual.clone();
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("ledger.db"))
-            .await
-            .unwrap(),
-    );
+    let ledger = ledger_in(&dir).await;
     // The group was raised by a process that died before it could claim the instance, and no
     // demand is left to claim it: nothing in the ledger asks for it.
     set_desired(&moto, 1).await;
