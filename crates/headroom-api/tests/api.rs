@@ -321,6 +321,7 @@ async fn offerings_show_the_price_plans_use_live_or_configured() {
     assert_eq!(quoted["effective_usd_per_hour"], json!(market));
     assert_eq!(quoted["configured_usd_per_hour"], json!(max));
     assert_eq!(quoted["above_max_price"], false);
+    assert_eq!(quoted["recent_refusals"], 0);
     let listed = offerings
         .iter()
         .find(|o| o["offering"] == "use1-g6-od")

@@ -1392,6 +1392,10 @@ async fn without_live_prices_a_spot_market_above_the_max_price_costs_a_refusal_t
     );
     let quoted = h.engine.offering_prices();
     assert_eq!(quoted[0].live_usd_per_hour, None, "prices were never asked");
+    assert_eq!(
+        quoted[0].recent_refusals, 1,
+        "it ranks lower for a while: {quoted:?}"
+    );
 }
 
 #[tokio::test]

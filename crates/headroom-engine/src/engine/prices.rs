@@ -20,6 +20,8 @@ pub struct OfferingPrice {
     pub above_max_price: bool,
     /// Skipped after a refusal until this instant.
     pub cooling_down_until: Option<Timestamp>,
+    /// Refusals in the last 15 minutes, which rank the offering as dearer than its price.
+    pub recent_refusals: u32,
     pub quoted_at: Option<Timestamp>,
 }
 
@@ -136,6 +138,9 @@ impl Engine {
                         .get(&offering.id)
                         .copied()
                         .filter(|until| *until > now),
+                    recent_refusals: st.refusal_log.get(&offering.id).map_or(0, |log| {
+                        log.iter().filter(|t| **t >= now - RECENT_REFUSALS).count() as u32
+                    }),
                     quoted_at: live.and(st.prices_quoted_at),
                 }
             })
