@@ -241,12 +241,31 @@ impl SimCloud {
     }
 
     /// Moves the spot market: `offering`'s price is now `price` per hour, quoted by
-    /// `current_prices` and compared with the most a launch will pay.
+    /// `current_prices` and compared with the most a launch will pay (the offering's price). A
+    /// market above that maximum also reclaims the offering's running instances, after the usual
+    /// notice, as EC2 does with instances whose maximum price the market passes.
     pub fn set_spot_price(&self, offering: &OfferingId, price: Money) {
         self.spot_prices
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(offering.clone(), price);
+        let max = self
+            .catalog()
+            .get(offering)
+            .map(|o| o.offering.price_usd_per_hour);
+        if max.is_some_and(|max| price > max) {
+            let reclaim_at = self.clock.now() + chrono::Duration::seconds(INTERRUPTION_NOTICE_S);
+            self.interrupt(offering, u32::MAX, reclaim_at);
+        }
+    }
+
+    /// The spot market's current price for `offering`, if one was set.
+    pub fn spot_price(&self, offering: &OfferingId) -> Option<Money> {
+        self.spot_prices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(offering)
+            .copied()
     }
 
     /// Makes the next `times` launches of `offering` fail with `class` (tests, chaos drills).
@@ -445,13 +464,7 @@ impl CloudProvider for SimCloud {
             return refresh(&mut state, &catalog, &existing, now)
                 .ok_or(CloudError::NotFound(existing));
         }
-        let spot_price = self
-            .spot_prices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&spec.offering.id)
-            .copied();
-        if let Some(price) = spot_price
+        if let Some(price) = self.spot_price(&spec.offering.id)
             && price > spec.offering.price_usd_per_hour
         {
             return Err(refused(

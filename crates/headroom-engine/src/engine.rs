@@ -892,6 +892,9 @@ impl Engine {
                 .entry(last.offering.clone())
                 .or_default()
                 .push_back(now);
+            // The market may have moved past what the pool pays: quote prices again before
+            // this tick plans the replacement.
+            st.prices_asked_at = None;
         }
         tracing::warn!(pool = %last.pool, node = %last.node, offering = %last.offering, %reclaim_at, "spot interruption notice; replacing the node now");
         self.metrics

@@ -1345,22 +1345,20 @@ async fn live_spot_prices_set_what_nodes_cost_and_a_market_above_the_max_price_i
         "headroom_offering_price_dollars_per_hour{offering=\"od\",market=\"on-demand\",source=\"configured\"} 2.0"
     ));
 
-    // The market climbs above what the pool pays at most: after the next refresh new capacity
-    // comes from on-demand, without a refused spot launch first.
+    // The market climbs above what the pool pays at most. The cloud reclaims the two spot nodes
+    // (after its notice, which also makes Headroom quote prices again at once): their
+    // replacements and new capacity come from on-demand, without a refused spot launch first.
+    h.run_for(30).await; // halfway to the next price refresh
     h.cloud.set_spot_price(&spot, "3.50".parse().unwrap());
     h.run_for(60).await;
     h.request(1).await;
     h.run_for(300).await;
-    let od: Vec<_> = h
-        .ledger
-        .live_nodes()
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.offering.as_str() == "od")
-        .collect();
-    assert_eq!(od.len(), 1);
-    assert_eq!(od[0].price_usd_per_hour, "2.00".parse().unwrap());
+    let live = h.ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 3, "{live:?}");
+    for node in &live {
+        assert_eq!(node.offering.as_str(), "od");
+        assert_eq!(node.price_usd_per_hour, "2.00".parse().unwrap());
+    }
     assert!(
         refusal_reasons(&h).await.is_empty(),
         "no launch was sent to a market above its maximum price"

@@ -297,7 +297,11 @@ async fn run_policy(
             _ => {
                 for i in running(&cloud, &sc.pool.name.to_string()) {
                     if let Some(o) = prices.get(&i.offering) {
-                        cost += o.price_usd_per_hour.as_f64_lossy() * hours;
+                        // Spot bills at the market price, whatever a policy believed it would.
+                        let price = cloud
+                            .spot_price(&i.offering)
+                            .unwrap_or(o.price_usd_per_hour);
+                        cost += price.as_f64_lossy() * hours;
                         gpu_s += o.gpus_per_node as f64 * sc.tick_s;
                     }
                 }
@@ -377,6 +381,7 @@ async fn apply_fault(cloud: &SimCloud, f: &Fault, now: Timestamp) {
     match f.kind {
         FaultKind::Capacity(n) => cloud.set_capacity(&f.offering, n),
         FaultKind::LaunchErrors(class, n) => cloud.inject_launch_fault(&f.offering, class, n),
+        FaultKind::SpotPrice(price) => cloud.set_spot_price(&f.offering, price),
         FaultKind::Interrupt(share) => {
             // The wave is announced now and reclaims after the usual notice, as on AWS: every
             // policy sees the instances go at the same instant; Headroom also sees the notice.
@@ -980,7 +985,8 @@ pub struct OraclePlan {
     /// Per tick: ready replicas, and nodes paid for (ready plus booting ahead).
     ready: Vec<u32>,
     paid: Vec<u32>,
-    price: f64,
+    /// Per tick, the price per node-hour of the cheapest offering then.
+    price: Vec<f64>,
     gpus: u32,
 }
 
@@ -1005,12 +1011,39 @@ impl OraclePlan {
         let need: Vec<u32> = (0..ticks)
             .map(|k| (work[k / per_bucket] / capacity).ceil() as u32)
             .collect();
-        let cheapest = sc
+        let offerings: Vec<&Offering> = sc
             .pool
             .offerings
             .iter()
             .filter_map(|id| sc.config.offering(id))
-            .min_by_key(|o| o.price_usd_per_hour);
+            .collect();
+        // Per tick, the cheapest offering a launch could buy then: spot at its market price,
+        // and not while the market is above the most the pool pays.
+        let cheapest_at = |t: f64| {
+            offerings
+                .iter()
+                .filter_map(|o| {
+                    let market = sc
+                        .faults
+                        .iter()
+                        .filter(|f| f.offering == o.id && f.at_s <= t + 1e-9)
+                        .filter_map(|f| match f.kind {
+                            FaultKind::SpotPrice(p) => Some(p),
+                            _ => None,
+                        })
+                        .next_back();
+                    match market {
+                        Some(p) if p > o.price_usd_per_hour => None,
+                        Some(p) => Some((p, o.gpus_per_node)),
+                        None => Some((o.price_usd_per_hour, o.gpus_per_node)),
+                    }
+                })
+                .min_by_key(|(p, _)| *p)
+        };
+        let price: Vec<f64> = (0..ticks)
+            .map(|k| cheapest_at(k as f64 * sc.tick_s).map_or(0.0, |(p, _)| p.as_f64_lossy()))
+            .collect();
+        let gpus = cheapest_at(0.0).map_or(1, |(_, g)| g);
         let ladder_ticks = (sc.pool.ladder.cold_total().as_secs_f64() / sc.tick_s).ceil() as usize;
         let mut ready = vec![0u32; ticks];
         let mut paid = vec![0u32; ticks];
@@ -1046,8 +1079,8 @@ impl OraclePlan {
             tick_s: sc.tick_s,
             ready,
             paid,
-            price: cheapest.map_or(0.0, |o| o.price_usd_per_hour.as_f64_lossy()),
-            gpus: cheapest.map_or(1, |o| o.gpus_per_node),
+            price,
+            gpus,
         }
     }
 
@@ -1069,14 +1102,19 @@ impl OraclePlan {
 
     /// (price per hour, GPUs) paid for during the tick at `t`.
     fn paid(&self, t: f64) -> (f64, f64) {
-        let n = self.paid.get(self.index(t)).copied().unwrap_or(0) as f64;
-        (n * self.price, n * self.gpus as f64)
+        let k = self.index(t);
+        let n = self.paid.get(k).copied().unwrap_or(0) as f64;
+        (
+            n * self.price.get(k).copied().unwrap_or(0.0),
+            n * self.gpus as f64,
+        )
     }
 
     pub fn cost_usd(&self) -> f64 {
         self.paid
             .iter()
-            .map(|n| *n as f64 * self.price * self.tick_s / 3600.0)
+            .zip(&self.price)
+            .map(|(n, price)| *n as f64 * price * self.tick_s / 3600.0)
             .sum()
     }
 }

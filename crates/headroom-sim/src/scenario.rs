@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use headroom_core::{ErrorClass, OfferingId, PoolName, PoolSpec};
+use headroom_core::{ErrorClass, Money, OfferingId, PoolName, PoolSpec};
 use headroom_engine::Config;
 use serde::Deserialize;
 
@@ -29,6 +29,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     (
         "spot-interruptions",
         include_str!("../scenarios/spot-interruptions.toml"),
+    ),
+    (
+        "spot-price-spike",
+        include_str!("../scenarios/spot-price-spike.toml"),
     ),
     (
         "budget-clamp",
@@ -64,6 +68,9 @@ pub enum FaultKind {
     Interrupt(f64),
     /// The next `count` launches on the offering fail with `class`.
     LaunchErrors(ErrorClass, u32),
+    /// The spot market's price per hour from now on: what running spot nodes cost, what the
+    /// cloud quotes, and the most a launch may pay is checked against it.
+    SpotPrice(Money),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -187,6 +194,7 @@ struct RawFault {
     fraction: Option<f64>,
     class: Option<String>,
     count: Option<u32>,
+    price_usd_per_hour: Option<String>,
 }
 
 /// Loads a built-in scenario by name, or a TOML file by path.
@@ -486,6 +494,28 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
                 }
                 FaultKind::Interrupt(x)
             }
+            "spot-price" => {
+                let text = f
+                    .price_usd_per_hour
+                    .as_deref()
+                    .ok_or_else(|| missing("price_usd_per_hour"))?;
+                let price: Money = text.parse().map_err(|e| {
+                    SimError::scenario(origin, format!("key `{}`: {e}", key("price_usd_per_hour")))
+                })?;
+                let spot = config
+                    .offering(&offering)
+                    .is_some_and(|o| o.market == headroom_core::Market::Spot);
+                if !spot {
+                    return Err(SimError::scenario(
+                        origin,
+                        format!(
+                            "key `{}`: {offering} is not a spot offering; a spot price moves only spot offerings",
+                            key("offering")
+                        ),
+                    ));
+                }
+                FaultKind::SpotPrice(price)
+            }
             "launch-errors" => {
                 let class = match f.class.as_deref().unwrap_or("capacity") {
                     "capacity" => ErrorClass::Capacity,
@@ -509,7 +539,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
                 return Err(SimError::scenario(
                     origin,
                     format!(
-                        "key `{}`: {other:?}; use \"capacity\", \"interrupt\" or \"launch-errors\"",
+                        "key `{}`: {other:?}; use \"capacity\", \"interrupt\", \"launch-errors\" or \"spot-price\"",
                         key("kind")
                     ),
                 ));

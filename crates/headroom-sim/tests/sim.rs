@@ -136,6 +136,24 @@ async fn a_stockout_makes_every_policy_fall_back() {
 }
 
 #[tokio::test]
+async fn a_spot_market_above_the_maximum_costs_headroom_no_refused_launch() {
+    let r = run(
+        "spot-price-spike",
+        &[Policy::Headroom, Policy::HpaQueue],
+        Some(8.0),
+    )
+    .await;
+    let headroom = policy(&r, "headroom");
+    assert!(headroom.refusals.is_empty(), "{:?}", headroom.refusals);
+    let hpa = policy(&r, "hpa-queue");
+    assert!(
+        hpa.refusals.get("cloud_price").copied().unwrap_or(0) > 0,
+        "the baseline learns the market from a refusal: {:?}",
+        hpa.refusals
+    );
+}
+
+#[tokio::test]
 async fn the_oracle_is_the_cheapest_and_meets_the_slo() {
     let r = run("seed-000-backlog", &Policy::ALL, None).await;
     let oracle = policy(&r, "oracle");
