@@ -12,7 +12,8 @@ use crate::BadInput;
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// A built-in scenario (seed-000-backlog, seed-001-burst, stockout-fallback,
-    /// spot-interruptions, budget-clamp, azure-code-trace) or a scenario TOML file.
+    /// spot-interruptions, spot-price-spike, budget-clamp, azure-code-trace) or a scenario TOML
+    /// file.
     #[arg(long, value_name = "NAME_OR_FILE")]
     scenario: String,
     /// Replay this trace (CSV TIMESTAMP,ContextTokens,GeneratedTokens or JSONL) instead of the
@@ -125,4 +126,26 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Args;
+
+    #[test]
+    fn the_help_names_every_built_in_scenario() {
+        let command = super::SimulateArgs::augment_args(clap::Command::new("simulate"));
+        let help = command
+            .get_arguments()
+            .find(|a| a.get_id() == "scenario")
+            .and_then(|a| a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        for name in headroom_sim::scenario::built_in_names() {
+            assert!(
+                help.contains(name),
+                "--scenario's help lacks {name}: {help}"
+            );
+        }
+    }
 }

@@ -427,6 +427,63 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Launches spot replacements for on-demand nodes above the pool's spot share, when the best
+    /// available spot offering is cheaper than the on-demand node it would replace. Only while
+    /// every organic node serves (one batch at a time, each at most a quarter of the pool): the
+    /// replacements are surplus, and scale-in releases the dearest serving node — on-demand —
+    /// once each of them serves. Never falls back to on-demand and never refuses: it is an
+    /// optimisation, not demand. A pool at `max_replicas` goes past it by the batch meanwhile.
+    fn rebalance_to_spot(&mut self, organic: &[&NodeView]) {
+        if organic.iter().any(|n| n.state != NodeState::Serving) {
+            return;
+        }
+        let Some(index) = self
+            .offerings
+            .iter()
+            .position(|(c, _)| c.offering.market == Market::Spot)
+        else {
+            return;
+        };
+        let spot = self.offerings[index].0;
+        let mut dearer_on_demand = organic
+            .iter()
+            .filter(|n| n.market == Market::OnDemand)
+            .filter(|n| spot.rank_price() < n.price_usd_per_hour.micros() as i128)
+            .count() as u32;
+        let policy = &self.input.pool.supply;
+        let batch = (organic.len() as u32).div_ceil(4).max(1);
+        for _ in 0..batch {
+            let above =
+                (self.on_demand_have + self.spot_have).saturating_sub(policy.on_demand_base);
+            let wanted_spot = above * policy.spot_percent_above_base / 100;
+            let over_base = self.on_demand_have.saturating_sub(policy.on_demand_base);
+            if self.spot_have >= wanted_spot || over_base == 0 || dearer_on_demand == 0 {
+                return;
+            }
+            // Replacements may go past max_replicas while they boot (as an auto scaling group's
+            // capacity rebalancing does): the pool ends where it was. The other limits hold.
+            if self.governor(false).is_some() || self.period_left == 0 {
+                return;
+            }
+            let hold = self.hold_for(spot.offering.price_usd_per_hour);
+            if !self.admit(hold) {
+                return;
+            }
+            self.plan.actions.push(Action::Launch {
+                offering: spot.offering.id.clone(),
+                request: None,
+                destination: Destination::Serve,
+                hold,
+                fallback: None,
+            });
+            self.spend_limits(false, true);
+            // Counted as if the on-demand node it replaces were already gone.
+            self.spot_have += 1;
+            self.on_demand_have -= 1;
+            dearer_on_demand -= 1;
+        }
+    }
+
     /// Supplies a capacity request, all or nothing when the budget's hard action is `Refuse`.
     fn supply_request(&mut self, request: &RequestId, count: u32) {
         if self.input.budget_action != HardAction::Refuse {
@@ -630,6 +687,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 to_warm,
             });
         }
+    }
+
+    // Back to the spot share once spot is there again; the scale-in above releases an
+    // on-demand node each time a replacement serves.
+    if policy.rebalance_to_spot && organic_have == organic_target {
+        b.rebalance_to_spot(&organic);
     }
 
     // A warm pool above its floor (the floor was lowered) gives back its dearest nodes.
@@ -1340,5 +1403,89 @@ mod supply_tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn rebalancing_replaces_on_demand_with_cheaper_spot_make_before_break() {
+        let offerings = [
+            offering("us-east-1/a/p4d/spot", "1.00"),
+            offering("us-east-1/a/p4d/on-demand", "2.00"),
+        ];
+        let ids = ids(&offerings);
+        let on = SupplyPolicy {
+            rebalance_to_spot: true,
+            ..SupplyPolicy::default()
+        };
+        let rebalancing = pool(&ids, on);
+        let od = |i: u32| {
+            node(
+                &format!("od{i}"),
+                NodeState::Serving,
+                Market::OnDemand,
+                "2.00",
+            )
+        };
+        let eight: Vec<NodeView> = (0..8).map(od).collect();
+
+        // At target with every node serving: a quarter of the pool gets spot replacements.
+        let plan = run(&rebalancing, &offerings, &eight, 8);
+        let launched: Vec<String> = launches_of(&plan);
+        assert_eq!(launched, ["us-east-1-a-p4d-spot"; 2], "{plan:?}");
+        assert!(
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Release { .. }))
+        );
+
+        // While they boot nothing else happens: no second batch, no release yet.
+        let mut nodes = eight.clone();
+        nodes.push(node("s0", NodeState::Booting, Market::Spot, "1.00"));
+        nodes.push(node("s1", NodeState::Booting, Market::Spot, "1.00"));
+        let plan = run(&rebalancing, &offerings, &nodes, 8);
+        assert!(plan.actions.is_empty(), "{plan:?}");
+
+        // Once they serve, two on-demand nodes are released.
+        nodes.truncate(8);
+        nodes.push(node("s0", NodeState::Serving, Market::Spot, "1.00"));
+        nodes.push(node("s1", NodeState::Serving, Market::Spot, "1.00"));
+        let plan = run(&rebalancing, &offerings, &nodes, 8);
+        let released: Vec<&NodeId> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Release { node, .. } => Some(node),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(released.len(), 2, "{plan:?}");
+        assert!(released.iter().all(|n| n.0.starts_with("od")));
+
+        // A pool at its max_replicas rebalances too: the replacements go past it while they boot.
+        let mut full = rebalancing.clone();
+        full.max_replicas = 8;
+        assert_eq!(launches_of(&run(&full, &offerings, &eight, 8)).len(), 2);
+
+        // Off by default, and never onto spot that is not cheaper or not there.
+        let plain = pool(&ids, SupplyPolicy::default());
+        assert!(run(&plain, &offerings, &eight, 8).actions.is_empty());
+        let dear = [
+            offering("us-east-1/a/p4d/spot", "2.50"),
+            offering("us-east-1/a/p4d/on-demand", "2.00"),
+        ];
+        assert!(run(&rebalancing, &dear, &eight, 8).actions.is_empty());
+        let mut gone = offerings.clone();
+        gone[0].available = false;
+        assert!(run(&rebalancing, &gone, &eight, 8).actions.is_empty());
+    }
+
+    fn launches_of(plan: &Plan) -> Vec<String> {
+        plan.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Launch { offering, .. } => Some(offering.to_string()),
+                _ => None,
+            })
+            .collect()
     }
 }

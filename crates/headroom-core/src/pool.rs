@@ -172,6 +172,10 @@ pub struct SupplyPolicy {
     /// At most this many launches per `launch_period`, whatever asks for them.
     pub max_launches_per_period: Option<u32>,
     pub launch_period: Duration,
+    /// Replace on-demand nodes above the spot share with spot ones when spot is available and
+    /// cheaper again (after a stockout or a price spike pushed the pool to on-demand): make
+    /// before break, a quarter of the pool at a time.
+    pub rebalance_to_spot: bool,
 }
 
 impl Default for SupplyPolicy {
@@ -185,6 +189,7 @@ impl Default for SupplyPolicy {
             fallback_pool: None,
             max_launches_per_period: None,
             launch_period: Duration::from_secs(60),
+            rebalance_to_spot: false,
         }
     }
 }

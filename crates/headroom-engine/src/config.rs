@@ -400,6 +400,7 @@ struct RawSupply {
     fallback_pool: Option<PoolName>,
     max_launches_per_period: Option<u32>,
     launch_period: Option<String>,
+    rebalance_to_spot: Option<bool>,
 }
 
 /// `[pools.scrape]`: where to read the pool's signals, and `[pools.scrape.series]`: which series.
@@ -505,6 +506,7 @@ impl Problems<'_> {
             fallback_pool: raw.fallback_pool.clone(),
             max_launches_per_period: raw.max_launches_per_period,
             launch_period,
+            rebalance_to_spot: raw.rebalance_to_spot.unwrap_or(d.rebalance_to_spot),
         }
     }
 

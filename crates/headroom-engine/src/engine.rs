@@ -888,10 +888,12 @@ impl Engine {
             if !st.noticed.insert(last.node.clone()) {
                 return Ok(());
             }
-            st.refusal_log
-                .entry(last.offering.clone())
-                .or_default()
-                .push_back(now);
+            // A wave of notices in one tick is one signal against the offering, not one per node:
+            // otherwise a single wave would rank it out of plans for the whole window.
+            let log = st.refusal_log.entry(last.offering.clone()).or_default();
+            if log.back() != Some(&now) {
+                log.push_back(now);
+            }
             // The market may have moved past what the pool pays: quote prices again before
             // this tick plans the replacement.
             st.prices_asked_at = None;
