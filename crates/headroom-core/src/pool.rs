@@ -162,7 +162,8 @@ pub struct SupplyPolicy {
     /// ...and of the replicas above the base, this percentage goes to spot (0..=100), like an
     /// auto scaling group's mixed instances policy.
     pub spot_percent_above_base: u32,
-    /// Spot offerings priced above this are not bought (the cap is also the bid).
+    /// Spot offerings whose price in force is above this are not bought. The bid sent to the
+    /// cloud is each offering's own configured price.
     pub spot_max_price: Option<Money>,
     pub warm_mode: WarmMode,
     /// Serving nodes released by scale-in refill the warm pool instead of terminating.

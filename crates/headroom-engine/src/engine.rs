@@ -181,15 +181,14 @@ struct LoopState {
     orphans: BTreeMap<PoolName, Vec<InstanceId>>,
     /// Orphans already written to the decision log (those still orphans).
     orphans_seen: HashSet<InstanceId>,
-    /// Pools whose recent launches and refusals have been read back from the ledger.
+    /// Pools whose recent launches, refusals and rung stamps have been read back from the
+    /// ledger (see `restore.rs`).
     restored: HashSet<PoolName>,
     /// Prices the cloud quoted (spot), from the last refresh that answered.
     live_prices: HashMap<OfferingId, Money>,
     /// When prices were last asked for, and when an answer last came.
     prices_asked_at: Option<Timestamp>,
     prices_quoted_at: Option<Timestamp>,
-    /// Pools whose stamped rungs have been read back from the decision log into `cluster_seen`.
-    rungs_loaded: HashSet<PoolName>,
     /// Unschedulable model-server pods last seen per pool (logged when the count changes).
     pending_pods: HashMap<PoolName, u32>,
 }
@@ -831,8 +830,6 @@ impl Engine {
             let mut st = self.state();
             st.noticed.retain(|n| live_ids.contains(n));
             st.cluster_seen.retain(|n, _| live_ids.contains(n));
-            // A pool owned by another replica meanwhile may have stamped rungs: read them again.
-            st.rungs_loaded.retain(|p| owned.contains(p));
         }
         for last in live.iter().filter(|e| owned.contains(&e.pool)) {
             if let Some(instance) = by_token.get(last.client_token.as_str())
@@ -854,21 +851,12 @@ impl Engine {
             self.settle(last, instance, now).await?;
         }
 
-        let orphans: Vec<&Instance> = inventory
+        // Another replica's pools are its to clean.
+        let orphans: Vec<(PoolName, &Instance)> = inventory
             .iter()
             .filter(|i| !known.contains(i.client_token.as_str()))
-            .filter(|i| {
-                // Another replica's pools are its to clean; instances of pools no longer
-                // configured are cleaned by whoever owns the first pool.
-                match i.tags.pool.parse::<PoolName>() {
-                    Ok(pool) if self.config.pool(&pool).is_some() => owned.contains(&pool),
-                    _ => self
-                        .config
-                        .pools
-                        .first()
-                        .is_some_and(|p| owned.contains(&p.name)),
-                }
-            })
+            .filter_map(|i| Some((self.orphan_pool(i)?, i)))
+            .filter(|(pool, _)| owned.contains(pool))
             .collect();
         self.handle_orphans(&orphans, now).await?;
         Ok(())
@@ -1293,15 +1281,11 @@ impl Engine {
                         let recent_refusals = log.len() as u32;
                         // Ranked and held at the price in force; a spot market above the most a
                         // launch pays would only earn a refusal.
-                        let mut offering = o.offering.clone();
-                        let mut affordable = true;
-                        if let Some(live) = st.live_prices.get(&offering.id) {
-                            affordable = *live <= offering.price_usd_per_hour;
-                            offering.price_usd_per_hour = *live;
-                        }
+                        let (offering, above_max_price) =
+                            prices::in_force(&o.offering, &st.live_prices);
                         OfferingChoice {
                             offering,
-                            available: affordable
+                            available: !above_max_price
                                 && st
                                     .unavailable_until
                                     .get(&o.offering.id)

@@ -327,15 +327,13 @@ async fn a_restart_reconciles_intents_without_outcomes() {
     // either, because the controller holds without a signal.
 }
 
-#[tokio::test]
-async fn an_orphaned_instance_is_terminated() {
-    let h = harness(CONFIG).await;
+/// An instance tagged for pool `llm` of this deployment that the ledger does not know.
+async fn launch_orphan(h: &Harness, token: &str) -> headroom_cloud::Instance {
     let offering = h.config.offering(&"dear".parse().unwrap()).unwrap().clone();
-    let orphan = h
-        .cloud
+    h.cloud
         .launch(&LaunchSpec {
             offering,
-            client_token: "not-in-the-ledger".into(),
+            client_token: token.into(),
             tags: OwnershipTags {
                 cluster: "engine-test".into(),
                 pool: "llm".into(),
@@ -345,7 +343,13 @@ async fn an_orphaned_instance_is_terminated() {
             user_data: None,
         })
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_orphaned_instance_is_terminated() {
+    let h = harness(CONFIG).await;
+    let orphan = launch_orphan(&h, "not-in-the-ledger").await;
     h.engine.tick().await.unwrap();
     assert_eq!(
         h.cloud.describe(&orphan.id).await.unwrap().phase,
@@ -364,22 +368,7 @@ async fn an_orphaned_instance_is_terminated() {
 async fn with_the_report_policy_an_orphan_is_left_running_alerted_and_logged_once() {
     let h =
         harness(&CONFIG.replacen("[engine]\n", "[engine]\norphan_policy = \"report\"\n", 1)).await;
-    let offering = h.config.offering(&"dear".parse().unwrap()).unwrap().clone();
-    let orphan = h
-        .cloud
-        .launch(&LaunchSpec {
-            offering,
-            client_token: "made-by-hand".into(),
-            tags: OwnershipTags {
-                cluster: "engine-test".into(),
-                pool: "llm".into(),
-                node: "ghost".into(),
-                request: None,
-            },
-            user_data: None,
-        })
-        .await
-        .unwrap();
+    let orphan = launch_orphan(&h, "made-by-hand").await;
     h.run_for(60).await;
     assert_ne!(
         h.cloud.describe(&orphan.id).await.unwrap().phase,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{Clock, CloudProvider, InstanceId, InstancePhase, ManualClock, SimCloud};
-use headroom_core::{NodeState, PoolName, Priority, RequestState};
+use headroom_core::{NodeId, NodeState, PoolName, Priority, RequestState};
 use headroom_engine::{Cluster, ClusterNodeKey, Config, Engine, SignalInput, sim_cloud_for};
 use headroom_kube::{KubeCluster, KubeSettings, sim_provider_id};
 use headroom_ledger::{Ledger, NewCapacityRequest, NodeEvent, SqliteLedger};
@@ -162,6 +162,19 @@ impl Harness {
         self.ledger.live_nodes().await.unwrap()
     }
 
+    /// `node`'s states from its failure on, with their reasons.
+    async fn end_of(&self, node: &NodeId) -> Vec<(NodeState, Option<String>)> {
+        self.ledger
+            .node_events()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| &e.node == node)
+            .map(|e| (e.state, e.reason))
+            .skip_while(|(s, _)| *s != NodeState::Failed)
+            .collect()
+    }
+
     async fn only_node(&self) -> NodeEvent {
         let live = self.live().await;
         assert_eq!(live.len(), 1, "{live:?}");
@@ -297,18 +310,12 @@ async fn a_node_that_never_registers_is_failed_replaced_and_terminated() {
     let first_instance = first.instance.clone().unwrap();
     // register_timeout is 2 minutes; nothing ever registers.
     h.run_for(150).await;
-    let events = h.ledger.node_events().await.unwrap();
-    let ends: Vec<(NodeState, Option<&str>)> = events
-        .iter()
-        .filter(|e| e.node == first.node)
-        .map(|e| (e.state, e.reason.as_deref()))
-        .skip_while(|(s, _)| *s != NodeState::Failed)
-        .collect();
+    let ends = h.end_of(&first.node).await;
     assert_eq!(
         ends,
         [
-            (NodeState::Failed, Some("never_registered")),
-            (NodeState::Terminated, Some("never_registered"))
+            (NodeState::Failed, Some("never_registered".to_string())),
+            (NodeState::Terminated, Some("never_registered".to_string()))
         ]
     );
     // No orphan paying by the hour: the instance is gone, a replacement is on its way.
@@ -483,7 +490,7 @@ async fn watches_resume_after_a_close_and_relist_after_410_gone() {
     let cluster = cluster_for(&api, &config).await;
     let node = |name: &str, instance: &str| ClusterNodeKey {
         pool: pool(),
-        node: headroom_core::NodeId(name.to_string()),
+        node: NodeId(name.to_string()),
         provider: headroom_core::ProviderKind::Sim,
         zone: "use1-az1".to_string(),
         instance: instance.to_string(),
@@ -603,18 +610,12 @@ async fn a_registered_node_whose_model_server_never_becomes_ready_is_failed_repl
     h.run_for(420).await;
     assert_eq!(h.only_node().await.state, NodeState::Booting);
     h.run_for(150).await;
-    let events = h.ledger.node_events().await.unwrap();
-    let ends: Vec<(NodeState, Option<&str>)> = events
-        .iter()
-        .filter(|e| e.node == first.node)
-        .map(|e| (e.state, e.reason.as_deref()))
-        .skip_while(|(s, _)| *s != NodeState::Failed)
-        .collect();
+    let ends = h.end_of(&first.node).await;
     assert_eq!(
         ends,
         [
-            (NodeState::Failed, Some("never_ready")),
-            (NodeState::Terminated, Some("never_ready"))
+            (NodeState::Failed, Some("never_ready".to_string())),
+            (NodeState::Terminated, Some("never_ready".to_string()))
         ]
     );
     // Cordoned before it went, so nothing new was scheduled there.

@@ -108,12 +108,7 @@ impl Engine {
         if view.registered {
             // Cordon it and ask its pods to leave, once and without waiting: the instance goes
             // now, and nothing new should land on it meanwhile.
-            let step = tokio::time::timeout(
-                self.config.engine.provider_timeout,
-                cluster.drain_step(&key),
-            )
-            .await
-            .unwrap_or_else(|_| Err("drain step timed out".into()));
+            let step = self.bounded(cluster.drain_step(&key), "drain step").await;
             if let Err(e) = step {
                 tracing::warn!(node = %last.node, error = %e, "drain of a never-ready node failed; terminating anyway");
             }
@@ -140,10 +135,7 @@ impl Engine {
         last: &NodeEvent,
         key: &ClusterNodeKey,
     ) {
-        let call = tokio::time::timeout(self.config.engine.provider_timeout, cluster.uncordon(key))
-            .await
-            .unwrap_or_else(|_| Err("uncordon timed out".into()));
-        if let Err(e) = call {
+        if let Err(e) = self.bounded(cluster.uncordon(key), "uncordon").await {
             tracing::warn!(node = %last.node, error = %e, "uncordon failed; next tick retries");
         }
     }
@@ -166,7 +158,6 @@ impl Engine {
         view: ClusterNodeView,
         now: Timestamp,
     ) -> Result<(), EngineError> {
-        self.load_rung_stamps(&last.pool).await?;
         let before = self
             .state()
             .cluster_seen
@@ -232,14 +223,23 @@ impl Engine {
         Ok(if raised { floor } else { target })
     }
 
-    /// Reads back, once per pool and process (again after the pool's lease comes back), the
-    /// rungs already stamped in the pool's decision log, so a restarted process does not stamp
-    /// them a second time. Bounded by [`RUNG_LOOKBACK`] entries: a node climbs for minutes, and
-    /// the decisions of those minutes are far fewer.
-    async fn load_rung_stamps(&self, pool: &PoolName) -> Result<(), EngineError> {
-        if self.state().rungs_loaded.contains(pool) {
-            return Ok(());
-        }
+    /// A call to the cluster, bounded like a cloud call: one that overruns is a failure the next
+    /// tick retries, never a stalled loop.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, crate::cluster::ClusterError>>,
+        what: &str,
+    ) -> Result<T, crate::cluster::ClusterError> {
+        tokio::time::timeout(self.config.engine.provider_timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(format!("{what} timed out").into()))
+    }
+
+    /// Reads back the rungs already stamped in `pool`'s decision log, so a process that takes the
+    /// pool (at start or after another replica held it) does not stamp them a second time.
+    /// Bounded by [`RUNG_LOOKBACK`] entries: a node climbs for minutes, and the decisions of
+    /// those minutes are far fewer.
+    pub(super) async fn load_rung_stamps(&self, pool: &PoolName) -> Result<(), EngineError> {
         let records = self.ledger.decisions(pool, RUNG_LOOKBACK).await?;
         let stamped = rungs_on_record(&records);
         let mut st = self.state();
@@ -249,7 +249,6 @@ impl Engine {
             seen.node_ready |= view.node_ready;
             seen.model_ready |= view.model_ready;
         }
-        st.rungs_loaded.insert(pool.clone());
         Ok(())
     }
 
@@ -273,12 +272,7 @@ impl Engine {
         if let Some(reclaim_at) = reclaim_at {
             deadline = deadline.min(reclaim_at);
         }
-        let step = tokio::time::timeout(
-            self.config.engine.provider_timeout,
-            cluster.drain_step(&key),
-        )
-        .await
-        .unwrap_or_else(|_| Err("drain step timed out".into()));
+        let step = self.bounded(cluster.drain_step(&key), "drain step").await;
         let (pods_left, blocked) = match step {
             Ok(DrainProgress::Drained) => {
                 self.log_cluster_event(last, serde_json::json!({ "event": "drained" }), now)

@@ -10,26 +10,27 @@ use super::*;
 use crate::config::OrphanPolicy;
 
 impl Engine {
+    /// The pool an orphan belongs to: its tag's, or — for pools no longer configured — the
+    /// first pool, whose owner cleans them.
+    pub(super) fn orphan_pool(&self, orphan: &Instance) -> Option<PoolName> {
+        orphan
+            .tags
+            .pool
+            .parse::<PoolName>()
+            .ok()
+            .filter(|p| self.config.pool(p).is_some())
+            .or_else(|| self.config.pools.first().map(|p| p.name.clone()))
+    }
+
+    /// Terminates or reports `orphans`, each with the pool it is counted under.
     pub(super) async fn handle_orphans(
         &self,
-        orphans: &[&Instance],
+        orphans: &[(PoolName, &Instance)],
         now: Timestamp,
     ) -> Result<(), EngineError> {
         let policy = self.config.engine.orphan_policy;
         let mut by_pool: BTreeMap<PoolName, Vec<InstanceId>> = BTreeMap::new();
-        for orphan in orphans {
-            // Instances of pools no longer configured are counted under the first pool, whose
-            // owner cleans them.
-            let pool = orphan
-                .tags
-                .pool
-                .parse::<PoolName>()
-                .ok()
-                .filter(|p| self.config.pool(p).is_some())
-                .or_else(|| self.config.pools.first().map(|p| p.name.clone()));
-            let Some(pool) = pool else {
-                continue;
-            };
+        for (pool, orphan) in orphans {
             by_pool
                 .entry(pool.clone())
                 .or_default()
@@ -46,7 +47,7 @@ impl Engine {
                     "reason": "tagged with this deployment's cluster id but unknown to the ledger",
                 });
                 self.ledger
-                    .append_decision(&pool, now, &entry.to_string())
+                    .append_decision(pool, now, &entry.to_string())
                     .await?;
             }
             match policy {

@@ -109,11 +109,7 @@ impl Engine {
 
     /// `offering` at the price in force: the live quote where there is one.
     pub(super) fn priced(&self, offering: &Offering) -> Offering {
-        let mut priced = offering.clone();
-        if let Some(live) = self.state().live_prices.get(&offering.id) {
-            priced.price_usd_per_hour = *live;
-        }
-        priced
+        in_force(offering, &self.state().live_prices).0
     }
 
     /// Every configured offering's price as the planner sees it now.
@@ -126,13 +122,14 @@ impl Engine {
             .map(|o| {
                 let offering = &o.offering;
                 let live = st.live_prices.get(&offering.id).copied();
+                let (priced, above_max_price) = in_force(offering, &st.live_prices);
                 OfferingPrice {
                     offering: offering.id.clone(),
                     market: offering.market,
                     configured_usd_per_hour: offering.price_usd_per_hour,
                     live_usd_per_hour: live,
-                    effective_usd_per_hour: live.unwrap_or(offering.price_usd_per_hour),
-                    above_max_price: live.is_some_and(|p| p > offering.price_usd_per_hour),
+                    effective_usd_per_hour: priced.price_usd_per_hour,
+                    above_max_price,
                     cooling_down_until: st
                         .unavailable_until
                         .get(&offering.id)
@@ -146,4 +143,16 @@ impl Engine {
             })
             .collect()
     }
+}
+
+/// `offering` at the price in force (the live quote where there is one), and whether that quote
+/// is above the offering's configured price — for spot, the most a launch pays, so plans leave
+/// the offering out.
+pub(super) fn in_force(offering: &Offering, live: &HashMap<OfferingId, Money>) -> (Offering, bool) {
+    let mut priced = offering.clone();
+    let Some(quote) = live.get(&offering.id) else {
+        return (priced, false);
+    };
+    priced.price_usd_per_hour = *quote;
+    (priced, *quote > offering.price_usd_per_hour)
 }

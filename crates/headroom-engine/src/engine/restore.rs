@@ -1,8 +1,8 @@
-//! What the planner remembers of a pool's recent past — launches in the current launch period,
-//! and the cloud's recent refusals of its offerings — rebuilt from the ledger when this process
-//! takes the pool (at start, or on taking over a dead replica's lease). Without it a restart
-//! would forget the per-period limit and send one more launch to every offering that just
-//! refused.
+//! What the engine remembers of a pool's recent past — launches in the current launch period,
+//! the cloud's recent refusals of its offerings and, with a cluster, the readiness rungs already
+//! stamped — rebuilt from the ledger when this process takes the pool (at start, or on taking
+//! over another replica's lease). Without it a restart would forget the per-period limit, send
+//! one more launch to every offering that just refused, and stamp rungs a second time.
 
 use super::*;
 
@@ -42,6 +42,9 @@ impl Engine {
                 .filter(|e| e.state == NodeState::Requested && e.at > now - period)
                 .map(|e| e.at)
                 .collect();
+            if self.cluster.is_some() {
+                self.load_rung_stamps(&pool.name).await?;
+            }
             let mut st = self.state();
             // What this process saw itself is never replaced, only what it cannot have seen.
             if !launches.is_empty() {
