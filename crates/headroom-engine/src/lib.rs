@@ -6,15 +6,17 @@
 //! writing a ledger intent before every cloud mutation and an outcome after it.
 
 pub mod alerts;
+pub mod bounded_cloud;
 pub mod cluster;
 pub mod config;
 mod engine;
+mod http;
 pub mod metrics;
 pub mod scrape;
 
 pub use cluster::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 pub use config::{Config, ConfigErrors};
 pub use engine::{
-    DECISION_LOG_LEN, DecisionRecord, Engine, EngineError, OfferingPrice, PoolStatus, SignalInput,
-    error_chain, sim_cloud_for,
+    Clamp, DECISION_LOG_LEN, DecisionRecord, Engine, EngineError, OfferingPrice, PoolStatus,
+    SignalInput, error_chain, sim_cloud_for,
 };

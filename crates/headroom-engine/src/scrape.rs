@@ -263,6 +263,45 @@ impl Scraper {
     }
 }
 
+/// Scrapes every pool that has a `[pools.scrape]` target, each on its own interval, until
+/// `shutdown` resolves, pushing each signal to `engine`. A failed scrape is logged and skipped;
+/// with no fresh signal the pool holds and says so.
+pub async fn run(
+    engine: std::sync::Arc<crate::Engine>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (pool, target) in engine.config().scrape.clone() {
+        let engine = engine.clone();
+        tasks.spawn(async move {
+            let mut scraper = Scraper::default();
+            loop {
+                let url = target.url.clone();
+                let timeout = target.timeout;
+                let fetched = tokio::task::spawn_blocking(move || {
+                    crate::http::get_metrics_text(&url, timeout)
+                })
+                .await;
+                let at = engine.clock().now();
+                let result = match fetched {
+                    Ok(Ok(text)) => scraper.signal(&target.selectors, &text, at),
+                    Ok(Err(e)) => Err(e),
+                    Err(e) => Err(e.to_string()),
+                };
+                match result {
+                    Ok(signal) => engine.push_signal(&pool, signal),
+                    Err(e) => {
+                        tracing::warn!(pool = %pool, url = %target.url, error = %e, "scrape failed")
+                    }
+                }
+                tokio::time::sleep(target.interval).await;
+            }
+        });
+    }
+    shutdown.await;
+    tasks.abort_all();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

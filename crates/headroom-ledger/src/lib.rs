@@ -247,6 +247,22 @@ pub trait Ledger: Send + Sync + Debug {
     async fn capacity_request(&self, id: &RequestId)
     -> Result<Option<RequestOutcome>, LedgerError>;
 
+    /// Which of `ids` were cancelled.
+    async fn cancelled_requests(
+        &self,
+        ids: &[RequestId],
+    ) -> Result<std::collections::HashSet<RequestId>, LedgerError> {
+        let mut cancelled = std::collections::HashSet::new();
+        for id in ids {
+            if let Some(outcome) = self.capacity_request(id).await?
+                && outcome.state == RequestState::Cancelled
+            {
+                cancelled.insert(id.clone());
+            }
+        }
+        Ok(cancelled)
+    }
+
     /// The requests of `pool` created in `[from, to)`, with their outcomes.
     async fn capacity_requests_between(
         &self,

@@ -1,7 +1,7 @@
 //! The engine's steps when a Kubernetes cluster is configured: a node serves only once the
 //! cluster says its model server is ready, a node that never registers is failed and replaced,
-//! and a node leaves only after a (bounded) drain. Kept apart from `engine.rs` so the cloud-only
-//! path there stays as it was.
+//! and a node leaves only after a (bounded) drain. Kept apart from `observe.rs` and `execute.rs`
+//! so the cloud-only path there reads on its own.
 
 use super::*;
 use crate::cluster::{Cluster, ClusterNodeKey, ClusterNodeView, DrainProgress};
@@ -11,6 +11,7 @@ impl Engine {
     /// cloud-only rules apply (a drain that finished, an interruption, a missing instance).
     pub(super) async fn settle_with_cluster(
         &self,
+        input: &mut TickInput,
         cluster: &Arc<dyn Cluster>,
         last: &NodeEvent,
         instance: Option<&Instance>,
@@ -24,7 +25,7 @@ impl Engine {
                 NodeState::Launching | NodeState::Booting,
                 InstancePhase::Booting(_) | InstancePhase::Ready,
             ) => {
-                self.climb_with_cluster(cluster, last, instance, now)
+                self.climb_with_cluster(input, cluster, last, instance, now)
                     .await?;
                 Ok(true)
             }
@@ -39,6 +40,7 @@ impl Engine {
     /// A running instance is capacity only when the cluster shows its model server Ready.
     async fn climb_with_cluster(
         &self,
+        input: &mut TickInput,
         cluster: &Arc<dyn Cluster>,
         last: &NodeEvent,
         instance: &Instance,
@@ -54,16 +56,16 @@ impl Engine {
         if last.state == NodeState::Launching {
             let mut booting = last.next(NodeState::Booting, "running", now);
             booting.instance = Some(instance.id.0.clone());
-            self.ledger.append_node_event(&booting).await?;
+            self.record(input, booting.clone()).await?;
             last = booting;
         }
         if view.model_ready && !view.cordoned {
-            self.state().cluster_seen.remove(&last.node);
+            lock(&self.observed).cluster_seen.remove(&last.node);
             if last.destination == Destination::Warm {
-                self.stop_to_warm(&last, "warmed").await?;
+                self.stop_to_warm(input, &last, "warmed").await?;
             } else {
                 let serving = last.next(NodeState::Serving, "model_server_ready", now);
-                self.ledger.append_node_event(&serving).await?;
+                self.record(input, serving).await?;
             }
             return Ok(());
         }
@@ -93,7 +95,7 @@ impl Engine {
         // out of the planner's count (its replacement is planned this tick), and end it.
         tracing::warn!(pool = %last.pool, node = %last.node, instance = %instance.id, waited_s = waited.num_seconds(), failure, "node not usable by the cluster in time; terminating it");
         let failed = last.next(NodeState::Failed, failure, now);
-        self.ledger.append_node_event(&failed).await?;
+        self.record(input, failed.clone()).await?;
         self.log_cluster_event(
             &last,
             serde_json::json!({
@@ -104,7 +106,7 @@ impl Engine {
             now,
         )
         .await?;
-        self.state().cluster_seen.remove(&last.node);
+        lock(&self.observed).cluster_seen.remove(&last.node);
         if view.registered {
             // Cordon it and ask its pods to leave, once and without waiting: the instance goes
             // now, and nothing new should land on it meanwhile.
@@ -113,8 +115,7 @@ impl Engine {
                 tracing::warn!(node = %last.node, error = %e, "drain of a never-ready node failed; terminating anyway");
             }
         }
-        self.terminate_node(&failed, failure).await?;
-        Ok(())
+        self.terminate_node(input, &failed, failure).await
     }
 
     /// Whether a running warm node woken now can serve at once: the cluster shows its model
@@ -158,8 +159,7 @@ impl Engine {
         view: ClusterNodeView,
         now: Timestamp,
     ) -> Result<(), EngineError> {
-        let before = self
-            .state()
+        let before = lock(&self.observed)
             .cluster_seen
             .insert(last.node.clone(), view)
             .unwrap_or_default();
@@ -198,27 +198,24 @@ impl Engine {
         let floor = counts.ready + (counts.requested + counts.starting).max(pending);
         let raised = pending > 0 && floor > target && !pool.scaling.shadow;
         let changed = {
-            let mut st = self.state();
-            let before = st
+            let mut control = lock(&self.control);
+            let before = control
                 .pending_pods
                 .insert(pool.name.clone(), pending)
                 .unwrap_or(0);
-            if raised && let Some(memory) = st.memory.get_mut(&pool.name) {
+            if raised && let Some(memory) = control.memory.get_mut(&pool.name) {
                 memory.target = floor;
             }
             before != pending
         };
         if changed {
             let entry = serde_json::json!({
-                "at": now,
                 "event": "unschedulable_pods",
                 "pods": pending,
                 "target": if raised { floor } else { target },
                 "reason": "model-server pods the scheduler cannot place; each needs a node",
             });
-            self.ledger
-                .append_decision(&pool.name, now, &entry.to_string())
-                .await?;
+            self.log_event(&pool.name, entry, now).await?;
         }
         Ok(if raised { floor } else { target })
     }
@@ -242,9 +239,9 @@ impl Engine {
     pub(super) async fn load_rung_stamps(&self, pool: &PoolName) -> Result<(), EngineError> {
         let records = self.ledger.decisions(pool, RUNG_LOOKBACK).await?;
         let stamped = rungs_on_record(&records);
-        let mut st = self.state();
+        let mut observed = lock(&self.observed);
         for (node, view) in stamped {
-            let seen = st.cluster_seen.entry(node).or_default();
+            let seen = observed.cluster_seen.entry(node).or_default();
             seen.registered |= view.registered;
             seen.node_ready |= view.node_ready;
             seen.model_ready |= view.model_ready;
@@ -306,18 +303,19 @@ impl Engine {
     /// Starts draining a serving node under an interruption notice, within the notice.
     pub(super) async fn drain_on_notice(
         &self,
+        input: &mut TickInput,
         cluster: &Arc<dyn Cluster>,
         last: &NodeEvent,
         reclaim_at: Timestamp,
     ) -> Result<(), EngineError> {
         let now = self.clock.now();
         let draining = last.next(NodeState::Draining, "interruption_notice", now);
-        self.ledger.append_node_event(&draining).await?;
+        self.record(input, draining.clone()).await?;
         if !self
             .drain(cluster, &draining, Some(reclaim_at), now)
             .await?
         {
-            self.terminate_node(&draining, "interrupted").await?;
+            self.terminate_node(input, &draining, "interrupted").await?;
         }
         Ok(())
     }
@@ -328,12 +326,8 @@ impl Engine {
         mut entry: serde_json::Value,
         now: Timestamp,
     ) -> Result<(), EngineError> {
-        entry["at"] = serde_json::json!(now);
         entry["node"] = serde_json::json!(last.node);
-        self.ledger
-            .append_decision(&last.pool, now, &entry.to_string())
-            .await?;
-        Ok(())
+        self.log_event(&last.pool, entry, now).await
     }
 }
 

@@ -22,12 +22,13 @@ impl Engine {
             .or_else(|| self.config.pools.first().map(|p| p.name.clone()))
     }
 
-    /// Terminates or reports `orphans`, each with the pool it is counted under.
+    /// Terminates or reports `orphans`, each with the pool it is counted under. Returns them by
+    /// pool, for the alert rules.
     pub(super) async fn handle_orphans(
         &self,
         orphans: &[(PoolName, &Instance)],
         now: Timestamp,
-    ) -> Result<(), EngineError> {
+    ) -> Result<BTreeMap<PoolName, Vec<InstanceId>>, EngineError> {
         let policy = self.config.engine.orphan_policy;
         let mut by_pool: BTreeMap<PoolName, Vec<InstanceId>> = BTreeMap::new();
         for (pool, orphan) in orphans {
@@ -35,10 +36,9 @@ impl Engine {
                 .entry(pool.clone())
                 .or_default()
                 .push(orphan.id.clone());
-            let first_seen = self.state().orphans_seen.insert(orphan.id.clone());
+            let first_seen = lock(&self.observed).orphans_seen.insert(orphan.id.clone());
             if first_seen {
                 let entry = serde_json::json!({
-                    "at": now,
                     "event": "orphan",
                     "instance": orphan.id,
                     "node": orphan.tags.node,
@@ -46,9 +46,7 @@ impl Engine {
                     "policy": policy.as_str(),
                     "reason": "tagged with this deployment's cluster id but unknown to the ledger",
                 });
-                self.ledger
-                    .append_decision(pool, now, &entry.to_string())
-                    .await?;
+                self.log_event(pool, entry, now).await?;
             }
             match policy {
                 OrphanPolicy::Report => {
@@ -76,10 +74,10 @@ impl Engine {
                 })
                 .set(count as i64);
         }
-        let mut st = self.state();
         let current: HashSet<&InstanceId> = by_pool.values().flatten().collect();
-        st.orphans_seen.retain(|id| current.contains(id));
-        st.orphans = by_pool;
-        Ok(())
+        lock(&self.observed)
+            .orphans_seen
+            .retain(|id| current.contains(id));
+        Ok(by_pool)
     }
 }

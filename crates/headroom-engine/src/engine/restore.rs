@@ -4,6 +4,7 @@
 //! over another replica's lease). Without it a restart would forget the per-period limit, send
 //! one more launch to every offering that just refused, and stamp rungs a second time.
 
+use super::offerings::RECENT_REFUSALS;
 use super::*;
 
 impl Engine {
@@ -12,28 +13,29 @@ impl Engine {
         owned: &BTreeSet<PoolName>,
     ) -> Result<(), EngineError> {
         let taken: Vec<&PoolSpec> = {
-            let mut st = self.state();
+            let mut observed = lock(&self.observed);
             // A pool another replica owned meanwhile has a history this process did not see.
-            st.restored.retain(|p| owned.contains(p));
+            observed.restored.retain(|p| owned.contains(p));
             self.config
                 .pools
                 .iter()
-                .filter(|p| owned.contains(&p.name) && !st.restored.contains(&p.name))
+                .filter(|p| owned.contains(&p.name) && !observed.restored.contains(&p.name))
                 .collect()
         };
         if taken.is_empty() {
             return Ok(());
         }
         let now = self.clock.now();
-        let cooldown = chrono::Duration::from_std(self.config.engine.offering_cooldown)
-            .unwrap_or(chrono::Duration::minutes(3));
+        let cooldown = chrono_or(
+            self.config.engine.offering_cooldown,
+            chrono::Duration::minutes(3),
+        );
         let refusals = self
             .ledger
             .refusals_between(now - RECENT_REFUSALS.max(cooldown), now)
             .await?;
         for pool in taken {
-            let period = chrono::Duration::from_std(pool.supply.launch_period)
-                .unwrap_or(chrono::Duration::minutes(1));
+            let period = chrono_or(pool.supply.launch_period, chrono::Duration::minutes(1));
             let launches: VecDeque<Timestamp> = self
                 .ledger
                 .pool_events(&pool.name)
@@ -45,13 +47,16 @@ impl Engine {
             if self.cluster.is_some() {
                 self.load_rung_stamps(&pool.name).await?;
             }
-            let mut st = self.state();
             // What this process saw itself is never replaced, only what it cannot have seen.
             if !launches.is_empty() {
-                st.launch_log.entry(pool.name.clone()).or_insert(launches);
+                lock(&self.control)
+                    .launch_log
+                    .entry(pool.name.clone())
+                    .or_insert(launches);
             }
+            let mut book = lock(&self.offerings);
             for offering in &pool.offerings {
-                if st.refusal_log.contains_key(offering) {
+                if book.refusal_log.contains_key(offering) {
                     continue;
                 }
                 let mut times: Vec<Timestamp> = refusals
@@ -67,10 +72,10 @@ impl Engine {
                 if let Some(last) = times.last()
                     && *last + cooldown > now
                 {
-                    st.unavailable_until
+                    book.unavailable_until
                         .insert(offering.clone(), *last + cooldown);
                 }
-                st.refusal_log.insert(
+                book.refusal_log.insert(
                     offering.clone(),
                     times
                         .into_iter()
@@ -78,7 +83,8 @@ impl Engine {
                         .collect(),
                 );
             }
-            st.restored.insert(pool.name.clone());
+            drop(book);
+            lock(&self.observed).restored.insert(pool.name.clone());
         }
         Ok(())
     }

@@ -1,7 +1,13 @@
-//! Alerts for on-call: conditions evaluated each tick, grouped and deduplicated by key, repeated
-//! on an interval, resolved when they clear, and delivered to webhooks through a persisted,
-//! bounded outbox in the ledger, so a webhook that is down loses nothing and never blocks the
-//! control loop.
+//! Alerts for on-call: conditions evaluated each tick ([`rules`], a pure function of a snapshot
+//! of the tick), grouped and deduplicated by key, repeated on an interval, resolved when they
+//! clear ([`AlertBook`]), and delivered to webhooks through a persisted, bounded outbox in the
+//! ledger ([`delivery`]), so a webhook that is down loses nothing and never blocks the control
+//! loop.
+
+mod delivery;
+pub mod rules;
+
+pub use delivery::AlertDelivery;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,0 +1,227 @@
+//! The alert rules: which conditions hold, as a pure function of a snapshot of one tick. The
+//! engine gathers the snapshot (`engine/alerting.rs`); the [`super::AlertBook`] turns what holds
+//! into notifications.
+
+use std::collections::BTreeMap;
+
+use headroom_cloud::InstanceId;
+use headroom_core::budget::BudgetStanding;
+use headroom_core::controller::HoldReason;
+use headroom_core::{Budget, ErrorClass, OfferingId, PoolName, RefusalReason, Timestamp};
+use headroom_ledger::RefusalRecord;
+
+use super::Alert;
+use crate::engine::PoolStatus;
+
+/// A reservation unused this long raises an alert...
+pub const RESERVATION_IDLE_ALERT: chrono::Duration = chrono::Duration::minutes(30);
+/// ...and so does one ending within this.
+pub const RESERVATION_ENDING_ALERT: chrono::Duration = chrono::Duration::days(7);
+
+/// What the rules look at: the pools this process owns and, when it owns the first pool, the
+/// deployment-wide conditions (reservations, budgets).
+#[derive(Debug)]
+pub struct AlertSnapshot<'a> {
+    pub now: Timestamp,
+    pub cluster_id: &'a str,
+    /// The status of every owned pool.
+    pub pools: Vec<PoolStatus>,
+    /// Refusals of owned pools within the refusal window.
+    pub refusals: Vec<RefusalRecord>,
+    /// Orphans left running under `engine.orphan_policy = "report"`, by pool (empty otherwise).
+    pub reported_orphans: BTreeMap<PoolName, Vec<InstanceId>>,
+    pub reservations: Vec<ReservationUse>,
+    pub budgets: Vec<(Budget, BudgetStanding)>,
+}
+
+/// One reservation and how it is used now.
+#[derive(Debug, Clone)]
+pub struct ReservationUse {
+    pub offering: OfferingId,
+    pub nodes: u32,
+    pub used: u32,
+    /// Since when no node has been on it, if none is.
+    pub idle_since: Option<Timestamp>,
+    pub ends_at: Option<Timestamp>,
+}
+
+/// Every condition that holds, deduplicated by key.
+pub fn conditions(s: &AlertSnapshot<'_>) -> Vec<Alert> {
+    let mut holding: Vec<Alert> = s.pools.iter().flat_map(pool_conditions).collect();
+    holding.extend(s.refusals.iter().filter_map(refusal_condition));
+    holding.extend(orphan_conditions(s));
+    holding.extend(
+        s.reservations
+            .iter()
+            .flat_map(|r| reservation_conditions(r, s.now)),
+    );
+    holding.extend(
+        s.budgets
+            .iter()
+            .filter_map(|(b, standing)| budget_condition(b, standing)),
+    );
+    // Deduplicate conditions that hold several times (several refusals of one reason).
+    holding.sort_by_key(|a| a.key());
+    holding.dedup_by_key(|a| a.key());
+    holding
+}
+
+fn pool_conditions(status: &PoolStatus) -> Vec<Alert> {
+    let pool = status.name.to_string();
+    let labels = [("pool", pool.clone())];
+    let mut out = Vec::new();
+    let reason = status.reason.clone().unwrap_or_default();
+    match status.hold {
+        Some(HoldReason::SignalMissing | HoldReason::SignalStale) => out.push(Alert::new(
+            "PoolSignalsMissing",
+            "warning",
+            &labels,
+            format!("pool {pool} is holding: {reason}"),
+        )),
+        Some(HoldReason::DispatchFailure) => out.push(Alert::new(
+            "PoolDeparturesStalled",
+            "critical",
+            &labels,
+            format!("pool {pool}: {reason}"),
+        )),
+        _ => {}
+    }
+    if let Some(why) = &status.halted {
+        out.push(Alert::new(
+            "PoolHalted",
+            "critical",
+            &labels,
+            format!("pool {pool} launches nothing: the cloud refused its request as invalid or not permitted ({why}); fix the configuration or permissions and restart"),
+        ));
+    }
+    if status.handed_to_fallback > 0 {
+        out.push(Alert::new(
+            "PoolServedByFallback",
+            "warning",
+            &labels,
+            format!("pool {pool}: no offering can supply {} replicas; its fallback pool (a smaller model) serves that traffic", status.handed_to_fallback),
+        ));
+    }
+    let shed: Vec<&str> = status
+        .admission
+        .iter()
+        .filter(|t| !t.admit)
+        .map(|t| t.priority.as_str())
+        .collect();
+    if !shed.is_empty() {
+        out.push(Alert::new(
+            "PoolShedding",
+            "warning",
+            &labels,
+            format!(
+                "pool {pool} is shedding tiers {} until capacity lands ({} ready of {} wanted)",
+                shed.join(", "),
+                status.ready,
+                status.unclamped_desired
+            ),
+        ));
+    }
+    if status.warm_pool_size > 0 && status.warm == 0 {
+        out.push(Alert::new(
+            "WarmPoolDepleted",
+            "warning",
+            &labels,
+            format!("pool {pool} has no warm node left of its {}; the next burst meets the full cold start", status.warm_pool_size),
+        ));
+    }
+    out
+}
+
+fn refusal_condition(r: &RefusalRecord) -> Option<Alert> {
+    let pool = r.pool.to_string();
+    match r.reason {
+        RefusalReason::Cloud(ErrorClass::Quota) => Some(Alert::new(
+            "CloudQuotaExhausted",
+            "warning",
+            &[
+                ("pool", pool),
+                (
+                    "offering",
+                    r.offering
+                        .as_ref()
+                        .map(|o| o.to_string())
+                        .unwrap_or_default(),
+                ),
+            ],
+            r.detail.clone(),
+        )),
+        reason if reason.closes_request() => Some(Alert::new(
+            "CapacityRefused",
+            "critical",
+            &[("pool", pool), ("reason", reason.code())],
+            r.detail.clone(),
+        )),
+        _ => None,
+    }
+}
+
+fn orphan_conditions<'a>(s: &'a AlertSnapshot<'_>) -> impl Iterator<Item = Alert> + 'a {
+    s.reported_orphans.iter().map(|(pool, ids)| {
+        let shown: Vec<String> = ids.iter().take(5).map(|i| i.to_string()).collect();
+        Alert::new(
+            "OrphanInstances",
+            "warning",
+            &[("pool", pool.to_string())],
+            format!(
+                "{} instance(s) tagged for pool {pool} of cluster {} are unknown to the ledger and left running ({}{}); terminate them, or set engine.orphan_policy = \"terminate\"",
+                ids.len(),
+                s.cluster_id,
+                shown.join(", "),
+                if ids.len() > shown.len() { ", …" } else { "" }
+            ),
+        )
+    })
+}
+
+fn reservation_conditions(r: &ReservationUse, now: Timestamp) -> Vec<Alert> {
+    let labels = [("offering", r.offering.to_string())];
+    let mut out = Vec::new();
+    if let Some(since) = r.idle_since
+        && now - since >= RESERVATION_IDLE_ALERT
+    {
+        out.push(Alert::new(
+            "ReservationIdle",
+            "warning",
+            &labels,
+            format!("reservation {} ({} nodes) has been unused since {since}: it is paid for either way; route a pool to it or release it", r.offering, r.nodes),
+        ));
+    }
+    if let Some(ends) = r.ends_at
+        && ends - now <= RESERVATION_ENDING_ALERT
+    {
+        out.push(Alert::new(
+            "ReservationEnding",
+            "warning",
+            &labels,
+            format!("reservation {} ends at {ends} with {} of {} nodes in use; renew it or make room on other offerings", r.offering, r.used, r.nodes),
+        ));
+    }
+    out
+}
+
+fn budget_condition(budget: &Budget, s: &BudgetStanding) -> Option<Alert> {
+    let committed = s.spent + s.held;
+    let crossed = (committed.micros() as i128) * 100
+        >= (budget.ceiling.micros() as i128) * budget.soft_threshold_percent as i128;
+    crossed.then(|| {
+        Alert::new(
+            "BudgetSoftThresholdReached",
+            "warning",
+            &[("account", budget.account.to_string())],
+            format!(
+                "account {} has ${} spent and ${} held of its ${} {} ceiling ({}% threshold)",
+                budget.account,
+                s.spent,
+                s.held,
+                s.ceiling,
+                budget.period.as_str(),
+                budget.soft_threshold_percent
+            ),
+        )
+    })
+}

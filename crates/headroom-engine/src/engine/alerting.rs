@@ -1,0 +1,165 @@
+//! The alert phase: a snapshot of the tick for the pure rules ([`crate::alerts::rules`]), the
+//! alert book's answer queued in the ledger's outbox for every webhook. Delivery runs beside
+//! the loop ([`crate::alerts::AlertDelivery`]).
+
+use super::*;
+use crate::alerts::rules::{self, AlertSnapshot, ReservationUse};
+use crate::alerts::{ActiveAlert, AlertBook};
+use crate::config::OrphanPolicy;
+
+/// What the alert phase remembers between ticks.
+#[derive(Debug, Default)]
+pub(super) struct AlertMemory {
+    book: AlertBook,
+    /// Reservations with no node on them, since when.
+    reservation_idle_since: HashMap<OfferingId, Timestamp>,
+}
+
+impl Engine {
+    /// The alerts firing now.
+    pub fn active_alerts(&self) -> Vec<ActiveAlert> {
+        lock(&self.alerting).book.active()
+    }
+
+    /// Delivers queued alert notifications until `shutdown` resolves. Runs beside the control
+    /// loop, never in it.
+    pub async fn run_alert_delivery(
+        self: Arc<Self>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        self.delivery.run(shutdown).await
+    }
+
+    /// One delivery round: at most 50 notifications.
+    pub async fn deliver_alerts(&self) -> Result<(), EngineError> {
+        Ok(self.delivery.round().await?)
+    }
+
+    /// Evaluates alert conditions for the pools this process owns (and deployment-wide ones, by
+    /// the owner of the first pool) and queues notifications in the ledger's outbox.
+    pub(super) async fn evaluate_alerts(&self, input: &mut TickInput) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        let owns_first = self
+            .config
+            .pools
+            .first()
+            .is_some_and(|p| input.owned.contains(&p.name));
+        let snapshot = self.alert_snapshot(input, owns_first, now).await?;
+        let holding = rules::conditions(&snapshot);
+        let owned = &input.owned;
+        let settings = &self.config.alerts;
+        let notifications = lock(&self.alerting).book.update(
+            holding,
+            |a| match a.labels.get("pool") {
+                Some(pool) => pool.parse::<PoolName>().is_ok_and(|p| owned.contains(&p)),
+                None => owns_first,
+            },
+            now,
+            settings.repeat_interval,
+        );
+        for n in &notifications {
+            tracing::warn!(alert = %n.alert.name, status = ?n.status, summary = %n.alert.summary, "alert");
+            for webhook in &settings.webhooks {
+                let body = crate::alerts::render(webhook.format, n);
+                self.ledger.enqueue_alert(&webhook.url, &body, now).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn alert_snapshot(
+        &self,
+        input: &mut TickInput,
+        owns_first: bool,
+        now: Timestamp,
+    ) -> Result<AlertSnapshot<'_>, EngineError> {
+        let window = chrono_or(
+            self.config.alerts.refusal_window,
+            chrono::Duration::minutes(10),
+        );
+        let refusals = self
+            .ledger
+            .refusals_between(now - window, now + chrono::Duration::milliseconds(1))
+            .await?
+            .into_iter()
+            .filter(|r| input.owned.contains(&r.pool))
+            .collect();
+        let reported_orphans = match self.config.engine.orphan_policy {
+            OrphanPolicy::Report => input.orphans.clone(),
+            OrphanPolicy::Terminate => BTreeMap::new(),
+        };
+        let (reservations, budgets) = if owns_first {
+            (
+                self.reservation_uses(input, now),
+                self.budget_standings(input, now).await?,
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        Ok(AlertSnapshot {
+            now,
+            cluster_id: &self.config.cluster_id,
+            pools: self
+                .pool_statuses()
+                .into_iter()
+                .filter(|s| input.owned.contains(&s.name))
+                .collect(),
+            refusals,
+            reported_orphans,
+            reservations,
+            budgets,
+        })
+    }
+
+    /// Every configured reservation, how many nodes are on it, and since when none is.
+    fn reservation_uses(&self, input: &TickInput, now: Timestamp) -> Vec<ReservationUse> {
+        let mut memory = lock(&self.alerting);
+        self.config
+            .offerings
+            .iter()
+            .filter_map(|o| Some((o, o.reservation?)))
+            .map(|(o, reservation)| {
+                let id = &o.offering.id;
+                let used = input.live.iter().filter(|e| &e.offering == id).count() as u32;
+                let idle_since = if used > 0 {
+                    memory.reservation_idle_since.remove(id);
+                    None
+                } else {
+                    Some(
+                        *memory
+                            .reservation_idle_since
+                            .entry(id.clone())
+                            .or_insert(now),
+                    )
+                };
+                ReservationUse {
+                    offering: id.clone(),
+                    nodes: reservation.nodes,
+                    used,
+                    idle_since,
+                    ends_at: reservation.ends_at,
+                }
+            })
+            .collect()
+    }
+
+    async fn budget_standings(
+        &self,
+        input: &mut TickInput,
+        now: Timestamp,
+    ) -> Result<Vec<(headroom_core::Budget, headroom_core::budget::BudgetStanding)>, EngineError>
+    {
+        let mut budgets: Vec<headroom_core::Budget> = input.budgets.values().cloned().collect();
+        budgets.sort_by(|a, b| a.account.cmp(&b.account));
+        let mut out = Vec::with_capacity(budgets.len());
+        for budget in budgets {
+            if let Some(s) = input
+                .standing(self.ledger.as_ref(), &budget.account, now)
+                .await?
+            {
+                out.push((budget, s));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,279 @@
+//! The decide phase, per owned pool: the pure controller sizes the pool's organic replicas from
+//! its signal, the pure planner turns that and the open capacity requests into a plan against
+//! the tick's input, and the executor applies it. A cloud refusal that falls back re-plans at
+//! once on the same input, updated by what the executor wrote — never by reading the ledger.
+
+use super::*;
+use headroom_core::HardAction;
+use headroom_core::controller::{self, ControllerMemory, Decision, ReplicaCounts};
+use headroom_core::planner::{self, Destination, FallbackKind, NodeView, OpenRequest, PlanInput};
+
+/// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
+/// pool can need one round per offering plus one.
+const MAX_FALLBACK_ROUNDS: usize = 16;
+
+/// What the decide phase remembers between ticks.
+#[derive(Debug, Default)]
+pub(super) struct ControlMemory {
+    /// The controller's own memory per pool (breach windows, stabilisation, cooldowns).
+    pub memory: HashMap<PoolName, ControllerMemory>,
+    /// The controller's last answer per pool, for status.
+    pub decisions: HashMap<PoolName, Decision>,
+    pub log: decisions::DecisionLog,
+    /// Launch intents per pool in the current launch period (the governor's per-period limit).
+    pub launch_log: HashMap<PoolName, VecDeque<Timestamp>>,
+    /// Replicas handed to a fallback pool: fallback pool → (pool that fell back → replicas).
+    pub borrowed: HashMap<PoolName, BTreeMap<PoolName, u32>>,
+    /// The last pool-level refusal written, so a standing refusal is not re-recorded every tick.
+    pub last_pool_refusal: HashMap<PoolName, (RefusalReason, u32)>,
+    /// Unschedulable model-server pods last seen per pool (logged when the count changes).
+    pub pending_pods: HashMap<PoolName, u32>,
+}
+
+impl ControlMemory {
+    /// Replicas other pools handed to `pool` (it is their smaller model).
+    pub fn serving_for_others(&self, pool: &PoolName) -> u32 {
+        self.borrowed
+            .get(pool)
+            .map_or(0, |from| from.values().sum())
+    }
+
+    /// Replicas `pool` handed to its fallback pool.
+    pub fn handed_to_fallback(&self, pool: &PoolSpec) -> u32 {
+        pool.supply
+            .fallback_pool
+            .as_ref()
+            .and_then(|f| self.borrowed.get(f))
+            .and_then(|from| from.get(&pool.name))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Engine {
+    pub(super) async fn reconcile_pool(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        let counts = organic_counts(input, &pool.name);
+        let target = self.control_step(pool, counts, now).await?;
+        let target = self
+            .floor_for_pending_pods(pool, counts, target, now)
+            .await?;
+        if let Some(why) = lock(&self.halted).get(&pool.name) {
+            tracing::debug!(pool = %pool.name, %why, "pool halted; not planning");
+            return Ok(());
+        }
+        let mut unserved = 0;
+        for _round in 0..MAX_FALLBACK_ROUNDS {
+            let plan = self.plan(input, pool, target, now).await?;
+            unserved = plan.unserved;
+            let previous = lock(&self.control)
+                .last_pool_refusal
+                .get(&pool.name)
+                .copied();
+            let applied = self.apply(input, pool, &plan.actions, previous).await?;
+            {
+                let mut control = lock(&self.control);
+                control
+                    .launch_log
+                    .entry(pool.name.clone())
+                    .or_default()
+                    .extend(applied.launched_at);
+                match applied.pool_refusal {
+                    Some(r) => control.last_pool_refusal.insert(pool.name.clone(), r),
+                    None => control.last_pool_refusal.remove(&pool.name),
+                };
+            }
+            if !applied.replan {
+                break;
+            }
+        }
+        self.hand_to_fallback(pool, unserved);
+        Ok(())
+    }
+
+    /// Asks the controller for the pool's organic target and records its answer. Returns the
+    /// target to plan for: in shadow mode, what the pool has.
+    async fn control_step(
+        &self,
+        pool: &PoolSpec,
+        counts: ReplicaCounts,
+        now: Timestamp,
+    ) -> Result<u32, EngineError> {
+        let signal = self.signal(&pool.name);
+        let (target, closed) = {
+            let mut control = lock(&self.control);
+            // After a restart the controller has no memory: it starts from the replicas that
+            // exist, so a pool with no signal yet holds where it is instead of draining to zero.
+            let memory = control
+                .memory
+                .get(&pool.name)
+                .cloned()
+                .unwrap_or(ControllerMemory {
+                    target: counts.provisioned(),
+                    ..ControllerMemory::default()
+                });
+            let decision = controller::decide(pool, signal.as_ref(), counts, memory, now);
+            let previous_hold = control.decisions.get(&pool.name).and_then(|d| d.hold);
+            if decision.hold.is_some() && decision.hold != previous_hold {
+                tracing::warn!(pool = %pool.name, hold = ?decision.hold, reason = %decision.reason, "pool is holding");
+            }
+            control
+                .memory
+                .insert(pool.name.clone(), decision.memory.clone());
+            self.count_decision(pool, &decision);
+            let closed = control.log.record(pool, &decision, signal, counts, now);
+            let target = if pool.scaling.shadow {
+                // Shadow mode: the decision is on record; the pool keeps what it has.
+                counts.provisioned()
+            } else {
+                decision.target
+            };
+            control.decisions.insert(pool.name.clone(), decision);
+            (target, closed)
+        };
+        if let Some(closed) = closed
+            && let Ok(json) = serde_json::to_string(&closed)
+        {
+            self.ledger
+                .append_decision(&pool.name, closed.at, &json)
+                .await?;
+        }
+        Ok(target)
+    }
+
+    fn count_decision(&self, pool: &PoolSpec, decision: &Decision) {
+        let rule = serde_json::to_value(decision.rule)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        self.metrics
+            .decisions
+            .get_or_create(&crate::metrics::RuleLabels {
+                pool: pool.name.to_string(),
+                rule,
+            })
+            .inc();
+    }
+
+    /// One plan for `pool` from the tick's input: the pure planner and governor.
+    async fn plan(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        controller_target: u32,
+        now: Timestamp,
+    ) -> Result<planner::Plan, EngineError> {
+        let nodes = node_views(input, &pool.name);
+        let offerings = self.offering_choices(pool, &input.live, now);
+        let requests: Vec<OpenRequest> = input
+            .open
+            .iter()
+            .filter(|r| r.pool == pool.name)
+            .map(|r| OpenRequest {
+                id: r.id.clone(),
+                replicas: r.replicas,
+                priority: r.priority,
+                created_at: r.created_at,
+            })
+            .collect();
+        let (launches_in_period, borrowed) = {
+            let mut control = lock(&self.control);
+            let period = chrono_or(pool.supply.launch_period, chrono::Duration::minutes(1));
+            let log = control.launch_log.entry(pool.name.clone()).or_default();
+            while log.front().is_some_and(|t| *t <= now - period) {
+                log.pop_front();
+            }
+            (log.len() as u32, control.serving_for_others(&pool.name))
+        };
+        let global_room = self
+            .config
+            .engine
+            .global_max_nodes
+            .map(|max| max.saturating_sub(input.live.len() as u32));
+        let budget_action = input
+            .budgets
+            .get(&pool.account)
+            .map_or(HardAction::Clamp, |b| b.hard_action);
+        let budget = input
+            .standing(self.ledger.as_ref(), &pool.account, now)
+            .await?;
+        Ok(planner::plan(&PlanInput {
+            pool,
+            offerings: &offerings,
+            nodes: &nodes,
+            controller_target,
+            borrowed,
+            requests: &requests,
+            budget,
+            budget_action,
+            hold_horizon: self.config.engine.hold_horizon,
+            launches_in_period,
+            global_room,
+        }))
+    }
+
+    /// Hands the organic replicas no offering of `pool` could supply to its fallback pool (a
+    /// smaller model), or takes them back once the pool can supply them again.
+    fn hand_to_fallback(&self, pool: &PoolSpec, unserved: u32) {
+        let Some(fallback) = &pool.supply.fallback_pool else {
+            return;
+        };
+        let before = {
+            let mut control = lock(&self.control);
+            let from = control.borrowed.entry(fallback.clone()).or_default();
+            let before = from.get(&pool.name).copied().unwrap_or(0);
+            if unserved == 0 {
+                from.remove(&pool.name);
+            } else {
+                from.insert(pool.name.clone(), unserved);
+            }
+            before
+        };
+        if unserved > before {
+            tracing::warn!(pool = %pool.name, fallback = %fallback, replicas = unserved, "no offering left; the fallback pool serves the traffic");
+            self.count_fallback(pool, FallbackKind::SmallerModel, (unserved - before) as u64);
+        }
+    }
+}
+
+/// The pool's organic serving replicas (no capacity request, not warming), as the controller
+/// counts them.
+fn organic_counts(input: &TickInput, pool: &PoolName) -> ReplicaCounts {
+    let mut counts = ReplicaCounts::default();
+    for e in input
+        .pool_nodes(pool)
+        .filter(|e| e.request.is_none() && e.destination == Destination::Serve)
+    {
+        match e.state {
+            NodeState::Requested | NodeState::Launching => counts.requested += 1,
+            NodeState::Booting => counts.starting += 1,
+            NodeState::Serving => counts.ready += 1,
+            NodeState::Draining => counts.draining += 1,
+            _ => {}
+        }
+    }
+    counts
+}
+
+/// The planner's view of the pool's live nodes. Nodes of a cancelled request go back to organic
+/// demand (and scale-in); nodes of a request closed by a refusal stay with it, since what was
+/// delivered is still wanted.
+fn node_views(input: &TickInput, pool: &PoolName) -> Vec<NodeView> {
+    input
+        .pool_nodes(pool)
+        .map(|e| NodeView {
+            id: e.node.clone(),
+            state: e.state,
+            offering: e.offering.clone(),
+            market: e.market,
+            request: e.request.clone().filter(|r| !input.cancelled.contains(r)),
+            destination: e.destination,
+            price_usd_per_hour: e.price_usd_per_hour,
+            reclaiming: input.reclaiming.contains(&e.client_token),
+        })
+        .collect()
+}

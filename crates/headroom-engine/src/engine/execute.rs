@@ -1,0 +1,625 @@
+//! The execute phase: a plan's actions, each one a ledger intent, a cloud call and a ledger
+//! outcome, in that order (invariant 2). Nothing here decides; what to do is in the plan.
+
+use super::*;
+use headroom_core::budget::BudgetStanding;
+use headroom_core::planner::{Action, Destination, FallbackKind};
+
+/// Extra attempts at a throttled launch within one tick (100 ms .. 2 s apart, jittered).
+const THROTTLE_RETRIES: usize = 3;
+
+/// How one action went, for the rest of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Done (or nothing to do); go on with the next action.
+    Next,
+    /// A cloud refused and the rest of the plan assumed an offering that is gone: plan again.
+    Replan,
+    /// Stop this plan here (over budget, or the pool's request is invalid).
+    Stop,
+}
+
+/// What one plan's execution leaves for the caller.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// A cloud refused a launch or wake that falls back: the caller plans again at once.
+    pub replan: bool,
+    /// The pool-level refusal (of organic demand) this plan stands on, if any.
+    pub pool_refusal: Option<(RefusalReason, u32)>,
+    /// When each launch intent was admitted (for the per-period launch limit).
+    pub launched_at: Vec<Timestamp>,
+    /// The pool-level refusal the previous plan stood on: the same one is not written again.
+    previous_refusal: Option<(RefusalReason, u32)>,
+}
+
+impl Engine {
+    /// Writes a node event and applies it to the tick's input. Every node event the tick writes
+    /// goes through here (or [`Engine::admit`]), so the input stays what the ledger says.
+    pub(super) async fn record(
+        &self,
+        input: &mut TickInput,
+        event: NodeEvent,
+    ) -> Result<(), EngineError> {
+        self.ledger.append_node_event(&event).await?;
+        input.apply(&event);
+        Ok(())
+    }
+
+    /// Writes an event that places a hold if its budget can carry it (one transaction, the
+    /// ledger's guard), and applies it to the input when admitted.
+    async fn admit(
+        &self,
+        input: &mut TickInput,
+        event: &NodeEvent,
+    ) -> Result<Admission, EngineError> {
+        let admitted = self
+            .ledger
+            .admit_node_event(event)
+            .instrument(tracing::info_span!("ledger.admit", node = %event.node))
+            .await?;
+        if admitted == Admission::Admitted {
+            input.apply(event);
+        }
+        Ok(admitted)
+    }
+
+    /// Applies a plan's actions in order. `previous_refusal` is the pool-level refusal the
+    /// previous plan stood on, which is not recorded again while it stands.
+    pub(super) async fn apply(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        actions: &[Action],
+        previous_refusal: Option<(RefusalReason, u32)>,
+    ) -> Result<Applied, EngineError> {
+        let mut applied = Applied {
+            previous_refusal,
+            ..Applied::default()
+        };
+        for action in actions {
+            let step = match action {
+                Action::Launch {
+                    offering,
+                    request,
+                    destination,
+                    hold,
+                    fallback,
+                } => {
+                    let launch = Launch {
+                        offering,
+                        request: request.as_ref(),
+                        destination: *destination,
+                        hold: *hold,
+                        fallback: *fallback,
+                    };
+                    self.launch(input, pool, launch, &mut applied).await?
+                }
+                Action::Wake {
+                    node,
+                    request,
+                    hold,
+                } => {
+                    self.wake_node(input, pool, node, request.as_ref(), *hold, &mut applied)
+                        .await?
+                }
+                Action::Release { node, to_warm } => {
+                    self.release(input, node, *to_warm).await?;
+                    Step::Next
+                }
+                Action::Refuse {
+                    request,
+                    count,
+                    reason,
+                } => {
+                    let refusal = Refusal {
+                        request: request.as_ref(),
+                        count: *count,
+                        reason: *reason,
+                        detail: refusal_detail(
+                            pool,
+                            *reason,
+                            *count,
+                            request.as_ref(),
+                            &input.open,
+                        ),
+                    };
+                    self.refuse(input, pool, refusal, &mut applied).await?;
+                    Step::Next
+                }
+            };
+            match step {
+                Step::Next => {}
+                Step::Replan => {
+                    applied.replan = true;
+                    break;
+                }
+                Step::Stop => break,
+            }
+        }
+        Ok(applied)
+    }
+
+    /// A launch: the intent with its hold, admitted against the budget in the transaction that
+    /// records it, then the cloud call and its outcome.
+    async fn launch(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        launch: Launch<'_>,
+        applied: &mut Applied,
+    ) -> Result<Step, EngineError> {
+        let Some(offering) = self.config.offering(launch.offering).cloned() else {
+            return Ok(Step::Next);
+        };
+        let now = self.clock.now();
+        let node = NodeId(format!("n-{}", uuid::Uuid::new_v4().simple()));
+        // The ledger records the price in force (what the node costs); the cloud is asked with
+        // the configured one (for spot, the most we pay).
+        let intent = NodeEvent::launch_intent(
+            pool,
+            &self.priced(&offering),
+            node,
+            launch.request.cloned(),
+            launch.destination,
+            launch.hold,
+            now,
+        );
+        // Intent first, with its hold: if we die after the cloud call, the restart finds it.
+        let span = self.action_span("launch", pool, launch.request, &intent.node);
+        if !self
+            .admit_or_refuse(input, pool, &intent, applied)
+            .instrument(span.clone())
+            .await?
+        {
+            return Ok(Step::Stop);
+        }
+        applied.launched_at.push(now);
+        let refused = self
+            .launch_for_intent(input, pool, &offering, &intent)
+            .instrument(span)
+            .await?;
+        Ok(match refused {
+            Some(err) if err.class().falls_back() => Step::Replan,
+            Some(err) if err.class() == ErrorClass::InvalidRequest => Step::Stop,
+            Some(_) => Step::Next,
+            None => {
+                if let Some(kind) = launch.fallback {
+                    self.count_fallback(pool, kind, 1);
+                }
+                Step::Next
+            }
+        })
+    }
+
+    /// Wakes a warm node: a running one serves the moment traffic is routed to it (with a
+    /// cluster: once it shows the model server Ready); a stopped one is started and climbs the
+    /// rest of the ladder.
+    async fn wake_node(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        node: &NodeId,
+        request: Option<&RequestId>,
+        hold: Money,
+        applied: &mut Applied,
+    ) -> Result<Step, EngineError> {
+        let Some(last) = input.node(node).cloned() else {
+            return Ok(Step::Next);
+        };
+        let Some(instance) = last.instance.clone().map(InstanceId) else {
+            return Ok(Step::Next);
+        };
+        let now = self.clock.now();
+        let running = last.state == NodeState::Standby;
+        let serves_now = running
+            && self
+                .cluster
+                .as_ref()
+                .is_none_or(|c| self.standby_serves_now(c, &last));
+        let next = if serves_now {
+            NodeState::Serving
+        } else {
+            NodeState::Booting
+        };
+        let mut e = last.next(next, "wake", now);
+        e.request = request.cloned();
+        e.destination = Destination::Serve;
+        e.hold = hold;
+        let span = self.action_span("wake", pool, request, node);
+        if !self
+            .admit_or_refuse(input, pool, &e, applied)
+            .instrument(span.clone())
+            .await?
+        {
+            return Ok(Step::Stop);
+        }
+        if running {
+            if let Some(cluster) = &self.cluster
+                && !serves_now
+            {
+                self.uncordon_standby(cluster, &last).await;
+            }
+            return Ok(Step::Next);
+        }
+        let Err(err) = self.cloud.start(&instance).instrument(span).await else {
+            return Ok(Step::Next);
+        };
+        let back = NodeEvent {
+            request: None,
+            ..e.next(NodeState::Warm, err.code(), self.clock.now())
+        };
+        self.record(input, back).await?;
+        self.ledger
+            .append_refusal(&RefusalRecord {
+                pool: pool.name.clone(),
+                request: request.cloned(),
+                node: Some(node.clone()),
+                offering: Some(last.offering.clone()),
+                replicas: 1,
+                reason: RefusalReason::Cloud(err.class()),
+                detail: format!("waking {node}: {err}"),
+                at: now,
+            })
+            .await?;
+        if err.class().falls_back() {
+            self.mark_unavailable(&last.offering);
+            return Ok(Step::Replan);
+        }
+        Ok(Step::Next)
+    }
+
+    /// Releases a node: a warm one above the floor is simply ended; a serving one drains (with
+    /// a cluster, across ticks) and is then parked warm or terminated.
+    async fn release(
+        &self,
+        input: &mut TickInput,
+        node: &NodeId,
+        to_warm: bool,
+    ) -> Result<(), EngineError> {
+        let Some(last) = input.node(node).cloned() else {
+            return Ok(());
+        };
+        if last.state.is_warm() {
+            // A warm node above the floor serves nobody: nothing to drain.
+            return self.terminate_node(input, &last, "warm_surplus").await;
+        }
+        let now = self.clock.now();
+        let reason = if to_warm {
+            "release_to_warm"
+        } else {
+            "release_terminate"
+        };
+        let draining = last.next(NodeState::Draining, reason, now);
+        self.record(input, draining.clone()).await?;
+        if let Some(cluster) = &self.cluster
+            && self.drain(cluster, &draining, None, now).await?
+        {
+            return Ok(()); // still draining: the next ticks finish it
+        }
+        if to_warm {
+            self.stop_to_warm(input, &draining, "released").await
+        } else {
+            self.terminate_node(input, &draining, "released").await
+        }
+    }
+
+    /// Parks the node warm, detached from any request: running (standby) when its pool keeps
+    /// warm nodes running, else stopped (it keeps its disk).
+    pub(super) async fn stop_to_warm(
+        &self,
+        input: &mut TickInput,
+        last: &NodeEvent,
+        reason: &str,
+    ) -> Result<(), EngineError> {
+        let Some(id) = last.instance.clone().map(InstanceId) else {
+            return self.terminate_node(input, last, reason).await;
+        };
+        if self
+            .config
+            .pool(&last.pool)
+            .is_some_and(|p| p.supply.warm_mode == WarmMode::Running)
+        {
+            let mut e = last.next(NodeState::Standby, reason, self.clock.now());
+            e.request = None;
+            e.destination = Destination::Warm;
+            return self.record(input, e).await;
+        }
+        match self.cloud.stop(&id).await {
+            Ok(_) => {
+                let mut e = last.next(NodeState::Warm, reason, self.clock.now());
+                e.request = None;
+                self.record(input, e).await?;
+            }
+            Err(e) => {
+                tracing::warn!(node = %last.node, error = %e, "stop failed; next tick retries")
+            }
+        }
+        Ok(())
+    }
+
+    /// Terminates the node's instance, if it has one, and records the end of the node.
+    pub(super) async fn terminate_node(
+        &self,
+        input: &mut TickInput,
+        last: &NodeEvent,
+        reason: &str,
+    ) -> Result<(), EngineError> {
+        if let Some(id) = last.instance.clone().map(InstanceId) {
+            match self.cloud.terminate(&id).await {
+                Ok(()) | Err(CloudError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(node = %last.node, error = %e, "terminate failed; next tick retries");
+                    return Ok(());
+                }
+            }
+        }
+        let end = last.next(NodeState::Terminated, reason, self.clock.now());
+        self.record(input, end).await
+    }
+
+    /// Sends the launch for an intent already in the ledger and records the outcome.
+    /// Returns the cloud's refusal, if any, for the planner to fall back on.
+    pub(super) async fn launch_for_intent(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        offering: &Offering,
+        intent: &NodeEvent,
+    ) -> Result<Option<CloudError>, EngineError> {
+        let spec = self.launch_spec(pool, offering, intent);
+        // Throttling is retried here, a few times with jittered backoff, within the tick; past
+        // that the intent stays and the next tick repeats it with the same client token.
+        let result = {
+            use backon::{ExponentialBuilder, Retryable};
+            (|| self.cloud.launch(&spec))
+                .retry(
+                    ExponentialBuilder::default()
+                        .with_min_delay(std::time::Duration::from_millis(100))
+                        .with_max_delay(std::time::Duration::from_secs(2))
+                        .with_max_times(THROTTLE_RETRIES)
+                        .with_jitter(),
+                )
+                .when(|e: &CloudError| e.class() == ErrorClass::Throttled)
+                .await
+        };
+        let now = self.clock.now();
+        match result {
+            Ok(instance) => {
+                let mut e = intent.next(NodeState::Launching, "accepted", now);
+                e.instance = Some(instance.id.0);
+                self.record(input, e).await?;
+                Ok(None)
+            }
+            Err(err) if err.class().is_retryable() => {
+                // Throttled or transient: keep the intent; the next activation repeats the call
+                // with the same client token.
+                tracing::warn!(node = %intent.node, error = %err, "launch deferred to the next tick");
+                Ok(None)
+            }
+            Err(err) => {
+                self.record_launch_refusal(input, pool, offering, intent, &err, now)
+                    .await?;
+                Ok(Some(err))
+            }
+        }
+    }
+
+    fn launch_spec(&self, pool: &PoolSpec, offering: &Offering, intent: &NodeEvent) -> LaunchSpec {
+        LaunchSpec {
+            offering: offering.clone(),
+            client_token: intent.client_token.clone(),
+            tags: OwnershipTags {
+                cluster: self.config.cluster_id.clone(),
+                pool: pool.name.to_string(),
+                node: intent.node.0.clone(),
+                request: intent.request.as_ref().map(|r| r.0.clone()),
+            },
+            user_data: self
+                .cluster
+                .as_ref()
+                .and_then(|c| c.bootstrap(&pool.name, &intent.node, offering.provider)),
+        }
+    }
+
+    /// A cloud's final "no" to a launch: the node is refused, the refusal recorded and counted,
+    /// and the offering cooled down (or the pool halted, for an invalid request).
+    async fn record_launch_refusal(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        offering: &Offering,
+        intent: &NodeEvent,
+        err: &CloudError,
+        now: Timestamp,
+    ) -> Result<(), EngineError> {
+        let class = err.class();
+        self.record(input, intent.next(NodeState::Refused, err.code(), now))
+            .await?;
+        self.ledger
+            .append_refusal(&RefusalRecord {
+                pool: pool.name.clone(),
+                request: intent.request.clone(),
+                node: Some(intent.node.clone()),
+                offering: Some(offering.id.clone()),
+                replicas: 1,
+                reason: RefusalReason::Cloud(class),
+                detail: err.to_string(),
+                at: now,
+            })
+            .await?;
+        self.metrics
+            .refusals
+            .get_or_create(&crate::metrics::RefusalLabels {
+                pool: pool.name.to_string(),
+                reason: RefusalReason::Cloud(class).code(),
+                provider: offering.provider.to_string(),
+                offering: offering.id.to_string(),
+            })
+            .inc();
+        if class.falls_back() {
+            self.mark_unavailable(&offering.id);
+        } else if class == ErrorClass::InvalidRequest {
+            // Our request is wrong or not permitted: every retry would fail the same way (and
+            // may spam the cloud's audit log). Stop the pool and alert.
+            tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused as invalid or not permitted; pool halted");
+            lock(&self.halted).insert(
+                pool.name.clone(),
+                format!("{} on {}: {err}", err.code(), offering.id),
+            );
+        } else {
+            tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused; not falling back for this class");
+        }
+        Ok(())
+    }
+
+    /// Writes an event that places a hold if its budget can carry it (one transaction), or
+    /// records a budget refusal. Returns whether it was admitted.
+    async fn admit_or_refuse(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        event: &NodeEvent,
+        applied: &mut Applied,
+    ) -> Result<bool, EngineError> {
+        match self.admit(input, event).await? {
+            Admission::Admitted => Ok(true),
+            Admission::OverBudget(standing) => {
+                let refusal = Refusal {
+                    request: event.request.as_ref(),
+                    count: 1,
+                    reason: RefusalReason::Budget,
+                    detail: over_budget_detail(pool, event.request.as_ref(), event.hold, &standing),
+                };
+                self.refuse(input, pool, refusal, applied).await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Records a refusal. A standing refusal of organic demand (no request) is written once, not
+    /// on every tick it persists.
+    async fn refuse(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        refusal: Refusal<'_>,
+        applied: &mut Applied,
+    ) -> Result<(), EngineError> {
+        let Refusal {
+            request,
+            count,
+            reason,
+            detail,
+        } = refusal;
+        if request.is_none() {
+            applied.pool_refusal = Some((reason, count));
+            if applied.previous_refusal == Some((reason, count)) {
+                return Ok(());
+            }
+            tracing::warn!(pool = %pool.name, %detail, "demand refused");
+        }
+        self.metrics
+            .refusals
+            .get_or_create(&crate::metrics::RefusalLabels {
+                pool: pool.name.to_string(),
+                reason: reason.code(),
+                provider: String::new(),
+                offering: String::new(),
+            })
+            .inc_by(count as u64);
+        self.ledger
+            .append_refusal(&RefusalRecord {
+                pool: pool.name.clone(),
+                request: request.cloned(),
+                node: None,
+                offering: None,
+                replicas: count,
+                reason,
+                detail,
+                at: self.clock.now(),
+            })
+            .await?;
+        if let Some(request) = request
+            && reason.closes_request()
+        {
+            input.close_request(request);
+        }
+        Ok(())
+    }
+
+    pub(super) fn count_fallback(&self, pool: &PoolSpec, kind: FallbackKind, n: u64) {
+        self.metrics
+            .fallbacks
+            .get_or_create(&crate::metrics::FallbackLabels {
+                pool: pool.name.to_string(),
+                kind: kind.as_str().to_string(),
+            })
+            .inc_by(n);
+    }
+}
+
+/// A refusal about to be recorded.
+#[derive(Debug)]
+struct Refusal<'a> {
+    request: Option<&'a RequestId>,
+    count: u32,
+    reason: RefusalReason,
+    detail: String,
+}
+
+/// A launch action's fields.
+#[derive(Debug, Clone, Copy)]
+struct Launch<'a> {
+    offering: &'a OfferingId,
+    request: Option<&'a RequestId>,
+    destination: Destination,
+    hold: Money,
+    fallback: Option<FallbackKind>,
+}
+
+fn refusal_detail(
+    pool: &PoolSpec,
+    reason: RefusalReason,
+    count: u32,
+    request: Option<&RequestId>,
+    requests: &[CapacityRequest],
+) -> String {
+    let whose = match request.and_then(|id| requests.iter().find(|r| &r.id == id)) {
+        Some(r) => format!("{count} of {} replicas for request {}", r.replicas, r.id),
+        None => format!("{count} replicas of organic demand"),
+    };
+    match reason {
+        RefusalReason::MaxReplicas => format!(
+            "{whose} refused: pool {} is at max_replicas {}; raise max_replicas or lower demand",
+            pool.name, pool.max_replicas
+        ),
+        RefusalReason::GlobalCeiling => format!(
+            "{whose} refused: every pool together is at engine.global_max_nodes; raise it or release capacity elsewhere"
+        ),
+        RefusalReason::Budget => format!(
+            "{whose} refused: account {} has no budget left for the hold; raise its ceiling or wait for the next period",
+            pool.account
+        ),
+        RefusalReason::NoOffering => format!(
+            "{whose} refused: every offering of pool {} was refused by its cloud recently; add offerings, zones or regions",
+            pool.name
+        ),
+        RefusalReason::Cloud(class) => format!("{whose} refused by the cloud ({})", class.as_str()),
+    }
+}
+
+fn over_budget_detail(
+    pool: &PoolSpec,
+    request: Option<&RequestId>,
+    hold: Money,
+    standing: &BudgetStanding,
+) -> String {
+    let whose = match request {
+        Some(id) => format!("a replica for request {id}"),
+        None => "a replica of organic demand".to_string(),
+    };
+    format!(
+        "{whose} refused: account {} would hold ${hold} more with ${} spent and ${} held of its ${} ceiling; raise the ceiling (PUT /v1/budgets/{}) or wait for the next period",
+        pool.account, standing.spent, standing.held, standing.ceiling, pool.account
+    )
+}

@@ -1,0 +1,126 @@
+//! The tick's input: what the ledger and the cloud say, read once at the start of the tick.
+//!
+//! Every node event the tick writes is applied here as well (see [`Engine::record`]), so the
+//! controller, the planner, its fallback rounds, the status and the alert rules all read one
+//! consistent picture without asking the ledger again. The one exception is an account's
+//! budget standing after a node of it ended or parked within the tick: its released hold is
+//! derived from the node's history, so the standing is read again when next needed.
+
+use super::*;
+use headroom_core::budget::BudgetStanding;
+use headroom_core::{AccountName, Budget};
+
+#[derive(Debug)]
+pub(super) struct TickInput {
+    /// The pools this process holds the lease of.
+    pub owned: BTreeSet<PoolName>,
+    /// The latest event of every node that is not final, every pool's, in ledger order (a node
+    /// whose latest event is newer comes later), as `Ledger::live_nodes` returns them.
+    pub live: Vec<NodeEvent>,
+    /// Client tokens of instances under an interruption notice in this tick's inventory.
+    pub reclaiming: HashSet<String>,
+    /// Orphans in this tick's inventory, by the pool they are counted under.
+    pub orphans: BTreeMap<PoolName, Vec<InstanceId>>,
+    /// Requests still being worked on (read by [`TickInput::read_demand`]).
+    pub open: Vec<CapacityRequest>,
+    /// Requests of live nodes that were cancelled: their nodes are organic demand again.
+    pub cancelled: HashSet<RequestId>,
+    /// The budget in force per account (read by [`TickInput::read_demand`]).
+    pub budgets: HashMap<AccountName, Budget>,
+    /// Standings read so far this tick, kept up to date with the holds the tick places.
+    standings: HashMap<AccountName, BudgetStanding>,
+}
+
+impl TickInput {
+    /// The live nodes and what the inventory says about them.
+    pub async fn read(
+        ledger: &dyn Ledger,
+        owned: BTreeSet<PoolName>,
+        inventory: &[Instance],
+    ) -> Result<TickInput, EngineError> {
+        let live = ledger.live_nodes().await?;
+        let reclaiming = inventory
+            .iter()
+            .filter(|i| i.interruption_notice.is_some() && i.phase != InstancePhase::Interrupted)
+            .map(|i| i.client_token.clone())
+            .collect();
+        Ok(TickInput {
+            owned,
+            live,
+            reclaiming,
+            orphans: BTreeMap::new(),
+            open: Vec::new(),
+            cancelled: HashSet::new(),
+            budgets: HashMap::new(),
+            standings: HashMap::new(),
+        })
+    }
+
+    /// Demand and money, after the observe phase settled the nodes: open requests, which live
+    /// nodes' requests were cancelled, and the budgets in force.
+    pub async fn read_demand(&mut self, ledger: &dyn Ledger) -> Result<(), EngineError> {
+        self.open = ledger.open_capacity_requests().await?;
+        let with_nodes: BTreeSet<RequestId> =
+            self.live.iter().filter_map(|e| e.request.clone()).collect();
+        let with_nodes: Vec<RequestId> = with_nodes.into_iter().collect();
+        self.cancelled = ledger.cancelled_requests(&with_nodes).await?;
+        self.budgets = ledger
+            .budgets()
+            .await?
+            .into_iter()
+            .map(|b| (b.account.clone(), b))
+            .collect();
+        Ok(())
+    }
+
+    /// `account`'s standing at `now`, read once and then kept by [`TickInput::apply`].
+    pub async fn standing(
+        &mut self,
+        ledger: &dyn Ledger,
+        account: &AccountName,
+        now: Timestamp,
+    ) -> Result<Option<BudgetStanding>, EngineError> {
+        let Some(budget) = self.budgets.get(account) else {
+            return Ok(None);
+        };
+        if let Some(s) = self.standings.get(account) {
+            return Ok(Some(*s));
+        }
+        let s = ledger.budget_standing(budget, now).await?;
+        self.standings.insert(account.clone(), s);
+        Ok(Some(s))
+    }
+
+    /// Applies an event the tick has written.
+    pub fn apply(&mut self, event: &NodeEvent) {
+        if let Some(at) = self.live.iter().position(|e| e.node == event.node) {
+            self.live.remove(at);
+        }
+        if !event.state.is_final() {
+            self.live.push(event.clone());
+        }
+        if event.hold > Money::ZERO {
+            if let Some(s) = self.standings.get_mut(&event.account) {
+                s.held += event.hold;
+            }
+        } else if event.state.is_final() || event.state == NodeState::Warm {
+            // Its open hold, if any, is released: what is left of it depends on the node's
+            // history, so the standing is read again when next needed.
+            self.standings.remove(&event.account);
+        }
+    }
+
+    /// The latest event of `pool`'s live nodes.
+    pub fn pool_nodes<'a>(&'a self, pool: &'a PoolName) -> impl Iterator<Item = &'a NodeEvent> {
+        self.live.iter().filter(move |e| &e.pool == pool)
+    }
+
+    pub fn node(&self, node: &NodeId) -> Option<&NodeEvent> {
+        self.live.iter().find(|e| &e.node == node)
+    }
+
+    /// Marks a request closed by a refusal, so later rounds and the status no longer count it.
+    pub fn close_request(&mut self, request: &RequestId) {
+        self.open.retain(|r| &r.id != request);
+    }
+}

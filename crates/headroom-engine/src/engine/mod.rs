@@ -1,0 +1,281 @@
+//! The executor and its reconcile loop, one module a phase of the tick.
+//!
+//! A tick reads top-down through the phases, each in its own file:
+//!
+//! 1. [`input`]: what the ledger and the cloud say, read once ([`TickInput`]); every write the
+//!    later phases make is applied to it, so no phase reads the ledger again for it.
+//! 2. [`observe`]: settle node states with the cloud's inventory, finish interrupted work,
+//!    terminate or report orphans ([`orphans`]), with a cluster by [`cluster_steps`].
+//! 3. [`decide`]: per owned pool, the pure controller and planner on the input.
+//! 4. [`execute`]: the plan's actions, each a ledger intent, a cloud call, a ledger outcome.
+//! 5. [`status`]: what `GET /v1/pools` shows, and the pool gauges.
+//! 6. [`alerting`]: alert rules on a snapshot of the tick, queued in the ledger's outbox.
+//!
+//! Each phase keeps what it must remember between ticks in its own small state struct behind
+//! its own lock; the tick lock makes ticks one at a time, so those locks only order the tick
+//! against API reads.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use headroom_cloud::{
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
+    OwnershipTags, SimCloud, SimConfig, SimOffering,
+};
+use headroom_core::controller::ReplicaCounts;
+use headroom_core::planner::Destination;
+use headroom_core::{
+    CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
+    PoolSpec, RefusalReason, RequestId, Timestamp, WarmMode,
+};
+use headroom_ledger::{Admission, Ledger, LedgerError, NodeEvent, RefusalRecord};
+use serde::Serialize;
+use thiserror::Error;
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use crate::alerts::AlertDelivery;
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::metrics::Metrics;
+
+mod alerting;
+mod cluster_steps;
+mod decide;
+mod decisions;
+mod execute;
+mod input;
+mod observe;
+mod offerings;
+mod orphans;
+mod restore;
+mod signals;
+mod spans;
+mod status;
+
+pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
+pub use offerings::OfferingPrice;
+pub use signals::SignalInput;
+pub use status::{Clamp, PoolStatus};
+
+use input::TickInput;
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("ledger")]
+    Ledger(#[from] LedgerError),
+    #[error("cloud inventory")]
+    Inventory(#[source] CloudError),
+}
+
+/// Applies the core's decisions. One `tick` at a time (the loop is the only caller that mutates
+/// the cloud); API handlers only read status and append capacity requests.
+#[derive(Debug)]
+pub struct Engine {
+    config: Arc<Config>,
+    ledger: Arc<dyn Ledger>,
+    /// The provider behind [`crate::bounded_cloud::BoundedCloud`]: every call has a deadline.
+    cloud: Arc<dyn CloudProvider>,
+    clock: Arc<dyn Clock>,
+    /// The Kubernetes cluster, when `[kube]` is enabled: readiness and drains go through it.
+    cluster: Option<Arc<dyn Cluster>>,
+    metrics: Arc<Metrics>,
+    tick_lock: tokio::sync::Mutex<()>,
+    wake: Notify,
+    /// Whether the configuration's budgets have been written to the ledger.
+    budgets_seeded: AtomicBool,
+    signals: Mutex<HashMap<PoolName, headroom_core::controller::Signals>>,
+    observed: Mutex<observe::ObserveMemory>,
+    control: Mutex<decide::ControlMemory>,
+    offerings: Mutex<offerings::OfferingBook>,
+    /// Pools stopped by an invalid-request or permission refusal, with the cloud's message.
+    halted: Mutex<HashMap<PoolName, String>>,
+    status: Mutex<BTreeMap<PoolName, PoolStatus>>,
+    alerting: Mutex<alerting::AlertMemory>,
+    delivery: AlertDelivery,
+    spans: spans::RequestSpans,
+}
+
+/// Locks one of the engine's state structs. A panic elsewhere never leaves them half-written
+/// (each critical section is a few assignments), so a poisoned lock is still usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The simulated cloud described by a configuration's offerings.
+pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
+    let cloud = SimCloud::new(
+        SimConfig {
+            seed: config.sim.seed,
+            offerings: config
+                .offerings
+                .iter()
+                .map(|o| SimOffering {
+                    offering: o.offering.clone(),
+                    capacity: o.sim_capacity,
+                    ladder: o.sim_ladder,
+                    spot_interruptions_per_hour: o.sim_spot_interruptions_per_hour,
+                })
+                .collect(),
+            gpu_quota_per_region: config.sim.gpu_quota_per_region.clone(),
+        },
+        clock,
+    );
+    match &config.sim.state_file {
+        Some(path) => cloud.with_state_file(path.clone()),
+        None => cloud,
+    }
+}
+
+impl Engine {
+    pub fn new(
+        config: Arc<Config>,
+        ledger: Arc<dyn Ledger>,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Engine> {
+        Engine::with_cluster(config, ledger, cloud, clock, None)
+    }
+
+    /// An engine that takes readiness from `cluster` and drains through it.
+    pub fn with_cluster(
+        config: Arc<Config>,
+        ledger: Arc<dyn Ledger>,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+        cluster: Option<Arc<dyn Cluster>>,
+    ) -> Arc<Engine> {
+        let metrics = Arc::new(Metrics::default());
+        let cloud: Arc<dyn CloudProvider> = Arc::new(crate::bounded_cloud::BoundedCloud {
+            inner: cloud,
+            metrics: metrics.clone(),
+            timeout: config.engine.provider_timeout,
+        });
+        let status = config
+            .pools
+            .iter()
+            .map(|p| (p.name.clone(), PoolStatus::empty(p)))
+            .collect();
+        Arc::new(Engine {
+            delivery: AlertDelivery::new(ledger.clone(), clock.clone()),
+            metrics,
+            config,
+            ledger,
+            cloud,
+            clock,
+            cluster,
+            tick_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            budgets_seeded: AtomicBool::new(false),
+            signals: Mutex::default(),
+            observed: Mutex::default(),
+            control: Mutex::default(),
+            offerings: Mutex::default(),
+            halted: Mutex::default(),
+            status: Mutex::new(status),
+            alerting: Mutex::default(),
+            spans: spans::RequestSpans::default(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Asks the loop to run a tick now (a capacity request arrived).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Runs ticks until `shutdown` resolves: every `engine.tick`, or sooner when woken. A tick
+    /// that fails is logged and the next activation tries again; nothing retries in a loop.
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(e) = self.tick().await {
+                tracing::error!(error = %error_chain(&e), "reconcile tick failed");
+            }
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(self.config.engine.tick) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// One activation: read, observe and settle, decide and execute per pool, publish status,
+    /// evaluate alerts. Idempotent: it repeats nothing a previous activation finished.
+    pub async fn tick(&self) -> Result<(), EngineError> {
+        let _one_at_a_time = self.tick_lock.lock().await;
+        self.seed_budgets().await?;
+        // Leases first: only the pools this process owns are observed, planned and changed.
+        let names: Vec<PoolName> = self.config.pools.iter().map(|p| p.name.clone()).collect();
+        let owned = self.ledger.pool_leases(&names).await?;
+        self.restore_recent_history(&owned).await?;
+        let inventory = self
+            .cloud
+            .list_owned(&self.config.cluster_id)
+            .await
+            .map_err(EngineError::Inventory)?;
+        // Read the ledger after the inventory: an instance in the inventory had its intent
+        // written before it was launched, so it cannot be mistaken for an orphan.
+        let mut input = TickInput::read(self.ledger.as_ref(), owned, &inventory).await?;
+        self.observe(&mut input, &inventory).await?;
+        self.refresh_prices().await;
+        input.read_demand(self.ledger.as_ref()).await?;
+        for pool in &self.config.pools {
+            if input.owned.contains(&pool.name) {
+                self.reconcile_pool(&mut input, pool).await?;
+            }
+        }
+        self.publish_status(&input);
+        self.evaluate_alerts(&mut input).await
+    }
+
+    /// Writes the configuration's budgets for accounts the ledger has none for, once per
+    /// process. Budgets changed through the API later are versions in the ledger and win.
+    async fn seed_budgets(&self) -> Result<(), EngineError> {
+        if self.budgets_seeded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let existing = self.ledger.budgets().await?;
+        let now = self.clock.now();
+        for budget in &self.config.budgets {
+            if !existing.iter().any(|b| b.account == budget.account) {
+                self.ledger.put_budget(budget, now).await?;
+            }
+        }
+        self.budgets_seeded.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// An error with its sources, for one log line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// `std::time::Duration` setting as a chrono duration, with the fallback its default has.
+fn chrono_or(d: std::time::Duration, fallback: chrono::Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(fallback)
+}

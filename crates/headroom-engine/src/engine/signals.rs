@@ -1,0 +1,59 @@
+//! Queue signals as the engine receives them: pushed through the API or scraped
+//! ([`crate::scrape`]), stamped on receipt, the latest kept per pool for the controller.
+
+use super::*;
+use headroom_core::controller::Signals;
+
+/// A sample pushed for a pool; the engine stamps it on receipt.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SignalInput {
+    pub queue_depth: u64,
+    pub oldest_age_s: Option<f64>,
+    /// Oldest eligible request age per service class; the pool's `age_classes` choose which
+    /// count (all when unset), and the oldest of them is the pool's age.
+    pub oldest_age_by_class_s: BTreeMap<String, f64>,
+    pub arrival_rate_rps: Option<f64>,
+    pub departure_rate_rps: Option<f64>,
+    pub error_rate_rps: Option<f64>,
+    pub batch_occupancy: Option<f64>,
+    pub gpu_utilization: Option<f64>,
+}
+
+impl Engine {
+    /// Records a queue sample for `pool`, stamped with the engine's clock on receipt.
+    pub fn push_signal(&self, pool: &PoolName, input: SignalInput) {
+        let classes = self.config.age_classes.get(pool);
+        let class_age = input
+            .oldest_age_by_class_s
+            .iter()
+            .filter(|(class, _)| classes.is_none_or(|c| c.contains(*class)))
+            .map(|(_, age)| *age)
+            .reduce(f64::max);
+        let oldest_age_s = match (input.oldest_age_s, class_age) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let signal = Signals {
+            queue_depth: input.queue_depth,
+            oldest_age_s,
+            arrival_rate_rps: input.arrival_rate_rps,
+            departure_rate_rps: input.departure_rate_rps,
+            error_rate_rps: input.error_rate_rps,
+            batch_occupancy: input.batch_occupancy,
+            gpu_utilization: input.gpu_utilization,
+            received_at: self.clock.now(),
+        };
+        lock(&self.signals).insert(pool.clone(), signal);
+    }
+
+    /// The latest signal of `pool`, if any arrived.
+    pub(super) fn signal(&self, pool: &PoolName) -> Option<Signals> {
+        lock(&self.signals).get(pool).copied()
+    }
+
+    /// Scrapes every pool that has a `[pools.scrape]` target until `shutdown` resolves (see
+    /// [`crate::scrape::run`]).
+    pub async fn run_scrapers(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        crate::scrape::run(self, shutdown).await
+    }
+}

@@ -1,0 +1,283 @@
+//! The status phase: what `GET /v1/pools` shows for each pool, computed from the tick's input
+//! and the decide phase's memory once the plans are applied, and the pool gauges of `/metrics`.
+
+use super::*;
+use headroom_core::admission::{self, AdmissionInput, TierAdmission};
+use headroom_core::controller::{Classification, HoldReason, Limit, Rule, Signals};
+use headroom_core::planner::Destination;
+
+/// What `GET /v1/pools` shows for one pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolStatus {
+    pub name: PoolName,
+    pub account: String,
+    /// Ready replicas wanted: the controller's target plus open capacity requests.
+    pub desired: u32,
+    /// What the signal alone asked for, before the max-replicas clamp.
+    pub unclamped_desired: u32,
+    /// Intents and launches the cloud has not answered with a running node yet.
+    pub requested: u32,
+    /// Climbing the cold-start ladder.
+    pub starting: u32,
+    /// Serving: the only count that is capacity.
+    pub ready: u32,
+    pub warm: u32,
+    pub draining: u32,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub warm_pool_size: u32,
+    /// Whether this process holds the pool's lease and reconciles it. With several replicas
+    /// sharing a database, each pool has exactly one owner at a time.
+    pub reconciled_here: bool,
+    /// Set when the controller is holding the pool instead of scaling it (the HPA's
+    /// ScalingActive=False, with the reason).
+    pub hold: Option<HoldReason>,
+    /// Set when the target is below what the rules asked for (the HPA's ScalingLimited).
+    pub limited: Option<Limit>,
+    /// The rule behind the controller's last answer, and why.
+    pub rule: Option<Rule>,
+    pub reason: Option<String>,
+    /// Queue age read against GPU utilisation, when both are reported.
+    pub classification: Option<Classification>,
+    /// Decisions are recorded but not executed.
+    pub shadow: bool,
+    pub last_signal: Option<Signals>,
+    /// Warm nodes that are running (standby), included in `warm`.
+    pub warm_running: u32,
+    /// New nodes climbing the ladder to refill the warm pool (not replicas, not yet warm).
+    pub warming: u32,
+    /// The governor's last clamp of this pool's demand, if it still stands: the reason
+    /// (`max_replicas`, `global_ceiling`, `budget`, `no_offering`) and the replicas refused.
+    pub clamped: Option<Clamp>,
+    /// Set when a cloud said the pool's request is invalid or not permitted: the pool launches
+    /// nothing until the configuration is fixed and Headroom restarted.
+    pub halted: Option<String>,
+    /// Replicas this pool runs for pools that fell back to it (it is their smaller model).
+    pub serving_for_others: u32,
+    /// Replicas this pool could not supply and handed to its fallback pool.
+    pub handed_to_fallback: u32,
+    /// Ready replicas measured demand calls for (0 while the pool holds), which shedding compares
+    /// with what can serve in time.
+    pub demand: u32,
+    /// What the serving layer should admit, per priority tier (also `GET .../admission`).
+    pub admission: Vec<TierAdmission>,
+}
+
+/// A standing clamp of a pool's demand (the HPA's ScalingLimited, made visible).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Clamp {
+    pub reason: String,
+    pub replicas: u32,
+}
+
+impl PoolStatus {
+    /// A pool before its first tick: holding for a signal, nothing counted.
+    pub(super) fn empty(pool: &PoolSpec) -> PoolStatus {
+        PoolStatus {
+            name: pool.name.clone(),
+            account: pool.account.to_string(),
+            desired: pool.min_replicas,
+            unclamped_desired: pool.min_replicas,
+            requested: 0,
+            starting: 0,
+            ready: 0,
+            warm: 0,
+            draining: 0,
+            min_replicas: pool.min_replicas,
+            max_replicas: pool.max_replicas,
+            warm_pool_size: pool.warm_pool_size,
+            reconciled_here: false,
+            hold: Some(HoldReason::SignalMissing),
+            limited: None,
+            rule: None,
+            reason: None,
+            classification: None,
+            shadow: pool.scaling.shadow,
+            last_signal: None,
+            warm_running: 0,
+            warming: 0,
+            clamped: None,
+            halted: None,
+            serving_for_others: 0,
+            handed_to_fallback: 0,
+            demand: 0,
+            admission: Vec::new(),
+        }
+    }
+}
+
+/// Nodes on their way to serving, read against the pool's drain objective.
+#[derive(Debug, Default)]
+struct Arriving {
+    /// Starting nodes whose remaining ladder ends within the objective.
+    in_time: u32,
+    /// How long until the soonest of them serves.
+    next_in: Option<chrono::Duration>,
+}
+
+impl Engine {
+    pub fn pool_statuses(&self) -> Vec<PoolStatus> {
+        lock(&self.status).values().cloned().collect()
+    }
+
+    pub fn pool_status(&self, pool: &PoolName) -> Option<PoolStatus> {
+        lock(&self.status).get(pool).cloned()
+    }
+
+    pub(super) fn publish_status(&self, input: &TickInput) {
+        let now = self.clock.now();
+        let statuses: BTreeMap<PoolName, PoolStatus> = self
+            .config
+            .pools
+            .iter()
+            .map(|pool| {
+                let s = self.pool_status_now(input, pool, now);
+                self.export_pool_metrics(&s);
+                (pool.name.clone(), s)
+            })
+            .collect();
+        *lock(&self.status) = statuses;
+    }
+
+    fn pool_status_now(&self, input: &TickInput, pool: &PoolSpec, now: Timestamp) -> PoolStatus {
+        let mut s = PoolStatus::empty(pool);
+        s.reconciled_here = input.owned.contains(&pool.name);
+        let arriving = count_nodes(&mut s, input, pool, now);
+        let requested_by_clients: u32 = input
+            .open
+            .iter()
+            .filter(|r| r.pool == pool.name)
+            .map(|r| r.replicas)
+            .sum();
+        let control = lock(&self.control);
+        let decision = control.decisions.get(&pool.name);
+        if let Some(decision) = decision {
+            s.desired = (decision.target + requested_by_clients).min(pool.max_replicas);
+            s.unclamped_desired = decision.unclamped.max(pool.min_replicas) + requested_by_clients;
+            s.hold = decision.hold;
+            s.limited = decision.limited;
+            s.rule = Some(decision.rule);
+            s.reason = Some(decision.reason.clone());
+            s.classification = decision.classification;
+        }
+        s.last_signal = self.signal(&pool.name);
+        s.clamped = control
+            .last_pool_refusal
+            .get(&pool.name)
+            .map(|(reason, n)| Clamp {
+                reason: reason.code(),
+                replicas: *n,
+            });
+        s.halted = lock(&self.halted).get(&pool.name).cloned();
+        s.serving_for_others = control.serving_for_others(&pool.name);
+        s.handed_to_fallback = control.handed_to_fallback(pool);
+        // Shedding follows measured demand only: with no usable signal the pool holds and
+        // admits everything (its own alert says the signal is missing).
+        s.demand = decision
+            .filter(|d| d.hold.is_none())
+            .map_or(0, |d| d.unclamped);
+        drop(control);
+        // A shed client should come back when capacity is due; with none on its way, when a
+        // refused offering may be tried again, else after a cold start.
+        let retry = arriving
+            .next_in
+            .or_else(|| {
+                self.soonest_retry(&pool.offerings, now)
+                    .map(|until| until - now)
+            })
+            .and_then(|d| d.to_std().ok())
+            .unwrap_or(pool.ladder.cold_total());
+        s.admission = admission::admission(&AdmissionInput {
+            wanted: s.demand.saturating_sub(s.handed_to_fallback),
+            ready: s.ready,
+            arriving_in_time: arriving.in_time,
+            next_capacity_in: retry,
+        });
+        s
+    }
+
+    fn export_pool_metrics(&self, s: &PoolStatus) {
+        let label = |state: &str| crate::metrics::PoolStateLabels {
+            pool: s.name.to_string(),
+            state: state.to_string(),
+        };
+        for (state, n) in [
+            ("requested", s.requested),
+            ("starting", s.starting),
+            ("ready", s.ready),
+            ("warm", s.warm),
+            ("warming", s.warming),
+            ("draining", s.draining),
+        ] {
+            self.metrics
+                .replicas
+                .get_or_create(&label(state))
+                .set(n as i64);
+        }
+        let pool_label = crate::metrics::PoolLabels {
+            pool: s.name.to_string(),
+        };
+        self.metrics
+            .desired
+            .get_or_create(&pool_label)
+            .set(s.desired as i64);
+        if let Some(signal) = &s.last_signal {
+            self.metrics
+                .queue_depth
+                .get_or_create(&pool_label)
+                .set(signal.queue_depth.min(i64::MAX as u64) as i64);
+            if let Some(age) = signal.oldest_age_s {
+                self.metrics
+                    .oldest_age_seconds
+                    .get_or_create(&pool_label)
+                    .set(age);
+            }
+        }
+    }
+}
+
+/// Counts the pool's live nodes by state into `s`, and what of them arrives within the pool's
+/// drain objective (capacity that lands in time counts against the shortfall).
+fn count_nodes(s: &mut PoolStatus, input: &TickInput, pool: &PoolSpec, now: Timestamp) -> Arriving {
+    let objective = chrono_or(pool.scaling.backlog_drain, chrono::Duration::minutes(1));
+    let mut arriving = Arriving::default();
+    for e in input.pool_nodes(&pool.name) {
+        match e.state {
+            _ if e.state.is_starting() && e.destination == Destination::Warm => s.warming += 1,
+            NodeState::Requested | NodeState::Launching => s.requested += 1,
+            NodeState::Booting => s.starting += 1,
+            NodeState::Serving if !input.reclaiming.contains(&e.client_token) => s.ready += 1,
+            NodeState::Serving => {}
+            NodeState::Warm => s.warm += 1,
+            NodeState::Standby => {
+                s.warm += 1;
+                s.warm_running += 1;
+            }
+            NodeState::Draining => s.draining += 1,
+            _ => {}
+        }
+        if e.state.is_starting() && e.destination == Destination::Serve {
+            let remaining = remaining_ladder(pool, e, now);
+            if remaining <= objective {
+                arriving.in_time += 1;
+            }
+            arriving.next_in = Some(arriving.next_in.map_or(remaining, |n| n.min(remaining)));
+        }
+    }
+    arriving
+}
+
+/// How long a starting node still has to climb, by the pool's ladder estimates: a launch climbs
+/// the whole ladder, a woken stopped node only the rungs after its disk.
+fn remaining_ladder(pool: &PoolSpec, e: &NodeEvent, now: Timestamp) -> chrono::Duration {
+    let total = match (e.state, e.reason.as_deref()) {
+        (NodeState::Booting, Some("wake")) => pool.ladder.from_stopped_total(),
+        (NodeState::Booting, _) => pool
+            .ladder
+            .cold_total()
+            .saturating_sub(pool.ladder.node_acquisition),
+        _ => pool.ladder.cold_total(),
+    };
+    let total = chrono::Duration::from_std(total).unwrap_or(chrono::Duration::zero());
+    (total - (now - e.at)).max(chrono::Duration::zero())
+}
