@@ -267,23 +267,11 @@ fn config_check_reports_each_problem_on_one_line_with_exit_code_2() {
 
 /// A fresh database on the PostgreSQL server `DATABASE_URL` names.
 fn fresh_postgres_database() -> String {
-    let url = std::env::var("DATABASE_URL")
-        .expect("DATABASE_URL is not set: run ./scripts/test, which starts a throwaway PostgreSQL");
-    let name = format!("headroom_cli_{}", uuid::Uuid::new_v4().simple());
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    runtime.block_on(async {
-        let admin = sqlx::PgPool::connect(&url).await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
-    });
-    let (base, _) = url.rsplit_once('/').unwrap();
-    format!("{base}/{name}")
+        .unwrap()
+        .block_on(headroom_testkit::fresh_postgres_database("headroom_cli"))
 }
 
 #[test]

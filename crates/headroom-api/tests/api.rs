@@ -7,15 +7,16 @@ use axum::http::{Request, StatusCode, header};
 use headroom_api::auth::Scope;
 use headroom_api::{AppState, app};
 use headroom_cloud::{ManualClock, SimCloud};
-use headroom_engine::{Config, Engine, sim_cloud_for};
+use headroom_engine::Engine;
 use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_testkit::Rig;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
 const CONFIG: &str = include_str!("../../../config/headroom.example.toml");
 
 struct Api {
-    _dir: tempfile::TempDir,
+    _rig: Rig,
     router: axum::Router,
     ledger: Arc<SqliteLedger>,
     clock: Arc<ManualClock>,
@@ -24,28 +25,21 @@ struct Api {
 }
 
 async fn api() -> Api {
-    let dir = tempfile::tempdir().unwrap();
-    let config = Arc::new(Config::parse(CONFIG, "example").unwrap());
-    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("api.db"))
-            .await
-            .unwrap(),
-    );
-    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
-    let engine = Engine::new(config, ledger.clone(), cloud.clone(), clock.clone());
+    let rig = Rig::new(CONFIG).await;
+    let cloud = rig.sim_cloud();
+    let engine = rig.engine(cloud.clone());
     Api {
         cloud,
-        _dir: dir,
         // The demo's mode: open. Authentication has its own tests below.
         router: app(AppState::new(
             engine.clone(),
             false,
             headroom_api::Limits::default(),
         )),
-        ledger,
-        clock,
+        ledger: rig.ledger.clone(),
+        clock: rig.clock.clone(),
         engine,
+        _rig: rig,
     }
 }
 

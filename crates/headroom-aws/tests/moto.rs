@@ -18,6 +18,7 @@ use headroom_cloud::{
 use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Priority, ProviderKind};
 use headroom_engine::{Config, Engine};
 use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
+use headroom_testkit::{Death, DiesAfterLaunch};
 use support::{GOOD_TYPE, IMAGE, Moto, REGION, ZONE, clock, offering, spec};
 
 #[tokio::test]
@@ -328,20 +329,6 @@ async fn ledger_in(dir: &tempfile::TempDir) -> Arc<SqliteLedger> {
     )
 }
 
-/// A capacity request for one more node of pool `llm`.
-async fn ask_for_one_node(ledger: &SqliteLedger, clock: &Arc<dyn Clock>) {
-    ledger
-        .record_capacity_request(&NewCapacityRequest {
-            pool: "llm".parse().unwrap(),
-            replicas: 1,
-            priority: Priority::Normal,
-            idempotency_key: None,
-            at: clock.now(),
-        })
-        .await
-        .unwrap();
-}
-
 async fn provider_from_config(moto: &Moto, config: &Config, clock: Arc<dyn Clock>) -> AwsProvider {
     let settings = AwsSettings::from_table(config.aws.as_ref()).unwrap();
     settings
@@ -353,37 +340,6 @@ async fn provider_from_config(moto: &Moto, config: &Config, clock: Arc<dyn Clock
         .unwrap()
 }
 
-/// Launches, then dies before the engine can write the outcome: the process "crashes" between
-/// the cloud call and the ledger entry.
-#[derive(Debug)]
-struct DiesAfterLaunch(AwsProvider);
-
-#[async_trait]
-impl CloudProvider for DiesAfterLaunch {
-    fn kind(&self) -> ProviderKind {
-        self.0.kind()
-    }
-    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
-        let made = self.0.launch(spec).await?;
-        panic!("simulated crash after launching {}", made.id);
-    }
-    async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        self.0.start(id).await
-    }
-    async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        self.0.stop(id).await
-    }
-    async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
-        self.0.terminate(id).await
-    }
-    async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        self.0.describe(id).await
-    }
-    async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
-        self.0.list_owned(cluster).await
-    }
-}
-
 #[tokio::test]
 async fn a_crash_between_launch_and_outcome_neither_leaks_nor_duplicates() {
     let moto = Moto::start();
@@ -391,11 +347,13 @@ async fn a_crash_between_launch_and_outcome_neither_leaks_nor_duplicates() {
     let config = Arc::new(engine_config(&moto));
     let clock: Arc<dyn Clock> = clock();
     let ledger = ledger_in(&dir).await;
-    ask_for_one_node(&ledger, &clock).await;
+    headroom_testkit::request(ledger.as_ref(), clock.as_ref(), "llm", 1).await;
 
-    let dying = Arc::new(DiesAfterLaunch(
-        provider_from_config(&moto, &config, clock.clone()).await,
-    ));
+    // Launches, then dies before the engine can write the outcome.
+    let dying = Arc::new(DiesAfterLaunch {
+        inner: Arc::new(provider_from_config(&moto, &config, clock.clone()).await),
+        death: Death::Panic,
+    });
     let first = Engine::new(config.clone(), ledger.clone(), dying, clock.clone());
     let crashed = tokio::spawn(async move { first.tick().await }).await;
     assert!(
@@ -1218,10 +1176,12 @@ async fn a_crash_in_a_group_launch_neither_leaks_nor_duplicates() {
     let config = Arc::new(group_engine_config(&moto));
     let clock: Arc<dyn Clock> = clock();
     let ledger = ledger_in(&dir).await;
-    ask_for_one_node(&ledger, &clock).await;
-    let dying = Arc::new(DiesAfterLaunch(
-        provider_from_config(&moto, &config, clock.clone()).await,
-    ));
+    headroom_testkit::request(ledger.as_ref(), clock.as_ref(), "llm", 1).await;
+    // Launches, then dies before the engine can write the outcome.
+    let dying = Arc::new(DiesAfterLaunch {
+        inner: Arc::new(provider_from_config(&moto, &config, clock.clone()).await),
+        death: Death::Panic,
+    });
     let first = Engine::new(config.clone(), ledger.clone(), dying, clock.clone());
     let crashed = tokio::spawn(async move { first.tick().await }).await;
     assert!(crashed.is_err_and(|e| e.is_panic()));
@@ -1285,7 +1245,7 @@ async fn the_engine_plans_and_records_spot_at_the_price_ec2_quotes() {
         .expect("moto quotes a spot price for the offering's type and zone");
     assert!(market < "5.00".parse().unwrap(), "{market}");
 
-    ask_for_one_node(&ledger, &clock).await;
+    headroom_testkit::request(ledger.as_ref(), clock.as_ref(), "llm", 1).await;
     let engine = Engine::new(config.clone(), ledger.clone(), provider, clock.clone());
     engine.tick().await.unwrap();
 

@@ -9,8 +9,9 @@ use headroom_cloud::{
 use headroom_core::controller::{HoldReason, Limit, Rule};
 use headroom_core::planner::Destination;
 use headroom_core::{ErrorClass, NodeId, NodeState, Priority, RefusalReason, RequestState};
-use headroom_engine::{Config, Engine, SignalInput, sim_cloud_for};
-use headroom_ledger::{Ledger, NewCapacityRequest, NodeEvent, SqliteLedger};
+use headroom_engine::{Config, Engine, SignalInput};
+use headroom_ledger::{Ledger, NodeEvent, SqliteLedger};
+use headroom_testkit::Rig;
 
 /// One pool, two offerings (cheap and dear), no warm pool, min 0: quiet unless asked.
 const CONFIG: &str = r#"
@@ -57,7 +58,7 @@ replica_throughput_rps = 5.0
 "#;
 
 struct Harness {
-    _dir: tempfile::TempDir,
+    rig: Rig,
     clock: Arc<ManualClock>,
     ledger: Arc<SqliteLedger>,
     cloud: Arc<SimCloud>,
@@ -66,51 +67,26 @@ struct Harness {
 }
 
 async fn harness(config_text: &str) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let config = Arc::new(Config::parse(config_text, "test").unwrap());
-    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("l.db"))
-            .await
-            .unwrap(),
-    );
-    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
-    let engine = Engine::new(config.clone(), ledger.clone(), cloud.clone(), clock.clone());
+    let rig = Rig::new(config_text).await;
+    let cloud = rig.sim_cloud();
     Harness {
-        _dir: dir,
-        clock,
-        ledger,
+        clock: rig.clock.clone(),
+        ledger: rig.ledger.clone(),
+        config: rig.config.clone(),
+        engine: rig.engine(cloud.clone()),
         cloud,
-        engine,
-        config,
+        rig,
     }
 }
 
 impl Harness {
     /// A second engine on the same ledger and cloud: what a restart after a crash sees.
     fn restarted(&self) -> Arc<Engine> {
-        Engine::new(
-            self.config.clone(),
-            self.ledger.clone(),
-            self.cloud.clone(),
-            self.clock.clone(),
-        )
+        self.rig.engine(self.cloud.clone())
     }
 
     async fn request(&self, replicas: u32) -> headroom_core::RequestId {
-        let new = NewCapacityRequest {
-            pool: "llm".parse().unwrap(),
-            replicas,
-            priority: Priority::Normal,
-            idempotency_key: None,
-            at: self.clock.now(),
-        };
-        self.ledger
-            .record_capacity_request(&new)
-            .await
-            .unwrap()
-            .0
-            .id
+        self.rig.request("llm", replicas).await
     }
 
     async fn run_for(&self, seconds: u64) {

@@ -6,16 +6,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use headroom_cloud::contract::{ContractFixture, run_all};
 use headroom_cloud::{
-    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
-    OwnershipTags,
+    CloudProvider, InstanceId, InstancePhase, LaunchSpec, ManualClock, OwnershipTags,
 };
-use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Offering, Priority, ProviderKind};
+use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Offering, ProviderKind};
 use headroom_gcp::server::{ComputeServer, Fault, FaultKind, FaultMatch, RunningServer};
 use headroom_gcp::{GcpProvider, GcpSettings};
-use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
+use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_testkit::{Death, DiesAfterLaunch};
 use serde_json::json;
 
 const PROJECT: &str = "headroom-test";
@@ -516,42 +515,6 @@ async fn list_owned_skips_other_clusters_and_vms_headroom_did_not_make() {
     assert!(filter_used);
 }
 
-/// A provider whose process "dies" right after the insert: the VM exists, the launch never
-/// reports back (the engine sees a transient failure and keeps the intent without an outcome).
-#[derive(Debug)]
-struct DiesAfterInsert(Arc<GcpProvider>);
-
-#[async_trait]
-impl CloudProvider for DiesAfterInsert {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Gcp
-    }
-    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
-        self.0.launch(spec).await?;
-        Err(CloudError::Refused {
-            provider: ProviderKind::Gcp,
-            class: ErrorClass::Transient,
-            code: "killed".into(),
-            message: "the process died before recording the outcome".into(),
-        })
-    }
-    async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        self.0.start(id).await
-    }
-    async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        self.0.stop(id).await
-    }
-    async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
-        self.0.terminate(id).await
-    }
-    async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
-        self.0.describe(id).await
-    }
-    async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
-        self.0.list_owned(cluster).await
-    }
-}
-
 fn engine_config(endpoint: &str) -> String {
     format!(
         r#"
@@ -615,19 +578,14 @@ async fn a_crash_between_insert_and_outcome_leaves_exactly_one_vm() {
                 .await
                 .unwrap(),
         );
-        let dying = Arc::new(DiesAfterInsert(gcp));
+        // The insert is made, then the process dies before the ledger hears.
+        let dying = Arc::new(DiesAfterLaunch {
+            inner: gcp,
+            death: Death::LostAnswer,
+        });
         let engine =
             headroom_engine::Engine::new(config.clone(), ledger.clone(), dying, clock.clone());
-        ledger
-            .record_capacity_request(&NewCapacityRequest {
-                pool: "llm".parse().unwrap(),
-                replicas: 1,
-                priority: Priority::Normal,
-                idempotency_key: None,
-                at: clock.now(),
-            })
-            .await
-            .unwrap();
+        headroom_testkit::request(ledger.as_ref(), clock.as_ref(), "llm", 1).await;
         engine.tick().await.unwrap();
         let live = ledger.live_nodes().await.unwrap();
         assert_eq!(live.len(), 1);
@@ -693,16 +651,7 @@ async fn the_engine_replaces_a_preempted_spot_vm() {
             .unwrap(),
     );
     let engine = headroom_engine::Engine::new(config, ledger.clone(), gcp.clone(), clock.clone());
-    ledger
-        .record_capacity_request(&NewCapacityRequest {
-            pool: "llm".parse().unwrap(),
-            replicas: 1,
-            priority: Priority::Normal,
-            idempotency_key: None,
-            at: clock.now(),
-        })
-        .await
-        .unwrap();
+    headroom_testkit::request(ledger.as_ref(), clock.as_ref(), "llm", 1).await;
     for _ in 0..3 {
         engine.tick().await.unwrap();
         clock.advance(Duration::from_secs(5));

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{Clock, CloudProvider, InstanceId, InstancePhase, ManualClock, SimCloud};
-use headroom_core::{NodeId, NodeState, PoolName, Priority, RequestState};
-use headroom_engine::{Cluster, ClusterNodeKey, Config, Engine, SignalInput, sim_cloud_for};
+use headroom_core::{NodeId, NodeState, PoolName, RequestState};
+use headroom_engine::{Cluster, ClusterNodeKey, Config, Engine, SignalInput};
 use headroom_kube::{KubeCluster, KubeSettings, sim_provider_id};
-use headroom_ledger::{Ledger, NewCapacityRequest, NodeEvent, SqliteLedger};
+use headroom_ledger::{Ledger, NodeEvent, SqliteLedger};
+use headroom_testkit::Rig;
 use support::FakeApi;
 
 const CONFIG: &str = r#"
@@ -53,7 +54,7 @@ node_labels = { "gpu" = "l4" }
 "#;
 
 struct Harness {
-    _dir: tempfile::TempDir,
+    rig: Rig,
     clock: Arc<ManualClock>,
     ledger: Arc<SqliteLedger>,
     cloud: Arc<SimCloud>,
@@ -81,27 +82,14 @@ async fn harness() -> Harness {
 
 async fn harness_from(config_text: &str) -> Harness {
     let api = FakeApi::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = Arc::new(Config::parse(config_text, "test").unwrap());
-    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
-    let ledger = Arc::new(
-        SqliteLedger::open_path(&dir.path().join("l.db"))
-            .await
-            .unwrap(),
-    );
-    let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
-    let cluster = cluster_for(&api, &config).await;
-    let engine = Engine::with_cluster(
-        config,
-        ledger.clone(),
-        cloud.clone(),
-        clock.clone(),
-        Some(cluster.clone()),
-    );
+    let rig = Rig::new(config_text).await;
+    let cloud = rig.sim_cloud();
+    let cluster = cluster_for(&api, &rig.config).await;
+    let engine = rig.engine_with_cluster(cloud.clone(), cluster.clone());
     Harness {
-        _dir: dir,
-        clock,
-        ledger,
+        clock: rig.clock.clone(),
+        ledger: rig.ledger.clone(),
+        rig,
         cloud,
         engine,
         api,
@@ -132,19 +120,7 @@ fn key(e: &NodeEvent) -> ClusterNodeKey {
 
 impl Harness {
     async fn request(&self, replicas: u32) -> headroom_core::RequestId {
-        let new = NewCapacityRequest {
-            pool: pool(),
-            replicas,
-            priority: Priority::Normal,
-            idempotency_key: None,
-            at: self.clock.now(),
-        };
-        self.ledger
-            .record_capacity_request(&new)
-            .await
-            .unwrap()
-            .0
-            .id
+        self.rig.request("llm", replicas).await
     }
 
     async fn tick(&self) {
