@@ -1207,3 +1207,60 @@ async fn a_request_beyond_the_pool_s_room_says_so_and_admission_is_per_tier() {
         "nope",
     );
 }
+
+/// The router and the document are built from the same attributes: every documented operation
+/// reaches a handler (not the 404 fallback or a 405), and the shared problem answers are
+/// references to components that exist, so each is described once.
+#[tokio::test]
+async fn every_documented_operation_is_routed_and_shares_its_problem_answers() {
+    let api = api().await;
+    let doc: Value = serde_json::from_str(&headroom_api::openapi()).unwrap();
+    let components = doc["components"]["responses"].as_object().unwrap();
+    let mut operations = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let uri = path
+            .replace("{name}", "nope")
+            .replace("{id}", "nope")
+            .replace("{account}", "nope");
+        for (method, operation) in item.as_object().unwrap() {
+            operations += 1;
+            let request = Request::builder()
+                .method(method.to_uppercase().as_str())
+                .uri(&uri)
+                .body(Body::empty())
+                .unwrap();
+            let reply = api.send(request).await;
+            assert_ne!(
+                reply.status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}"
+            );
+            let detail = reply.body["detail"].as_str().unwrap_or("");
+            assert!(
+                !detail.contains("no such endpoint"),
+                "{method} {path} is documented but not routed"
+            );
+            for (status, response) in operation["responses"].as_object().unwrap() {
+                let Some(reference) = response["$ref"].as_str() else {
+                    // Only answers one endpoint alone gives are written inline.
+                    assert!(
+                        status.starts_with('2') || (method == "post" && status == "409"),
+                        "{method} {path} {status} repeats a shared answer inline"
+                    );
+                    continue;
+                };
+                let name = reference.strip_prefix("#/components/responses/").unwrap();
+                assert!(components.contains_key(name), "{reference} is missing");
+            }
+            let public = ["/healthz", "/readyz", "/openapi.json"].contains(&path.as_str());
+            assert_eq!(
+                operation["responses"]["401"].is_object(),
+                !public,
+                "{method} {path}: only endpoints behind the token check answer 401"
+            );
+        }
+    }
+    assert_eq!(operations, 19);
+    let limited = &components["RateLimited"];
+    assert!(limited["headers"]["Retry-After"].is_object(), "{limited}");
+}

@@ -1,0 +1,226 @@
+//! Budgets: `/v1/budgets` lists those the token acts for; `/v1/budgets/{account}` reads one
+//! account's standing or sets a new version.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use headroom_core::{AccountName, Budget, BudgetPeriod, HardAction, Money, Timestamp};
+use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::input::{RawBody, RawPath, account_from_path, json_body};
+use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use crate::AppState;
+use crate::auth::{Principal, Scope};
+use crate::problem::ApiError;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(list_budgets))
+        .routes(routes!(get_budget, put_budget))
+}
+
+/// A budget as finance reads it: the ceiling in force and where the period stands.
+#[derive(Debug, serde::Serialize)]
+struct BudgetView {
+    account: AccountName,
+    currency: &'static str,
+    period: BudgetPeriod,
+    period_start: Timestamp,
+    period_end: Timestamp,
+    ceiling: Money,
+    spent: Money,
+    held: Money,
+    remaining: Money,
+    soft_threshold_percent: u8,
+    soft_threshold_reached: bool,
+    hard_action: HardAction,
+}
+
+async fn budget_view(state: &AppState, budget: Budget) -> Result<BudgetView, ApiError> {
+    let now = state.engine.clock().now();
+    let standing = state.engine.ledger().budget_standing(&budget, now).await?;
+    let (period_start, period_end) = budget.period.bounds(now);
+    let committed = standing.spent + standing.held;
+    // Integer arithmetic: committed / ceiling >= threshold / 100.
+    let soft_threshold_reached = (committed.micros() as i128) * 100
+        >= (budget.ceiling.micros() as i128) * budget.soft_threshold_percent as i128;
+    Ok(BudgetView {
+        account: budget.account,
+        currency: "USD",
+        period: budget.period,
+        period_start,
+        period_end,
+        ceiling: standing.ceiling,
+        spent: standing.spent,
+        held: standing.held,
+        remaining: standing.remaining(),
+        soft_threshold_percent: budget.soft_threshold_percent,
+        soft_threshold_reached,
+        hard_action: budget.hard_action,
+    })
+}
+
+#[derive(Debug, serde::Serialize)]
+struct BudgetList {
+    budgets: Vec<BudgetView>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/budgets",
+    responses(
+        (status = 200, description = "Budgets the token acts for", body = Object),
+        (status = 403, response = Forbidden),
+        Authenticated,
+    )
+)]
+async fn list_budgets(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Result<Json<BudgetList>, ApiError> {
+    principal.require(Scope::Reports)?;
+    let mut budgets = Vec::new();
+    for budget in state
+        .engine
+        .ledger()
+        .budgets()
+        .await?
+        .into_iter()
+        .filter(|b| principal.acts_for(&b.account))
+    {
+        budgets.push(budget_view(&state, budget).await?);
+    }
+    Ok(Json(BudgetList { budgets }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/budgets/{account}",
+    params(("account" = String, Path)),
+    responses(
+        (status = 200, description = "Ceiling, spent, held, remaining", body = Object),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn get_budget(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+) -> Result<Json<BudgetView>, ApiError> {
+    principal.require(Scope::Reports)?;
+    let account = account_from_path(path)?;
+    if !principal.acts_for(&account) {
+        return Err(ApiError::NotFound(format!(
+            "no budget for account {account}"
+        )));
+    }
+    let budget = state
+        .engine
+        .ledger()
+        .budget(&account)
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no budget for account {account}; PUT /v1/budgets/{account} sets one"
+            ))
+        })?;
+    Ok(Json(budget_view(&state, budget).await?))
+}
+
+/// A budget's new version; `ceiling_usd` is a decimal string such as "5000.00".
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct PutBudget {
+    period: String,
+    ceiling_usd: String,
+    #[serde(default)]
+    soft_threshold_percent: Option<i64>,
+    #[serde(default)]
+    hard_action: Option<String>,
+}
+
+// An account that cannot be parsed is invalid input here, not a missing budget: no 404.
+#[utoipa::path(
+    put,
+    path = "/v1/budgets/{account}",
+    params(("account" = String, Path)),
+    request_body = PutBudget,
+    responses(
+        (status = 200, description = "The new version, in force", body = Object),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        Authenticated,
+    )
+)]
+async fn put_budget(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Json<BudgetView>, ApiError> {
+    let account = account_from_path(path).map_err(|_| {
+        ApiError::bad(
+            "invalid-account",
+            "account: use 1-63 characters of a-z, 0-9, '-', '_' and '.'",
+        )
+    })?;
+    principal.require(Scope::Budgets)?;
+    if !principal.acts_for(&account) {
+        return Err(ApiError::Forbidden(format!(
+            "this token cannot set the budget of account {account}"
+        )));
+    }
+    let input: PutBudget = json_body(&headers, body)?;
+    let period = BudgetPeriod::parse(&input.period).ok_or_else(|| {
+        ApiError::bad(
+            "invalid-budget",
+            "period: use \"hour\", \"day\" or \"month\"",
+        )
+    })?;
+    let ceiling: Money = input
+        .ceiling_usd
+        .parse()
+        .map_err(|e| ApiError::bad("invalid-budget", format!("ceiling_usd: {e}")))?;
+    if ceiling <= Money::ZERO {
+        return Err(ApiError::bad(
+            "invalid-budget",
+            "ceiling_usd: must be more than zero",
+        ));
+    }
+    let soft = input.soft_threshold_percent.unwrap_or(80);
+    if !(1..=100).contains(&soft) {
+        return Err(ApiError::bad(
+            "invalid-budget",
+            "soft_threshold_percent: must be between 1 and 100",
+        ));
+    }
+    let hard_action = match input.hard_action.as_deref() {
+        None => HardAction::Refuse,
+        Some(a) => HardAction::parse(a).ok_or_else(|| {
+            ApiError::bad(
+                "invalid-budget",
+                "hard_action: use \"refuse\", \"clamp\" or \"shed-lowest-tier\"",
+            )
+        })?,
+    };
+    let budget = Budget {
+        account,
+        period,
+        ceiling,
+        soft_threshold_percent: soft as u8,
+        hard_action,
+    };
+    state
+        .engine
+        .ledger()
+        .put_budget(&budget, state.engine.clock().now())
+        .await?;
+    state.engine.wake();
+    Ok(Json(budget_view(&state, budget).await?))
+}

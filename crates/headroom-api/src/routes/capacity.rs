@@ -1,0 +1,290 @@
+//! Capacity requests: `POST /v1/capacity-requests` asks for more ready replicas of a pool;
+//! `GET` and `DELETE /v1/capacity-requests/{id}` read and cancel one.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use headroom_core::{PoolName, Priority};
+use headroom_engine::PoolStatus;
+use headroom_ledger::NewCapacityRequest;
+use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::input::{RawBody, RawPath, json_body, request_id_from_path};
+use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use crate::auth::{Principal, Scope};
+use crate::problem::ApiError;
+use crate::{AppState, Problem};
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(create_capacity_request))
+        .routes(routes!(get_capacity_request, cancel_capacity_request))
+}
+
+/// A client's ask: this many more ready replicas of a pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct CreateCapacityRequest {
+    pool: String,
+    replicas: i64,
+    #[serde(default)]
+    priority: Option<String>,
+}
+
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// The `Idempotency-Key` header, if sent: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(v) => {
+            let key = v
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN)
+                .ok_or_else(|| ApiError::bad("bad-idempotency-key", format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters")))?;
+            Ok(Some(key.to_string()))
+        }
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/capacity-requests",
+    request_body = CreateCapacityRequest,
+    params(
+        (
+            "Idempotency-Key" = Option<String>,
+            Header,
+            description = "Makes a retry return the first request"
+        )
+    ),
+    responses(
+        (status = 201, description = "Created", body = Object),
+        (status = 200, description = "The request this Idempotency-Key already made", body = Object),
+        (
+            status = 409,
+            description = "Idempotency-Key reused with another body",
+            body = Problem,
+            content_type = "application/problem+json"
+        ),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+#[tracing::instrument(name = "api.create_capacity_request", skip_all)]
+async fn create_capacity_request(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    let input: CreateCapacityRequest = json_body(&headers, body)?;
+    let idempotency_key = idempotency_key(&headers)?;
+    let pool_name: PoolName = input
+        .pool
+        .parse()
+        .map_err(|e| ApiError::bad("invalid-pool", format!("pool: {e}")))?;
+    let config = state.engine.config();
+    let pool = config.pool(&pool_name).ok_or_else(|| {
+        ApiError::bad(
+            "unknown-pool",
+            format!("pool: no pool named {pool_name}; GET /v1/pools lists them"),
+        )
+    })?;
+    principal.require(Scope::Capacity)?;
+    if !principal.acts_for(&pool.account) {
+        return Err(ApiError::Forbidden(format!(
+            "this token cannot charge account {}, which pool {} charges",
+            pool.account, pool.name
+        )));
+    }
+    if input.replicas < 1 {
+        return Err(ApiError::bad(
+            "invalid-replicas",
+            format!("replicas: must be at least 1, got {}", input.replicas),
+        ));
+    }
+    if input.replicas > pool.max_replicas as i64 {
+        return Err(ApiError::bad(
+            "invalid-replicas",
+            format!(
+                "replicas: {} is above pool {}'s max_replicas of {}",
+                input.replicas, pool.name, pool.max_replicas
+            ),
+        ));
+    }
+    let priority = match input.priority.as_deref() {
+        None => Priority::default(),
+        Some(p) => Priority::parse(p)
+            .map_err(|e| ApiError::bad("invalid-priority", format!("priority: {e}")))?,
+    };
+    let new = NewCapacityRequest {
+        pool: pool_name,
+        replicas: input.replicas as u32,
+        priority,
+        idempotency_key,
+        at: state.engine.clock().now(),
+    };
+    let ledger = state.engine.ledger();
+    let (request, created) = ledger.record_capacity_request(&new).await?;
+    let outcome = if created {
+        state
+            .engine
+            .remember_request_span(&request.id, tracing::Span::current());
+        state.engine.wake();
+        // Nothing can have happened to a request this new: skip three reads on the hot path.
+        headroom_ledger::RequestOutcome {
+            request,
+            delivered: 0,
+            state: headroom_core::RequestState::Pending,
+            refusals: Vec::new(),
+        }
+    } else {
+        ledger
+            .capacity_request(&request.id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("no capacity request {}", request.id)))?
+    };
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let location = format!("/v1/capacity-requests/{}", outcome.request.id);
+    let warnings = state
+        .engine
+        .pool_status(&outcome.request.pool)
+        .map(|s| limit_warnings(&s, outcome.request.replicas))
+        .unwrap_or_default();
+    let mut response = (status, Json(CreatedView { outcome, warnings })).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// A created (or replayed) capacity request, with what already limits its pool.
+#[derive(Debug, serde::Serialize)]
+struct CreatedView {
+    #[serde(flatten)]
+    outcome: headroom_ledger::RequestOutcome,
+    /// Conditions of the pool that will clamp or delay this request (the HPA's ScalingLimited,
+    /// made visible up front); the refusals themselves appear on the request once recorded.
+    warnings: Vec<String>,
+}
+
+fn limit_warnings(status: &PoolStatus, replicas: u32) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(why) = &status.halted {
+        warnings.push(format!(
+            "pool {} is halted and launches nothing: {why}",
+            status.name
+        ));
+    }
+    let active = status.requested + status.starting + status.ready;
+    let room = status.max_replicas.saturating_sub(active);
+    if replicas > room {
+        warnings.push(format!(
+            "pool {} has room for {room} more replicas below max_replicas {}: the rest will be refused (max_replicas)",
+            status.name, status.max_replicas
+        ));
+    }
+    if let Some(clamp) = &status.clamped {
+        warnings.push(format!(
+            "pool {} is clamped: {} replicas refused for {} at the last step",
+            status.name, clamp.replicas, clamp.reason
+        ));
+    }
+    warnings
+}
+
+/// A capacity request with its requested-versus-delivered accounting.
+#[derive(Debug, serde::Serialize)]
+struct RequestView {
+    #[serde(flatten)]
+    outcome: headroom_ledger::RequestOutcome,
+    fill: headroom_ledger::derive::Fill,
+}
+
+/// Whether the caller acts for the account of the request's pool.
+fn visible_request(
+    state: &AppState,
+    principal: &Principal,
+    request: &headroom_core::CapacityRequest,
+) -> bool {
+    state
+        .engine
+        .config()
+        .pool(&request.pool)
+        .is_some_and(|p| principal.acts_for(&p.account))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/capacity-requests/{id}",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "Requested versus delivered, state, refusals, fill", body = Object),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn get_capacity_request(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+) -> Result<Response, ApiError> {
+    let id = request_id_from_path(path)?;
+    if !(principal.has(Scope::Capacity) || principal.has(Scope::Reports)) {
+        principal.require(Scope::Capacity)?;
+    }
+    let ledger = state.engine.ledger();
+    let outcome = ledger
+        .capacity_request(&id)
+        .await?
+        .filter(|o| visible_request(&state, &principal, &o.request))
+        .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
+    let events = ledger.pool_events(&outcome.request.pool).await?;
+    let fill = headroom_ledger::derive::fill(std::slice::from_ref(&outcome), &events);
+    Ok(Json(RequestView { outcome, fill }).into_response())
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/capacity-requests/{id}",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "Cancelled", body = Object),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn cancel_capacity_request(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+) -> Result<Response, ApiError> {
+    let id = request_id_from_path(path)?;
+    principal.require(Scope::Capacity)?;
+    let ledger = state.engine.ledger();
+    ledger
+        .capacity_request(&id)
+        .await?
+        .filter(|o| visible_request(&state, &principal, &o.request))
+        .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
+    let outcome = ledger
+        .cancel_capacity_request(&id, state.engine.clock().now())
+        .await?;
+    state.engine.wake();
+    Ok(Json(outcome).into_response())
+}

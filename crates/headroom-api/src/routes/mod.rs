@@ -1,0 +1,108 @@
+//! The router and the OpenAPI document, both built from the handlers' `#[utoipa::path]`
+//! attributes: each module below registers its handlers with `routes!`, so a route's method and
+//! path are written once, beside its handler.
+
+mod alerts;
+mod budgets;
+mod capacity;
+mod input;
+mod offerings;
+mod ops;
+mod pools;
+mod reports;
+mod responses;
+
+use std::sync::LazyLock;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::problem::ApiError;
+use crate::{AppState, MAX_BODY_BYTES, Problem};
+
+pub fn router(state: AppState) -> Router {
+    let (routes, _) = api().split_for_parts();
+    routes
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(
+                    |_: tower::BoxError| async { ApiError::Timeout },
+                ))
+                .timeout(state.limits.request_timeout),
+        )
+        .with_state(state)
+}
+
+/// Every resource's routes, and the document they describe, in one router.
+fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(ops::routes())
+        .merge(capacity::routes())
+        .merge(pools::routes())
+        .merge(budgets::routes())
+        .merge(reports::routes())
+        .merge(offerings::routes())
+        .merge(alerts::routes())
+}
+
+async fn not_found() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "Not found",
+        "no such endpoint; see GET /v1/pools and POST /v1/capacity-requests",
+    )
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        "this endpoint does not accept that HTTP method",
+    )
+}
+
+/// What the document says beyond its paths: the title, and the components that paths reference
+/// (`Problem` through the shared responses; request bodies are collected from the paths).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Headroom",
+        description = "GPU capacity orchestrator. Every endpoint but the probes and this document takes `Authorization: Bearer <token>`; errors are RFC 9457 problems."
+    ),
+    components(
+        schemas(Problem),
+        responses(
+            responses::InvalidInput,
+            responses::Unauthorized,
+            responses::Forbidden,
+            responses::NotFound,
+            responses::RateLimited,
+            responses::LedgerUnavailable
+        )
+    )
+)]
+struct ApiDoc;
+
+/// Built once: the document cannot change while the process runs.
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    let mut text = api().into_openapi().to_pretty_json().unwrap_or_default();
+    text.push('\n');
+    text
+});
+
+/// The OpenAPI document as pretty JSON (what `GET /openapi.json` serves and `openapi.json` holds).
+pub fn openapi() -> String {
+    DOCUMENT.clone()
+}

@@ -1,0 +1,105 @@
+//! Operational endpoints: the probes (`/healthz`, `/readyz`), `/metrics` and this API's own
+//! OpenAPI document.
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::responses::{Authenticated, Forbidden, LedgerUnavailable};
+use crate::AppState;
+use crate::auth::{Principal, Scope};
+use crate::problem::ApiError;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi_json))
+}
+
+// The probes and the document are public (see `auth::is_public`): no token, no rate limit, so
+// they list no 401 or 429.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    responses((status = 200, description = "Alive", body = String))
+)]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    responses(
+        (status = 200, description = "The ledger answers", body = String),
+        (status = 503, response = LedgerUnavailable),
+    )
+)]
+async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+    state.engine.ledger().ping().await?;
+    Ok("ready")
+}
+
+/// Prometheus metrics; budget figures are read from the ledger at scrape time.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    responses(
+        (
+            status = 200,
+            description = "OpenMetrics text",
+            body = String,
+            content_type = "application/openmetrics-text"
+        ),
+        (status = 403, response = Forbidden),
+        Authenticated,
+    )
+)]
+async fn metrics(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Metrics)?;
+    let ledger = state.engine.ledger();
+    let m = state.engine.metrics();
+    let now = state.engine.clock().now();
+    for budget in ledger.budgets().await? {
+        let standing = ledger.budget_standing(&budget, now).await?;
+        let label = headroom_engine::metrics::AccountLabels {
+            account: budget.account.to_string(),
+        };
+        m.budget_ceiling_dollars
+            .get_or_create(&label)
+            .set(standing.ceiling.as_f64_lossy());
+        m.budget_spent_dollars
+            .get_or_create(&label)
+            .set(standing.spent.as_f64_lossy());
+        m.budget_held_dollars
+            .get_or_create(&label)
+            .set(standing.held.as_f64_lossy());
+    }
+    let mut response = m.encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    responses((status = 200, description = "This document", body = Object))
+)]
+async fn openapi_json() -> Response {
+    let mut response = super::openapi().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

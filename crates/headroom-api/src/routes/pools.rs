@@ -1,0 +1,313 @@
+//! Pools and their sub-resources: `/v1/pools`, one pool's status, its admission per priority
+//! tier, the signals it is pushed, its decision log and its requested-versus-delivered ledger.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use headroom_core::{Money, PoolName, Timestamp};
+use headroom_engine::{PoolStatus, SignalInput};
+use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::input::{QueryParams, RawBody, RawPath, json_body, pool_from_path, range};
+use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use crate::AppState;
+use crate::auth::{Principal, Scope};
+use crate::problem::ApiError;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(list_pools))
+        .routes(routes!(get_pool))
+        .routes(routes!(pool_admission))
+        .routes(routes!(push_signal))
+        .routes(routes!(pool_decisions))
+        .routes(routes!(pool_ledger))
+}
+
+// `list_pools`, `get_pool` and `pool_admission` check no scope (any token may read the pools it
+// acts for), so they list no 403.
+
+#[derive(Debug, serde::Serialize)]
+struct PoolList {
+    pools: Vec<PoolStatus>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/pools",
+    responses(
+        (status = 200, description = "The pools the token acts for", body = Object),
+        Authenticated,
+    )
+)]
+async fn list_pools(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Json<PoolList> {
+    let pools = state
+        .engine
+        .pool_statuses()
+        .into_iter()
+        .filter(|p| p.account.parse().is_ok_and(|a| principal.acts_for(&a)))
+        .collect();
+    Json(PoolList { pools })
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/pools/{name}",
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "Counts, desired, hold and limit conditions", body = Object),
+        (status = 400, response = InvalidInput),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn get_pool(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+) -> Result<Json<PoolStatus>, ApiError> {
+    let name = pool_from_path(&state, &principal, path)?;
+    state
+        .engine
+        .pool_status(&name)
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))
+}
+
+/// What the serving layer should admit for one pool, per priority tier.
+#[derive(Debug, serde::Serialize)]
+struct AdmissionView {
+    pool: PoolName,
+    /// True while any tier is shed.
+    shedding: bool,
+    ready: u32,
+    /// Ready replicas measured demand calls for.
+    demand: u32,
+    /// Lowest tier first: `{priority, admit, retry_after_s}`.
+    tiers: Vec<headroom_core::admission::TierAdmission>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/pools/{name}/admission",
+    params(("name" = String, Path)),
+    responses(
+        (
+            status = 200,
+            description = "Admit or shed, per priority tier, with retry_after_s for shed tiers",
+            body = Object
+        ),
+        (status = 400, response = InvalidInput),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn pool_admission(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+) -> Result<Json<AdmissionView>, ApiError> {
+    let name = pool_from_path(&state, &principal, path)?;
+    let status = state
+        .engine
+        .pool_status(&name)
+        .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))?;
+    Ok(Json(AdmissionView {
+        pool: name,
+        shedding: status.admission.iter().any(|t| !t.admit),
+        ready: status.ready,
+        demand: status.demand,
+        tiers: status.admission,
+    }))
+}
+
+/// A pool's signals at one instant; only `queue_depth` is required.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct SignalBody {
+    queue_depth: i64,
+    oldest_age_s: Option<f64>,
+    #[serde(default)]
+    oldest_age_by_class_s: std::collections::BTreeMap<String, f64>,
+    arrival_rate_rps: Option<f64>,
+    departure_rate_rps: Option<f64>,
+    error_rate_rps: Option<f64>,
+    batch_occupancy: Option<f64>,
+    gpu_utilization: Option<f64>,
+}
+
+/// A non-negative finite number, or a one-line problem naming the field.
+fn non_negative(field: &str, value: Option<f64>, max: f64) -> Result<Option<f64>, ApiError> {
+    match value {
+        Some(v) if !(v.is_finite() && (0.0..=max).contains(&v)) => Err(ApiError::bad(
+            "invalid-signal",
+            format!("{field}: must be a number from 0 to {max}"),
+        )),
+        other => Ok(other),
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/pools/{name}/signals",
+    params(("name" = String, Path)),
+    request_body = SignalBody,
+    responses(
+        (status = 202, description = "Accepted"),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn push_signal(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<StatusCode, ApiError> {
+    let name = pool_from_path(&state, &principal, path)?;
+    principal.require(Scope::Signals)?;
+    let input: SignalBody = json_body(&headers, body)?;
+    if input.queue_depth < 0 {
+        return Err(ApiError::bad(
+            "invalid-signal",
+            "queue_depth: must be zero or more",
+        ));
+    }
+    const LARGE: f64 = 1e12;
+    let signal = SignalInput {
+        queue_depth: input.queue_depth as u64,
+        oldest_age_s: non_negative("oldest_age_s", input.oldest_age_s, LARGE)?,
+        arrival_rate_rps: non_negative("arrival_rate_rps", input.arrival_rate_rps, LARGE)?,
+        departure_rate_rps: non_negative("departure_rate_rps", input.departure_rate_rps, LARGE)?,
+        error_rate_rps: non_negative("error_rate_rps", input.error_rate_rps, LARGE)?,
+        batch_occupancy: non_negative("batch_occupancy", input.batch_occupancy, 1.0)?,
+        gpu_utilization: non_negative("gpu_utilization", input.gpu_utilization, 1.0)?,
+        oldest_age_by_class_s: input
+            .oldest_age_by_class_s
+            .into_iter()
+            .take(64)
+            .map(|(class, age)| {
+                non_negative("oldest_age_by_class_s", Some(age), LARGE)
+                    .map(|a| (class.chars().take(63).collect(), a.unwrap_or(0.0)))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    state.engine.push_signal(&name, signal);
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Debug, serde::Serialize)]
+struct DecisionLog {
+    pool: PoolName,
+    shadow: bool,
+    /// Newest first; consecutive identical decisions are folded (`repeated`).
+    decisions: Vec<serde_json::Value>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/pools/{name}/decisions",
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "Decisions, newest first", body = Object),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn pool_decisions(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+) -> Result<Json<DecisionLog>, ApiError> {
+    let pool = pool_from_path(&state, &principal, path)?;
+    principal.require(Scope::Reports)?;
+    let shadow = state
+        .engine
+        .config()
+        .pool(&pool)
+        .is_some_and(|p| p.scaling.shadow);
+    let decisions = state.engine.decisions(&pool).await.map_err(|e| match e {
+        headroom_engine::EngineError::Ledger(l) => ApiError::from(l),
+        other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
+    })?;
+    Ok(Json(DecisionLog {
+        decisions,
+        shadow,
+        pool,
+    }))
+}
+
+/// Requested versus delivered for one pool over a time range.
+#[derive(Debug, serde::Serialize)]
+struct PoolLedger {
+    pool: PoolName,
+    from: Timestamp,
+    to: Timestamp,
+    /// Capacity requests created in the range.
+    capacity_requests: headroom_ledger::derive::Fill,
+    /// Replicas the controller launched or woke on its own in the range.
+    organic: headroom_ledger::derive::OrganicFill,
+    /// Spend of the pool's nodes within the range.
+    spend: Money,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/pools/{name}/ledger",
+    params(
+        ("name" = String, Path),
+        ("from" = Option<String>, Query),
+        ("to" = Option<String>, Query)
+    ),
+    responses(
+        (status = 200, description = "Requested versus delivered over the range", body = Object),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn pool_ledger(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+    query: QueryParams,
+) -> Result<Json<PoolLedger>, ApiError> {
+    let pool = pool_from_path(&state, &principal, path)?;
+    principal.require(Scope::Reports)?;
+    let axum::extract::Query(params) = query.map_err(|_| {
+        ApiError::bad(
+            "invalid-range",
+            "the query string is malformed; use ?from=…&to=… with RFC 3339 instants",
+        )
+    })?;
+    let now = state.engine.clock().now();
+    let (from, to) = range(
+        &params,
+        &["from", "to"],
+        "invalid-range",
+        chrono::Duration::days(1),
+        now,
+    )?;
+    let ledger = state.engine.ledger();
+    let outcomes = ledger.capacity_requests_between(&pool, from, to).await?;
+    let events = ledger.pool_events(&pool).await?;
+    Ok(Json(PoolLedger {
+        capacity_requests: headroom_ledger::derive::fill(&outcomes, &events),
+        organic: headroom_ledger::derive::organic_fill(&events, from, to),
+        spend: headroom_ledger::derive::spend(&events, None, Some(from), to.min(now)),
+        pool,
+        from,
+        to,
+    }))
+}
