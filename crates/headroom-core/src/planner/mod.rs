@@ -9,8 +9,14 @@
 //! built, so every unit of demand ends as exactly one action: a wake, a launch, a deferral to a
 //! later step, or a refusal with a reason. The executor applies the plan; the planner changes
 //! nothing.
+//!
+//! What a plan guarantees against its input is asserted at the end of [`plan`] in debug builds
+//! (`postconditions`), and `proptests` feeds it random inputs.
 
 mod governor;
+mod postconditions;
+#[cfg(test)]
+mod proptests;
 mod rebalance;
 mod scale_in;
 mod supply;
@@ -133,13 +139,14 @@ pub struct PlanInput<'a> {
     pub pool: &'a PoolSpec,
     /// The pool's allowed offerings.
     pub offerings: &'a [OfferingChoice],
-    /// The pool's nodes that are not final.
+    /// The pool's nodes that are not final, each id once.
     pub nodes: &'a [NodeView],
     /// Ready replicas the controller wants for organic traffic.
     pub controller_target: u32,
     /// Replicas other pools could not supply and hand to this one (this pool is their
     /// smaller-model fallback).
     pub borrowed: u32,
+    /// The pool's open capacity requests, each id once.
     pub requests: &'a [OpenRequest],
     /// The pool's account, if it has a budget.
     pub budget: Option<BudgetStanding>,
@@ -305,5 +312,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
     b.give_back_warm_above_floor(&mut warm_have);
     b.refill_warm_pool(warm_have);
+
+    if cfg!(debug_assertions) {
+        postconditions::check(input, &b.plan);
+    }
     b.plan
 }
