@@ -1,9 +1,11 @@
-//! Budgets and holds: the cost governor's vocabulary.
+//! Budgets and an account's standing against one: the cost governor's vocabulary. A hold is
+//! the amount on a node's ledger event; `headroom_ledger::derive` sums what is still held into
+//! `BudgetStanding::held`.
 
 use chrono::{Datelike, Duration as ChronoDuration, TimeZone, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{AccountName, Money, NodeId, Timestamp};
+use crate::{AccountName, Money, Timestamp};
 
 /// The window a ceiling applies to, in UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -109,16 +111,6 @@ pub struct Budget {
     /// Percentage of the ceiling at which an alert fires.
     pub soft_threshold_percent: u8,
     pub hard_action: HardAction,
-}
-
-/// Money reserved against a budget for a node being launched; converted to spend as the node
-/// runs and released when it ends or is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hold {
-    pub account: AccountName,
-    pub node: NodeId,
-    pub amount: Money,
-    pub placed_at: Timestamp,
 }
 
 /// The governor's view of one account at one instant.

@@ -264,79 +264,177 @@ pub fn decide(
     mut memory: ControllerMemory,
     now: Timestamp,
 ) -> Decision {
-    let policy = &pool.scaling;
-    let floor = pool
-        .min_replicas
-        .max(policy.min_capacity)
-        .min(pool.max_replicas);
-    let current = memory.target.clamp(floor, pool.max_replicas);
-    let held = |memory: ControllerMemory, reason: HoldReason, why: String, class| Decision {
-        target: current,
-        unclamped: current,
-        rule: Rule::Hold,
-        reason: why,
-        hold: Some(reason),
-        limited: None,
-        classification: class,
-        proposals: Vec::new(),
-        memory: ControllerMemory {
-            target: current,
-            breach_windows: 0,
-            breach_window_at: None,
-            low_since: None,
-            ..memory
-        },
+    let step = Activation::new(pool, &memory, now);
+    let s = match step.fresh_signal(signals) {
+        Ok(s) => s,
+        Err((reason, why)) => return step.held(memory, reason, why, None),
     };
-
-    let Some(s) = signals else {
-        let why = format!("no signal has been received; holding at {current}");
-        return held(memory, HoldReason::SignalMissing, why, None);
-    };
-    let age = elapsed(s.received_at, now);
-    if age > policy.signal_max_age {
-        let why = format!(
-            "the last signal is {}s old (max {}s); holding at {current}",
-            age.as_secs(),
-            policy.signal_max_age.as_secs()
-        );
-        return held(memory, HoldReason::SignalStale, why, None);
+    let classification = classify(&pool.scaling, s, counts.ready);
+    if let Some(why) = step.dispatch_failure(s, counts) {
+        return step.held(memory, HoldReason::DispatchFailure, why, classification);
     }
-    let classification = classify(policy, s, counts.ready);
-    if let Some(departures) = s.departure_rate_rps {
-        let expected = counts.ready as f64 * policy.replica_throughput_rps;
-        if s.queue_depth > 0 && counts.ready > 0 && departures < 0.05 * expected {
-            let why = format!(
-                "{} requests wait but only {departures:.2}/s depart from {} ready replicas; more replicas would not help, look at dispatch",
-                s.queue_depth, counts.ready
-            );
-            return held(memory, HoldReason::DispatchFailure, why, classification);
+    let proposals = step.proposals(s, counts, &mut memory);
+    let winner = Winner::largest(&step, proposals, classification);
+    if winner.wanted > step.current {
+        step.scale_up(&winner, memory)
+    } else {
+        step.scale_down(&winner, s, counts, memory)
+    }
+}
+
+/// What every step of one activation reads: the pool, its bounds, and the instant.
+struct Activation<'a> {
+    pool: &'a PoolSpec,
+    policy: &'a ScalingPolicy,
+    /// `min_replicas` or `min_capacity`, whichever is higher, never above `max_replicas`.
+    floor: u32,
+    /// The last target, within the bounds as they are now.
+    current: u32,
+    now: Timestamp,
+}
+
+/// Each rule's proposal with the sentence behind it.
+type Candidate = (Rule, u32, String);
+
+/// The rule that won and what every answer past the holds carries.
+struct Winner {
+    rule: Rule,
+    /// What the rules asked for before limits and the max-replicas clamp.
+    unclamped: u32,
+    /// The rules' answer within the pool's bounds.
+    wanted: u32,
+    /// Set when the rules asked for more than `max_replicas`.
+    max_limited: Option<Limit>,
+    why: String,
+    classification: Option<Classification>,
+    proposals: Vec<Proposal>,
+}
+
+impl Activation<'_> {
+    fn new<'a>(pool: &'a PoolSpec, memory: &ControllerMemory, now: Timestamp) -> Activation<'a> {
+        let policy = &pool.scaling;
+        let floor = pool
+            .min_replicas
+            .max(policy.min_capacity)
+            .min(pool.max_replicas);
+        Activation {
+            pool,
+            policy,
+            floor,
+            current: memory.target.clamp(floor, pool.max_replicas),
+            now,
         }
     }
 
-    // Each rule's proposal, with its reason.
-    let mut proposals: Vec<(Rule, u32, String)> = vec![(
-        Rule::Floor,
-        floor,
-        format!(
+    /// A decision that does not follow the signal: the target stays and the windows that
+    /// lead to a change start over.
+    fn held(
+        &self,
+        memory: ControllerMemory,
+        reason: HoldReason,
+        why: String,
+        classification: Option<Classification>,
+    ) -> Decision {
+        Decision {
+            target: self.current,
+            unclamped: self.current,
+            rule: Rule::Hold,
+            reason: why,
+            hold: Some(reason),
+            limited: None,
+            classification,
+            proposals: Vec::new(),
+            memory: ControllerMemory {
+                target: self.current,
+                breach_windows: 0,
+                breach_window_at: None,
+                low_since: None,
+                ..memory
+            },
+        }
+    }
+
+    /// The signal to act on, or why there is none: never received, or older than
+    /// `signal_max_age`.
+    fn fresh_signal<'s>(
+        &self,
+        signals: Option<&'s Signals>,
+    ) -> Result<&'s Signals, (HoldReason, String)> {
+        let current = self.current;
+        let Some(s) = signals else {
+            let why = format!("no signal has been received; holding at {current}");
+            return Err((HoldReason::SignalMissing, why));
+        };
+        let age = elapsed(s.received_at, self.now);
+        if age > self.policy.signal_max_age {
+            let why = format!(
+                "the last signal is {}s old (max {}s); holding at {current}",
+                age.as_secs(),
+                self.policy.signal_max_age.as_secs()
+            );
+            return Err((HoldReason::SignalStale, why));
+        }
+        Ok(s)
+    }
+
+    /// Why more replicas would not help, if work waits but (almost) nothing departs.
+    fn dispatch_failure(&self, s: &Signals, counts: ReplicaCounts) -> Option<String> {
+        let departures = s.departure_rate_rps?;
+        let expected_rps = counts.ready as f64 * self.policy.replica_throughput_rps;
+        (s.queue_depth > 0 && counts.ready > 0 && departures < 0.05 * expected_rps).then(|| {
+            format!(
+                "{} requests wait but only {departures:.2}/s depart from {} ready replicas; more replicas would not help, look at dispatch",
+                s.queue_depth, counts.ready
+            )
+        })
+    }
+
+    /// Every rule's proposal, the floor first; the oldest-age rule counts its windows in
+    /// `memory`.
+    fn proposals(
+        &self,
+        s: &Signals,
+        counts: ReplicaCounts,
+        memory: &mut ControllerMemory,
+    ) -> Vec<Candidate> {
+        let floor_why = format!(
             "min_replicas {} / min_capacity {}",
-            pool.min_replicas, policy.min_capacity
-        ),
-    )];
-    if let Some(target) = policy.target_queue_per_replica {
+            self.pool.min_replicas, self.policy.min_capacity
+        );
+        let per_replica_rps = throughput(self.policy, s, counts.ready);
+        [
+            Some((Rule::Floor, self.floor, floor_why)),
+            self.hpa_proposal(s, counts),
+            self.drain_proposal(s, counts, per_replica_rps),
+            self.oldest_age_proposal(s, per_replica_rps, memory),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    fn hpa_proposal(&self, s: &Signals, counts: ReplicaCounts) -> Option<Candidate> {
+        let target = self.policy.target_queue_per_replica?;
         let desired = if counts.ready == 0 {
             clamp_u32((s.queue_depth as f64 / target).ceil())
         } else {
             let metric = s.queue_depth as f64 / counts.ready as f64;
-            hpa_rule(counts.ready, metric, target, policy.tolerance)
+            hpa_rule(counts.ready, metric, target, self.policy.tolerance)
         };
         let why = format!(
             "{} waiting over {} ready replicas against a target of {target} per replica gives {desired}",
             s.queue_depth, counts.ready
         );
-        proposals.push((Rule::Hpa, desired, why));
+        Some((Rule::Hpa, desired, why))
     }
-    let per_replica = throughput(policy, s, counts.ready);
-    if let Some(arrivals) = s.arrival_rate_rps {
+
+    fn drain_proposal(
+        &self,
+        s: &Signals,
+        counts: ReplicaCounts,
+        per_replica_rps: f64,
+    ) -> Option<Candidate> {
+        let arrivals = s.arrival_rate_rps?;
         // Less than one waiting request per ready replica while departures keep up with arrivals
         // is noise (a poisoned or just-arrived request), not a backlog to buy replicas for.
         let keeping_up = s.departure_rate_rps.is_some_and(|d| d >= arrivals);
@@ -345,99 +443,78 @@ pub fn decide(
         } else {
             s.queue_depth as f64
         };
-        let desired = drain_rule(arrivals, backlog, policy.backlog_drain, per_replica);
+        let drain = self.policy.backlog_drain;
+        let desired = drain_rule(arrivals, backlog, drain, per_replica_rps);
         let why = format!(
-            "{arrivals:.1} req/s at {per_replica:.2} req/s per replica plus {} queued drained within {}s gives {desired}",
+            "{arrivals:.1} req/s at {per_replica_rps:.2} req/s per replica plus {} queued drained within {}s gives {desired}",
             s.queue_depth,
-            policy.backlog_drain.as_secs()
+            drain.as_secs()
         );
-        proposals.push((Rule::BacklogDrain, desired, why));
+        Some((Rule::BacklogDrain, desired, why))
     }
-    let age_breach = match (
-        policy.oldest_age_threshold,
-        s.oldest_age_s,
-        s.arrival_rate_rps,
-        s.departure_rate_rps,
-    ) {
-        (Some(threshold), Some(age), Some(arrivals), Some(departures)) => {
-            (age > threshold.as_secs_f64() && arrivals > departures)
-                .then_some((age, arrivals, departures))
-        }
-        _ => None,
-    };
-    match age_breach {
-        Some((age, arrivals, departures)) => {
-            count_window(
-                &mut memory.age_windows,
-                &mut memory.age_window_at,
-                policy.breach_window,
-                now,
-            );
-            if memory.age_windows >= 2 {
-                let extra = clamp_u32(((arrivals - departures) / per_replica).ceil()).max(1);
-                let why = format!(
-                    "the oldest request waited {age:.1}s (threshold {}s) while {arrivals:.1} req/s arrived and {departures:.1} departed, two windows running: {extra} more",
-                    policy.oldest_age_threshold.map_or(0, |t| t.as_secs())
-                );
-                proposals.push((Rule::OldestAge, current.saturating_add(extra), why));
+
+    /// Proposes only from the second consecutive window with the oldest age past its threshold
+    /// and arrivals above departures; any other window starts the count over.
+    fn oldest_age_proposal(
+        &self,
+        s: &Signals,
+        per_replica_rps: f64,
+        memory: &mut ControllerMemory,
+    ) -> Option<Candidate> {
+        let policy = self.policy;
+        let breach = match (
+            policy.oldest_age_threshold,
+            s.oldest_age_s,
+            s.arrival_rate_rps,
+            s.departure_rate_rps,
+        ) {
+            (Some(threshold), Some(age), Some(arrivals), Some(departures)) => {
+                (age > threshold.as_secs_f64() && arrivals > departures)
+                    .then_some((age, arrivals, departures))
             }
-        }
-        None => {
+            _ => None,
+        };
+        let Some((age, arrivals, departures)) = breach else {
             memory.age_windows = 0;
             memory.age_window_at = None;
+            return None;
+        };
+        count_window(
+            &mut memory.age_windows,
+            &mut memory.age_window_at,
+            policy.breach_window,
+            self.now,
+        );
+        if memory.age_windows < 2 {
+            return None;
         }
+        let extra = clamp_u32(((arrivals - departures) / per_replica_rps).ceil()).max(1);
+        let why = format!(
+            "the oldest request waited {age:.1}s (threshold {}s) while {arrivals:.1} req/s arrived and {departures:.1} departed, two windows running: {extra} more",
+            policy.oldest_age_threshold.map_or(0, |t| t.as_secs())
+        );
+        Some((Rule::OldestAge, self.current.saturating_add(extra), why))
     }
-    let answers: Vec<Proposal> = proposals
-        .iter()
-        .map(|(rule, replicas, _)| Proposal {
-            rule: *rule,
-            replicas: *replicas,
-        })
-        .collect();
-    // The largest answer wins; on a tie the earlier (more basic) rule names it.
-    let (rule, raw, why) = proposals
-        .into_iter()
-        .fold(None::<(Rule, u32, String)>, |best, p| match best {
-            Some(b) if b.1 >= p.1 => Some(b),
-            _ => Some(p),
-        })
-        .unwrap_or((Rule::Floor, floor, String::new()));
-    let unclamped = raw;
-    let wanted = raw.clamp(floor, pool.max_replicas);
-    let max_limited = (raw > pool.max_replicas).then_some(Limit::MaxReplicas);
-    // Every answer past the holds carries the same inputs; only these parts vary.
-    let answer = |target: u32,
-                  rule: Rule,
-                  reason: String,
-                  limited: Option<Limit>,
-                  memory: ControllerMemory| Decision {
-        target,
-        unclamped,
-        rule,
-        reason,
-        hold: None,
-        limited,
-        classification,
-        proposals: answers.clone(),
-        memory: ControllerMemory { target, ..memory },
-    };
 
-    let recent_change = |direction| {
-        memory
-            .last_change
-            .is_some_and(|(at, d)| d != direction && elapsed(at, now) < policy.direction_cooldown)
-    };
+    /// Whether the target changed in the other direction less than `direction_cooldown` ago.
+    fn recent_change(&self, memory: &ControllerMemory, direction: Direction) -> bool {
+        memory.last_change.is_some_and(|(at, d)| {
+            d != direction && elapsed(at, self.now) < self.policy.direction_cooldown
+        })
+    }
 
-    if wanted > current {
+    /// Up to what the rules want: floors at once, rules after consecutive breaching windows,
+    /// never against a recent scale-down, within the per-period limit.
+    fn scale_up(&self, winner: &Winner, mut memory: ControllerMemory) -> Decision {
+        let (policy, current, why) = (self.policy, self.current, &winner.why);
         memory.low_since = None;
-        // Floors apply at once; rules need consecutive breaching windows.
-        let rule_driven = wanted > floor.max(current);
+        let rule_driven = winner.wanted > self.floor.max(current);
         if rule_driven {
             count_window(
                 &mut memory.breach_windows,
                 &mut memory.breach_window_at,
                 policy.breach_window,
-                now,
+                self.now,
             );
             if memory.breach_windows < policy.scale_up_breaches {
                 let reason = format!(
@@ -446,31 +523,33 @@ pub fn decide(
                     policy.scale_up_breaches,
                     policy.breach_window.as_secs()
                 );
-                return answer(current, rule, reason, Some(Limit::BreachWindow), memory);
+                let limited = Some(Limit::BreachWindow);
+                return winner.answer(current, winner.rule, reason, limited, memory);
             }
         }
-        if recent_change(Direction::Up) {
+        if self.recent_change(&memory, Direction::Up) {
             let why = format!(
                 "{why}; but the pool scaled down less than {}s ago",
                 policy.direction_cooldown.as_secs()
             );
-            return held(memory, HoldReason::DirectionCooldown, why, classification);
+            let reason = HoldReason::DirectionCooldown;
+            return self.held(memory, reason, why, winner.classification);
         }
         memory
             .scale_ups
-            .retain(|(at, _)| elapsed(*at, now) < policy.scale_up_period);
+            .retain(|(at, _)| elapsed(*at, self.now) < policy.scale_up_period);
         let used: u32 = memory.scale_ups.iter().map(|(_, n)| n).sum();
         let allowed = policy.scale_up_limit.saturating_sub(used);
-        let step = (wanted - current).min(allowed);
-        let limited = if step < wanted - current {
+        let step = (winner.wanted - current).min(allowed);
+        let limited = if step < winner.wanted - current {
             Some(Limit::ScaleUpPeriod)
         } else {
-            max_limited
+            winner.max_limited
         };
         let target = current + step;
         if step > 0 {
-            memory.scale_ups.push((now, step));
-            memory.last_change = Some((now, Direction::Up));
+            memory.scale_ups.push((self.now, step));
+            memory.last_change = Some((self.now, Direction::Up));
         }
         let memory = ControllerMemory {
             breach_windows: 0,
@@ -478,54 +557,120 @@ pub fn decide(
             ..memory
         };
         let reason = format!("{why}; target {current} → {target}");
-        return answer(target, rule, reason, limited, memory);
+        winner.answer(target, winner.rule, reason, limited, memory)
     }
 
-    memory.breach_windows = 0;
-    memory.breach_window_at = None;
-    // Low enough to think of scaling down: below a fraction of every threshold in use.
-    let fraction = policy.scale_down_fraction;
-    let hpa_low = policy.target_queue_per_replica.is_none_or(|target| {
-        (s.queue_depth as f64 / counts.ready.max(1) as f64) < fraction * target
-    });
-    let age_low = match (policy.oldest_age_threshold, s.oldest_age_s) {
-        (Some(threshold), Some(age)) => age < fraction * threshold.as_secs_f64(),
-        _ => true,
-    };
-    let low = wanted < current && hpa_low && age_low;
-    if !low {
-        memory.low_since = None;
-        let reason = format!("{why}; target stays {current}");
-        return answer(current, Rule::Steady, reason, max_limited, memory);
-    }
-    let since = *memory.low_since.get_or_insert(now);
-    let stabilized = elapsed(since, now) >= policy.scale_down_stabilization;
-    let period_passed = memory
-        .last_scale_down_at
-        .is_none_or(|at| elapsed(at, now) >= policy.scale_down_period);
-    if !(stabilized && period_passed) {
+    /// One replica down, once load has stayed below a fraction of every threshold in use for
+    /// the stabilisation window and a period has passed since the last one went, never against a
+    /// recent scale-up; otherwise the target stays.
+    fn scale_down(
+        &self,
+        winner: &Winner,
+        s: &Signals,
+        counts: ReplicaCounts,
+        mut memory: ControllerMemory,
+    ) -> Decision {
+        let (policy, current, why) = (self.policy, self.current, &winner.why);
+        memory.breach_windows = 0;
+        memory.breach_window_at = None;
+        let fraction = policy.scale_down_fraction;
+        let hpa_low = policy.target_queue_per_replica.is_none_or(|target| {
+            (s.queue_depth as f64 / counts.ready.max(1) as f64) < fraction * target
+        });
+        let age_low = match (policy.oldest_age_threshold, s.oldest_age_s) {
+            (Some(threshold), Some(age)) => age < fraction * threshold.as_secs_f64(),
+            _ => true,
+        };
+        if !(winner.wanted < current && hpa_low && age_low) {
+            memory.low_since = None;
+            let reason = format!("{why}; target stays {current}");
+            return winner.answer(current, Rule::Steady, reason, winner.max_limited, memory);
+        }
+        let since = *memory.low_since.get_or_insert(self.now);
+        let stabilized = elapsed(since, self.now) >= policy.scale_down_stabilization;
+        let period_passed = memory
+            .last_scale_down_at
+            .is_none_or(|at| elapsed(at, self.now) >= policy.scale_down_period);
+        if !(stabilized && period_passed) {
+            let reason = format!(
+                "{why}; low for {}s of the {}s stabilisation window, target stays {current}",
+                elapsed(since, self.now).as_secs(),
+                policy.scale_down_stabilization.as_secs()
+            );
+            return winner.answer(current, Rule::Steady, reason, None, memory);
+        }
+        if self.recent_change(&memory, Direction::Down) {
+            let why = format!(
+                "{why}; but the pool scaled up less than {}s ago",
+                policy.direction_cooldown.as_secs()
+            );
+            let reason = HoldReason::DirectionCooldown;
+            return self.held(memory, reason, why, winner.classification);
+        }
+        let target = current - 1;
+        memory.last_scale_down_at = Some(self.now);
+        memory.last_change = Some((self.now, Direction::Down));
         let reason = format!(
-            "{why}; low for {}s of the {}s stabilisation window, target stays {current}",
-            elapsed(since, now).as_secs(),
-            policy.scale_down_stabilization.as_secs()
+            "{why}; low for {}s, one replica goes: target {current} → {target}",
+            elapsed(since, self.now).as_secs()
         );
-        return answer(current, Rule::Steady, reason, None, memory);
+        winner.answer(target, Rule::ScaleDown, reason, None, memory)
     }
-    if recent_change(Direction::Down) {
-        let why = format!(
-            "{why}; but the pool scaled up less than {}s ago",
-            policy.direction_cooldown.as_secs()
-        );
-        return held(memory, HoldReason::DirectionCooldown, why, classification);
+}
+
+impl Winner {
+    /// The largest proposal wins; on a tie the earlier (more basic) rule names it.
+    fn largest(
+        step: &Activation<'_>,
+        proposals: Vec<Candidate>,
+        classification: Option<Classification>,
+    ) -> Winner {
+        let answers: Vec<Proposal> = proposals
+            .iter()
+            .map(|(rule, replicas, _)| Proposal {
+                rule: *rule,
+                replicas: *replicas,
+            })
+            .collect();
+        let (rule, raw, why) = proposals
+            .into_iter()
+            .fold(None::<Candidate>, |best, p| match best {
+                Some(b) if b.1 >= p.1 => Some(b),
+                _ => Some(p),
+            })
+            .unwrap_or((Rule::Floor, step.floor, String::new()));
+        let max_replicas = step.pool.max_replicas;
+        Winner {
+            rule,
+            unclamped: raw,
+            wanted: raw.clamp(step.floor, max_replicas),
+            max_limited: (raw > max_replicas).then_some(Limit::MaxReplicas),
+            why,
+            classification,
+            proposals: answers,
+        }
     }
-    let target = current - 1;
-    memory.last_scale_down_at = Some(now);
-    memory.last_change = Some((now, Direction::Down));
-    let reason = format!(
-        "{why}; low for {}s, one replica goes: target {current} → {target}",
-        elapsed(since, now).as_secs()
-    );
-    answer(target, Rule::ScaleDown, reason, None, memory)
+
+    fn answer(
+        &self,
+        target: u32,
+        rule: Rule,
+        reason: String,
+        limited: Option<Limit>,
+        memory: ControllerMemory,
+    ) -> Decision {
+        Decision {
+            target,
+            unclamped: self.unclamped,
+            rule,
+            reason,
+            hold: None,
+            limited,
+            classification: self.classification,
+            proposals: self.proposals.clone(),
+            memory: ControllerMemory { target, ..memory },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub mod pool;
 pub mod refusal;
 pub mod request;
 
-pub use budget::{Budget, BudgetPeriod, HardAction, Hold};
+pub use budget::{Budget, BudgetPeriod, HardAction};
 pub use error::CoreError;
 pub use money::Money;
 pub use names::{AccountName, OfferingId, PoolName};

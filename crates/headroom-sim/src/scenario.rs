@@ -233,19 +233,78 @@ fn positive(origin: &str, key: &str, x: f64) -> Result<f64, SimError> {
     }
 }
 
-/// Parses and validates a scenario's text; `origin` names it in messages.
+/// Parses and validates a scenario's text; `origin` names it in messages. The first problem
+/// found is the one reported, section by section in the order below.
 pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
-    let raw: Raw = toml::from_str(text).map_err(|e| {
-        let message = e.message().replace('\n', " ");
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
-        SimError::scenario(
+    let raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e, text, origin))?;
+    let clock = clock(origin, &raw)?;
+    let (config, pool) = headroom(origin, &raw)?;
+    if raw.tiers.is_empty() {
+        return Err(SimError::scenario(
             origin,
-            format!("{at}{message}; fix the key or value there (see scenarios/README.md)"),
-        )
-    })?;
+            "key `tiers`: none; add a [[tiers]] with a name and an objective",
+        ));
+    }
+    let queue = queue(origin, &raw.tiers, raw.shed_depth)?;
+    let service = service(origin, &raw.service)?;
+    let streams = raw
+        .traffic
+        .iter()
+        .enumerate()
+        .map(|(i, st)| stream(origin, i, st, &raw.tiers))
+        .collect::<Result<Vec<_>, _>>()?;
+    let trace_tier = match &raw.trace_tier {
+        Some(t) => tier_index(origin, &raw.tiers, "trace_tier", t)?,
+        None => 0,
+    };
+    let hpa = hpa(origin, &raw.hpa)?;
+    let mut faults = raw
+        .faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| fault(origin, i, f, &config))
+        .collect::<Result<Vec<_>, _>>()?;
+    faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+
+    Ok(Scenario {
+        name: raw.name,
+        description: raw.description,
+        duration_s: clock.duration_s,
+        tick_s: clock.tick_s,
+        step_s: clock.step_s,
+        seed: raw.seed.unwrap_or(0),
+        config,
+        pool,
+        service,
+        queue,
+        streams,
+        trace_tier,
+        hpa,
+        faults,
+    })
+}
+
+/// A TOML or serde error as one line: where, what, and where to look.
+fn toml_error(e: &toml::de::Error, text: &str, origin: &str) -> SimError {
+    let message = e.message().replace('\n', " ");
+    let line = e
+        .span()
+        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
+    SimError::scenario(
+        origin,
+        format!("{at}{message}; fix the key or value there (see scenarios/README.md)"),
+    )
+}
+
+/// How long the run lasts and how finely it is cut, in seconds.
+struct Clock {
+    duration_s: f64,
+    tick_s: f64,
+    step_s: f64,
+}
+
+fn clock(origin: &str, raw: &Raw) -> Result<Clock, SimError> {
     let duration_s = positive(
         origin,
         "duration",
@@ -265,6 +324,16 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             "key `step`: longer than `tick`; make it at most the tick",
         ));
     }
+    Ok(Clock {
+        duration_s,
+        tick_s,
+        step_s,
+    })
+}
+
+/// `[headroom]` as a Headroom configuration, and the pool the run simulates (`pool`, else the
+/// first).
+fn headroom(origin: &str, raw: &Raw) -> Result<(Config, PoolSpec), SimError> {
     let config_text = toml::to_string(&raw.headroom)
         .map_err(|e| SimError::scenario(origin, format!("table `headroom`: {e}")))?;
     let config = Config::parse(&config_text, &format!("{origin} [headroom]"))
@@ -285,32 +354,36 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             )
         })?,
     };
+    Ok((config, pool))
+}
 
-    if raw.tiers.is_empty() {
-        return Err(SimError::scenario(
-            origin,
-            "key `tiers`: none; add a [[tiers]] with a name and an objective",
-        ));
-    }
-    let tier_of = |key: &str, name: &str| -> Result<u8, SimError> {
-        raw.tiers
-            .iter()
-            .position(|t| t.name == name)
-            .map(|i| i as u8)
-            .ok_or_else(|| {
-                SimError::scenario(
-                    origin,
-                    format!(
-                        "key `{key}`: tier {name:?} is not one of [[tiers]]; use one of their names"
-                    ),
-                )
-            })
-    };
+/// The index of the tier named `name` in `[[tiers]]`; `key` is what names it.
+fn tier_index(origin: &str, tiers: &[RawTier], key: &str, name: &str) -> Result<u8, SimError> {
+    tiers
+        .iter()
+        .position(|t| t.name == name)
+        .map(|i| i as u8)
+        .ok_or_else(|| {
+            SimError::scenario(
+                origin,
+                format!(
+                    "key `{key}`: tier {name:?} is not one of [[tiers]]; use one of their names"
+                ),
+            )
+        })
+}
+
+/// `[[tiers]]` and `shed_depth`: the queue's tiers, their objectives, deadlines and priorities.
+fn queue(
+    origin: &str,
+    tiers: &[RawTier],
+    shed_depth: Option<u64>,
+) -> Result<QueuePolicy, SimError> {
     let mut objective_s = Vec::new();
     let mut deadline_s = Vec::new();
     let mut shed_tiers = Vec::new();
     let mut priorities = Vec::new();
-    for (i, t) in raw.tiers.iter().enumerate() {
+    for (i, t) in tiers.iter().enumerate() {
         priorities.push(match &t.priority {
             Some(p) => headroom_core::Priority::parse(p).map_err(|e| {
                 SimError::scenario(
@@ -334,18 +407,20 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             shed_tiers.push(i as u8);
         }
     }
-    let queue = QueuePolicy {
-        tiers: raw.tiers.iter().map(|t| t.name.clone()).collect(),
+    Ok(QueuePolicy {
+        tiers: tiers.iter().map(|t| t.name.clone()).collect(),
         objective_s,
         deadline_s,
         shed_tiers,
         priorities,
-        shed_depth: raw.shed_depth,
-    };
+        shed_depth,
+    })
+}
 
-    let s = &raw.service;
+/// `[service]`: the serving model's token rates and batch.
+fn service(origin: &str, s: &RawService) -> Result<Service, SimError> {
     let tokens_per_s = positive(origin, "service.tokens_per_s", s.tokens_per_s)?;
-    let service = Service {
+    Ok(Service {
         input_token_weight: s.input_token_weight.unwrap_or(0.0).max(0.0),
         tokens_per_s,
         request_tokens_per_s: positive(
@@ -354,86 +429,95 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             s.request_tokens_per_s.unwrap_or(tokens_per_s),
         )?,
         max_batch: s.max_batch.unwrap_or(1).max(1),
-    };
+    })
+}
 
-    let mut streams = Vec::new();
-    for (i, st) in raw.traffic.iter().enumerate() {
-        let key = |k: &str| format!("traffic[{i}].{k}");
-        let process = match st.process.as_deref().unwrap_or("uniform") {
-            "uniform" => Process::Uniform,
-            "poisson" => Process::Poisson,
-            other => {
-                return Err(SimError::scenario(
-                    origin,
-                    format!(
-                        "key `{}`: {other:?}; use \"uniform\" or \"poisson\"",
-                        key("process")
-                    ),
-                ));
-            }
-        };
-        let points = match &st.rate {
-            RawRate::Constant(r) => vec![(0.0, *r)],
-            RawRate::Points(p) => p.iter().map(|[t, r]| (*t, *r)).collect(),
-        };
-        if points.is_empty()
-            || points
-                .iter()
-                .any(|(t, r)| !(t.is_finite() && r.is_finite() && *r >= 0.0))
-            || points.windows(2).any(|w| w[1].0 < w[0].0)
-        {
+/// One `[[traffic]]` stream: its process, rate profile, tier and token counts.
+fn stream(origin: &str, i: usize, st: &RawStream, tiers: &[RawTier]) -> Result<Stream, SimError> {
+    let key = |k: &str| format!("traffic[{i}].{k}");
+    let process = match st.process.as_deref().unwrap_or("uniform") {
+        "uniform" => Process::Uniform,
+        "poisson" => Process::Poisson,
+        other => {
             return Err(SimError::scenario(
                 origin,
                 format!(
-                    "key `{}`: write a rate (req/s ≥ 0) or [[seconds, req/s], …] with times in order",
-                    key("rate")
+                    "key `{}`: {other:?}; use \"uniform\" or \"poisson\"",
+                    key("process")
                 ),
             ));
         }
-        let diurnal = match (st.diurnal_amplitude, &st.diurnal_period) {
-            (Some(a), Some(p)) => Some((
-                a,
-                positive(
-                    origin,
-                    &key("diurnal_period"),
-                    duration(origin, &key("diurnal_period"), p)?,
-                )?,
-                0.0,
-            )),
-            (None, None) => None,
-            _ => {
-                return Err(SimError::scenario(
-                    origin,
-                    format!(
-                        "key `{}`: give both diurnal_amplitude and diurnal_period, or neither",
-                        key("diurnal_amplitude")
-                    ),
-                ));
-            }
-        };
-        let tokens = |t: &RawTokens, k: &str| match *t {
-            RawTokens::Fixed(n) => Ok(Tokens::Fixed(n)),
-            RawTokens::Range([lo, hi]) if lo <= hi => Ok(Tokens::Uniform(lo, hi)),
-            RawTokens::Range(_) => Err(SimError::scenario(
-                origin,
-                format!("key `{}`: [low, high] with low ≤ high", key(k)),
-            )),
-        };
-        streams.push(Stream {
-            tier: tier_of(&key("tier"), &st.tier)?,
-            process,
-            rate: RateProfile { points, diurnal },
-            input_tokens: tokens(&st.input_tokens, "input_tokens")?,
-            output_tokens: tokens(&st.output_tokens, "output_tokens")?,
-        });
-    }
-    let trace_tier = match &raw.trace_tier {
-        Some(t) => tier_of("trace_tier", t)?,
-        None => 0,
     };
+    let rate = RateProfile {
+        points: rate_points(origin, &key("rate"), &st.rate)?,
+        diurnal: diurnal(origin, i, st)?,
+    };
+    let tokens = |t: &RawTokens, k: &str| match *t {
+        RawTokens::Fixed(n) => Ok(Tokens::Fixed(n)),
+        RawTokens::Range([lo, hi]) if lo <= hi => Ok(Tokens::Uniform(lo, hi)),
+        RawTokens::Range(_) => Err(SimError::scenario(
+            origin,
+            format!("key `{}`: [low, high] with low ≤ high", key(k)),
+        )),
+    };
+    Ok(Stream {
+        tier: tier_index(origin, tiers, &key("tier"), &st.tier)?,
+        process,
+        rate,
+        input_tokens: tokens(&st.input_tokens, "input_tokens")?,
+        output_tokens: tokens(&st.output_tokens, "output_tokens")?,
+    })
+}
 
-    let h = &raw.hpa;
-    let hpa = HpaSettings {
+/// A constant rate, or `[seconds, req/s]` points in time order; rates are never negative.
+fn rate_points(origin: &str, key: &str, rate: &RawRate) -> Result<Vec<(f64, f64)>, SimError> {
+    let points: Vec<(f64, f64)> = match rate {
+        RawRate::Constant(r) => vec![(0.0, *r)],
+        RawRate::Points(p) => p.iter().map(|[t, r]| (*t, *r)).collect(),
+    };
+    if points.is_empty()
+        || points
+            .iter()
+            .any(|(t, r)| !(t.is_finite() && r.is_finite() && *r >= 0.0))
+        || points.windows(2).any(|w| w[1].0 < w[0].0)
+    {
+        return Err(SimError::scenario(
+            origin,
+            format!(
+                "key `{key}`: write a rate (req/s ≥ 0) or [[seconds, req/s], …] with times in order"
+            ),
+        ));
+    }
+    Ok(points)
+}
+
+/// The daily swing on a stream's rate: amplitude, period in seconds and phase, or none.
+fn diurnal(origin: &str, i: usize, st: &RawStream) -> Result<Option<(f64, f64, f64)>, SimError> {
+    let key = |k: &str| format!("traffic[{i}].{k}");
+    match (st.diurnal_amplitude, &st.diurnal_period) {
+        (Some(a), Some(p)) => Ok(Some((
+            a,
+            positive(
+                origin,
+                &key("diurnal_period"),
+                duration(origin, &key("diurnal_period"), p)?,
+            )?,
+            0.0,
+        ))),
+        (None, None) => Ok(None),
+        _ => Err(SimError::scenario(
+            origin,
+            format!(
+                "key `{}`: give both diurnal_amplitude and diurnal_period, or neither",
+                key("diurnal_amplitude")
+            ),
+        )),
+    }
+}
+
+/// `[hpa]`: the HPA baselines' settings, Kubernetes' defaults where unset.
+fn hpa(origin: &str, h: &RawHpa) -> Result<HpaSettings, SimError> {
+    Ok(HpaSettings {
         target_utilization: positive(
             origin,
             "hpa.target_utilization",
@@ -455,118 +539,110 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             "hpa.scale_down_stabilization",
             h.scale_down_stabilization.as_deref().unwrap_or("300s"),
         )?),
-    };
+    })
+}
 
-    let mut faults = Vec::new();
-    for (i, f) in raw.faults.iter().enumerate() {
-        let key = |k: &str| format!("faults[{i}].{k}");
-        let offering: OfferingId = f
-            .offering
-            .parse()
-            .map_err(|e| SimError::scenario(origin, format!("key `{}`: {e}", key("offering"))))?;
-        if config.offering(&offering).is_none() {
-            return Err(SimError::scenario(
-                origin,
-                format!(
-                    "key `{}`: {offering} is not an offering of [headroom]; name one of its [[headroom.offerings]]",
-                    key("offering")
-                ),
-            ));
-        }
-        let missing = |k: &str| {
-            SimError::scenario(
-                origin,
-                format!("key `{}`: required for kind {:?}; add it", key(k), f.kind),
-            )
-        };
-        let kind = match f.kind.as_str() {
-            "capacity" => FaultKind::Capacity(f.capacity.ok_or_else(|| missing("capacity"))?),
-            "interrupt" => {
-                let x = f.fraction.ok_or_else(|| missing("fraction"))?;
-                if !(0.0..=1.0).contains(&x) {
-                    return Err(SimError::scenario(
-                        origin,
-                        format!(
-                            "key `{}`: {x} is not a share between 0 and 1",
-                            key("fraction")
-                        ),
-                    ));
-                }
-                FaultKind::Interrupt(x)
-            }
-            "spot-price" => {
-                let text = f
-                    .price_usd_per_hour
-                    .as_deref()
-                    .ok_or_else(|| missing("price_usd_per_hour"))?;
-                let price: Money = text.parse().map_err(|e| {
-                    SimError::scenario(origin, format!("key `{}`: {e}", key("price_usd_per_hour")))
-                })?;
-                let spot = config
-                    .offering(&offering)
-                    .is_some_and(|o| o.market == headroom_core::Market::Spot);
-                if !spot {
-                    return Err(SimError::scenario(
-                        origin,
-                        format!(
-                            "key `{}`: {offering} is not a spot offering; a spot price moves only spot offerings",
-                            key("offering")
-                        ),
-                    ));
-                }
-                FaultKind::SpotPrice(price)
-            }
-            "launch-errors" => {
-                let class = match f.class.as_deref().unwrap_or("capacity") {
-                    "capacity" => ErrorClass::Capacity,
-                    "quota" => ErrorClass::Quota,
-                    "price" => ErrorClass::Price,
-                    "throttled" => ErrorClass::Throttled,
-                    "transient" => ErrorClass::Transient,
-                    other => {
-                        return Err(SimError::scenario(
-                            origin,
-                            format!(
-                                "key `{}`: {other:?}; use capacity, quota, price, throttled or transient",
-                                key("class")
-                            ),
-                        ));
-                    }
-                };
-                FaultKind::LaunchErrors(class, f.count.ok_or_else(|| missing("count"))?)
-            }
-            other => {
+/// One `[[faults]]` entry: an offering of `[headroom]`, what happens to it, and when.
+fn fault(origin: &str, i: usize, f: &RawFault, config: &Config) -> Result<Fault, SimError> {
+    let key = |k: &str| format!("faults[{i}].{k}");
+    let offering: OfferingId = f
+        .offering
+        .parse()
+        .map_err(|e| SimError::scenario(origin, format!("key `{}`: {e}", key("offering"))))?;
+    if config.offering(&offering).is_none() {
+        return Err(SimError::scenario(
+            origin,
+            format!(
+                "key `{}`: {offering} is not an offering of [headroom]; name one of its [[headroom.offerings]]",
+                key("offering")
+            ),
+        ));
+    }
+    Ok(Fault {
+        kind: fault_kind(origin, i, f, &offering, config)?,
+        at_s: duration(origin, &key("at"), &f.at)?,
+        offering,
+    })
+}
+
+fn fault_kind(
+    origin: &str,
+    i: usize,
+    f: &RawFault,
+    offering: &OfferingId,
+    config: &Config,
+) -> Result<FaultKind, SimError> {
+    let key = |k: &str| format!("faults[{i}].{k}");
+    let missing = |k: &str| {
+        SimError::scenario(
+            origin,
+            format!("key `{}`: required for kind {:?}; add it", key(k), f.kind),
+        )
+    };
+    Ok(match f.kind.as_str() {
+        "capacity" => FaultKind::Capacity(f.capacity.ok_or_else(|| missing("capacity"))?),
+        "interrupt" => {
+            let x = f.fraction.ok_or_else(|| missing("fraction"))?;
+            if !(0.0..=1.0).contains(&x) {
                 return Err(SimError::scenario(
                     origin,
                     format!(
-                        "key `{}`: {other:?}; use \"capacity\", \"interrupt\", \"launch-errors\" or \"spot-price\"",
-                        key("kind")
+                        "key `{}`: {x} is not a share between 0 and 1",
+                        key("fraction")
                     ),
                 ));
             }
-        };
-        faults.push(Fault {
-            at_s: duration(origin, &key("at"), &f.at)?,
-            offering,
-            kind,
-        });
-    }
-    faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-
-    Ok(Scenario {
-        name: raw.name,
-        description: raw.description,
-        duration_s,
-        tick_s,
-        step_s,
-        seed: raw.seed.unwrap_or(0),
-        config,
-        pool,
-        service,
-        queue,
-        streams,
-        trace_tier,
-        hpa,
-        faults,
+            FaultKind::Interrupt(x)
+        }
+        "spot-price" => {
+            let text = f
+                .price_usd_per_hour
+                .as_deref()
+                .ok_or_else(|| missing("price_usd_per_hour"))?;
+            let price: Money = text.parse().map_err(|e| {
+                SimError::scenario(origin, format!("key `{}`: {e}", key("price_usd_per_hour")))
+            })?;
+            let spot = config
+                .offering(offering)
+                .is_some_and(|o| o.market == headroom_core::Market::Spot);
+            if !spot {
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: {offering} is not a spot offering; a spot price moves only spot offerings",
+                        key("offering")
+                    ),
+                ));
+            }
+            FaultKind::SpotPrice(price)
+        }
+        "launch-errors" => {
+            let class = match f.class.as_deref().unwrap_or("capacity") {
+                "capacity" => ErrorClass::Capacity,
+                "quota" => ErrorClass::Quota,
+                "price" => ErrorClass::Price,
+                "throttled" => ErrorClass::Throttled,
+                "transient" => ErrorClass::Transient,
+                other => {
+                    return Err(SimError::scenario(
+                        origin,
+                        format!(
+                            "key `{}`: {other:?}; use capacity, quota, price, throttled or transient",
+                            key("class")
+                        ),
+                    ));
+                }
+            };
+            FaultKind::LaunchErrors(class, f.count.ok_or_else(|| missing("count"))?)
+        }
+        other => {
+            return Err(SimError::scenario(
+                origin,
+                format!(
+                    "key `{}`: {other:?}; use \"capacity\", \"interrupt\", \"launch-errors\" or \"spot-price\"",
+                    key("kind")
+                ),
+            ));
+        }
     })
 }

@@ -1,0 +1,762 @@
+use std::time::Duration;
+
+use super::*;
+use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
+use crate::{Market, ProviderKind};
+
+fn pool(max: u32, step: u32, warm: u32) -> PoolSpec {
+    PoolSpec {
+        name: "llama".parse().unwrap(),
+        account: "ml".parse().unwrap(),
+        offerings: vec!["cheap".parse().unwrap(), "dear".parse().unwrap()],
+        min_replicas: 0,
+        max_replicas: max,
+        max_scale_up_per_step: step,
+        warm_pool_size: warm,
+        ladder: ColdStartLadder {
+            node_acquisition: Duration::from_secs(60),
+            image_pull: Duration::from_secs(30),
+            weight_load: Duration::from_secs(60),
+            compile: Duration::from_secs(30),
+            warmup: Duration::from_secs(10),
+        },
+        scaling: ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            ..ScalingPolicy::default()
+        },
+        supply: SupplyPolicy::default(),
+    }
+}
+
+fn offering(id: &str, price: &str, available: bool) -> OfferingChoice {
+    OfferingChoice {
+        offering: Offering {
+            id: id.parse().unwrap(),
+            provider: ProviderKind::Sim,
+            region: "us-east-1".into(),
+            zone: "use1-az1".into(),
+            instance_type: "g5.xlarge".into(),
+            market: Market::OnDemand,
+            price_usd_per_hour: price.parse().unwrap(),
+            gpus_per_node: 1,
+        },
+        available,
+        recent_refusals: 0,
+        reservation_free: None,
+    }
+}
+
+fn node(id: &str, state: NodeState, destination: Destination) -> NodeView {
+    NodeView {
+        id: NodeId(id.into()),
+        state,
+        offering: "cheap".parse().unwrap(),
+        market: Market::OnDemand,
+        request: None,
+        destination,
+        price_usd_per_hour: "1".parse().unwrap(),
+        reclaiming: false,
+    }
+}
+
+fn input<'a>(
+    pool: &'a PoolSpec,
+    offerings: &'a [OfferingChoice],
+    nodes: &'a [NodeView],
+    target: u32,
+) -> PlanInput<'a> {
+    PlanInput {
+        pool,
+        offerings,
+        nodes,
+        controller_target: target,
+        borrowed: 0,
+        requests: &[],
+        budget: None,
+        budget_action: HardAction::Clamp,
+        hold_horizon: Duration::from_secs(3600),
+        launches_in_period: 0,
+        global_room: None,
+    }
+}
+
+fn launches(plan: &Plan) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch { offering, .. } => Some(offering.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn wakes_warm_nodes_before_launching_the_cheapest_offering() {
+    let p = pool(10, 4, 0);
+    let offerings = [offering("dear", "5", true), offering("cheap", "2", true)];
+    let nodes = [node("w1", NodeState::Warm, Destination::Warm)];
+    let plan = plan(&input(&p, &offerings, &nodes, 3));
+    assert!(matches!(&plan.actions[0], Action::Wake { node, .. } if node.0 == "w1"));
+    assert_eq!(launches(&plan), ["cheap", "cheap"]);
+}
+
+#[test]
+fn falls_back_past_unavailable_offerings_and_refuses_when_none_is_left() {
+    let p = pool(10, 4, 0);
+    let offerings = [offering("cheap", "2", false), offering("dear", "5", true)];
+    assert_eq!(launches(&plan(&input(&p, &offerings, &[], 1))), ["dear"]);
+
+    let none = [offering("cheap", "2", false), offering("dear", "5", false)];
+    let refused = plan(&input(&p, &none, &[], 2));
+    assert_eq!(
+        refused.actions,
+        [Action::Refuse {
+            request: None,
+            count: 2,
+            reason: RefusalReason::NoOffering
+        }]
+    );
+}
+
+#[test]
+fn per_step_limit_defers_and_max_replicas_refuses() {
+    let offerings = [offering("cheap", "2", true)];
+    let stepped = plan(&input(&pool(50, 2, 0), &offerings, &[], 12));
+    assert_eq!(launches(&stepped).len(), 2);
+    assert_eq!(stepped.deferred, 10);
+
+    let capped = plan(&input(&pool(3, 10, 0), &offerings, &[], 5));
+    assert_eq!(launches(&capped).len(), 3);
+    assert!(capped.actions.contains(&Action::Refuse {
+        request: None,
+        count: 2,
+        reason: RefusalReason::MaxReplicas
+    }));
+}
+
+#[test]
+fn budget_refuses_what_the_ceiling_cannot_hold() {
+    let p = pool(10, 10, 0);
+    let offerings = [offering("cheap", "2", true)];
+    let mut i = input(&p, &offerings, &[], 5);
+    // $5 left, each launch holds one hour at $2: two fit.
+    i.budget = Some(BudgetStanding {
+        ceiling: "100".parse().unwrap(),
+        spent: "90".parse().unwrap(),
+        held: "5".parse().unwrap(),
+    });
+    let planned = plan(&i);
+    assert_eq!(launches(&planned).len(), 2);
+    assert!(planned.actions.contains(&Action::Refuse {
+        request: None,
+        count: 3,
+        reason: RefusalReason::Budget
+    }));
+}
+
+#[test]
+fn requests_are_served_by_priority_before_organic_demand() {
+    let p = pool(2, 10, 0);
+    let offerings = [offering("cheap", "2", true)];
+    let t: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let requests = [
+        OpenRequest {
+            id: RequestId("low".into()),
+            replicas: 2,
+            priority: Priority::Low,
+            created_at: t,
+        },
+        OpenRequest {
+            id: RequestId("crit".into()),
+            replicas: 1,
+            priority: Priority::Critical,
+            created_at: t,
+        },
+    ];
+    let mut i = input(&p, &offerings, &[], 0);
+    i.requests = &requests;
+    let planned = plan(&i);
+    assert!(
+        matches!(&planned.actions[0], Action::Launch { request: Some(r), .. } if r.0 == "crit")
+    );
+    assert!(planned.actions.contains(&Action::Refuse {
+        request: Some(RequestId("low".into())),
+        count: 1,
+        reason: RefusalReason::MaxReplicas
+    }));
+}
+
+#[test]
+fn scale_in_refills_the_warm_pool_before_terminating() {
+    let p = pool(10, 4, 1);
+    let offerings = [offering("cheap", "2", true)];
+    let nodes = [
+        node("a", NodeState::Serving, Destination::Serve),
+        node("b", NodeState::Serving, Destination::Serve),
+        node("c", NodeState::Serving, Destination::Serve),
+    ];
+    let planned = plan(&input(&p, &offerings, &nodes, 1));
+    let releases: Vec<bool> = planned
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Release { to_warm, .. } => Some(*to_warm),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(releases, [true, false]);
+    assert!(
+        launches(&planned).is_empty(),
+        "the released node refills the warm pool"
+    );
+}
+
+#[test]
+fn refills_an_empty_warm_pool() {
+    let p = pool(10, 4, 2);
+    let offerings = [offering("cheap", "2", true)];
+    let planned = plan(&input(&p, &offerings, &[], 0));
+    assert_eq!(planned.actions.len(), 2);
+    assert!(planned.actions.iter().all(|a| matches!(
+        a,
+        Action::Launch {
+            destination: Destination::Warm,
+            ..
+        }
+    )));
+}
+
+mod budget_action_tests {
+    use std::time::Duration;
+
+    use crate::planner::*;
+    use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
+    use crate::{Market, ProviderKind};
+
+    fn plan_with(action: HardAction) -> Plan {
+        let pool = PoolSpec {
+            name: "p".parse().unwrap(),
+            account: "a".parse().unwrap(),
+            offerings: vec!["o".parse().unwrap()],
+            min_replicas: 0,
+            max_replicas: 10,
+            max_scale_up_per_step: 10,
+            warm_pool_size: 0,
+            ladder: ColdStartLadder {
+                node_acquisition: Duration::ZERO,
+                image_pull: Duration::ZERO,
+                weight_load: Duration::ZERO,
+                compile: Duration::ZERO,
+                warmup: Duration::ZERO,
+            },
+            scaling: ScalingPolicy {
+                replica_throughput_rps: 1.0,
+                ..ScalingPolicy::default()
+            },
+            supply: SupplyPolicy::default(),
+        };
+        let offerings = [OfferingChoice {
+            offering: Offering {
+                id: "o".parse().unwrap(),
+                provider: ProviderKind::Sim,
+                region: "r".into(),
+                zone: "z".into(),
+                instance_type: "t".into(),
+                market: Market::OnDemand,
+                price_usd_per_hour: "1".parse().unwrap(),
+                gpus_per_node: 1,
+            },
+            available: true,
+            recent_refusals: 0,
+            reservation_free: None,
+        }];
+        let requests = [OpenRequest {
+            id: RequestId("r".into()),
+            replicas: 3,
+            priority: Priority::Normal,
+            created_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+        }];
+        plan(&PlanInput {
+            pool: &pool,
+            offerings: &offerings,
+            nodes: &[],
+            controller_target: 0,
+            borrowed: 0,
+            requests: &requests,
+            // Two of the three one-dollar holds fit.
+            budget: Some(BudgetStanding {
+                ceiling: "2".parse().unwrap(),
+                spent: Money::ZERO,
+                held: Money::ZERO,
+            }),
+            budget_action: action,
+            hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: None,
+        })
+    }
+
+    #[test]
+    fn refuse_is_all_or_nothing_and_clamp_launches_what_fits() {
+        let refused = plan_with(HardAction::Refuse);
+        assert_eq!(
+            refused.actions,
+            [Action::Refuse {
+                request: Some(RequestId("r".into())),
+                count: 3,
+                reason: RefusalReason::Budget
+            }]
+        );
+        let clamped = plan_with(HardAction::Clamp);
+        assert_eq!(clamped.actions.len(), 3, "two launches and one refusal");
+        assert_eq!(
+            clamped.actions[2],
+            Action::Refuse {
+                request: Some(RequestId("r".into())),
+                count: 1,
+                reason: RefusalReason::Budget
+            }
+        );
+    }
+}
+
+mod supply_tests {
+    use std::time::Duration;
+
+    use crate::ProviderKind;
+    use crate::planner::*;
+    use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
+
+    fn pool(offerings: &[String], supply: SupplyPolicy) -> PoolSpec {
+        PoolSpec {
+            name: "llama".parse().unwrap(),
+            account: "ml".parse().unwrap(),
+            offerings: offerings.iter().map(|o| o.parse().unwrap()).collect(),
+            min_replicas: 0,
+            max_replicas: 100,
+            max_scale_up_per_step: 100,
+            warm_pool_size: 0,
+            ladder: ColdStartLadder {
+                node_acquisition: Duration::from_secs(60),
+                image_pull: Duration::from_secs(30),
+                weight_load: Duration::from_secs(60),
+                compile: Duration::from_secs(30),
+                warmup: Duration::from_secs(10),
+            },
+            scaling: ScalingPolicy::default(),
+            supply,
+        }
+    }
+
+    /// `id` is "<region>/<zone>/<type>/<market>".
+    fn offering(id: &str, price: &str) -> OfferingChoice {
+        let parts: Vec<&str> = id.split('/').collect();
+        OfferingChoice::new(Offering {
+            id: id.replace('/', "-").parse().unwrap(),
+            provider: ProviderKind::Sim,
+            region: parts[0].into(),
+            zone: parts[1].into(),
+            instance_type: parts[2].into(),
+            market: Market::parse(parts[3]).unwrap(),
+            price_usd_per_hour: price.parse().unwrap(),
+            gpus_per_node: 8,
+        })
+    }
+
+    fn ids(choices: &[OfferingChoice]) -> Vec<String> {
+        choices.iter().map(|c| c.offering.id.to_string()).collect()
+    }
+
+    fn node(id: &str, state: NodeState, market: Market, price: &str) -> NodeView {
+        NodeView {
+            id: NodeId(id.into()),
+            state,
+            offering: "any".parse().unwrap(),
+            market,
+            request: None,
+            destination: if state.is_warm() {
+                Destination::Warm
+            } else {
+                Destination::Serve
+            },
+            price_usd_per_hour: price.parse().unwrap(),
+            reclaiming: false,
+        }
+    }
+
+    fn run(pool: &PoolSpec, offerings: &[OfferingChoice], nodes: &[NodeView], target: u32) -> Plan {
+        plan(&PlanInput {
+            pool,
+            offerings,
+            nodes,
+            controller_target: target,
+            borrowed: 0,
+            requests: &[],
+            budget: None,
+            budget_action: HardAction::Clamp,
+            hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: None,
+        })
+    }
+
+    /// Replicas refused for `reason` in `plan`.
+    fn refused(plan: &Plan, reason: RefusalReason) -> u32 {
+        plan.actions
+            .iter()
+            .map(|a| match a {
+                Action::Refuse {
+                    count, reason: r, ..
+                } if *r == reason => *count,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    fn launched(plan: &Plan) -> Vec<(String, Option<FallbackKind>)> {
+        plan.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Launch {
+                    offering, fallback, ..
+                } => Some((offering.to_string(), *fallback)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reservations_come_before_new_capacity_and_stop_when_full() {
+        let mut reserved = offering("r1/z1/p5/reserved", "30");
+        reserved.reservation_free = Some(2);
+        let offerings = [offering("r1/z1/p5/on-demand", "55"), reserved];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let got: Vec<String> = launched(&run(&p, &offerings, &[], 3))
+            .into_iter()
+            .map(|l| l.0)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "r1-z1-p5-reserved",
+                "r1-z1-p5-reserved",
+                "r1-z1-p5-on-demand"
+            ]
+        );
+    }
+
+    #[test]
+    fn on_demand_base_then_spot_share_like_a_mixed_instances_policy() {
+        let offerings = [
+            offering("r1/z1/g6/on-demand", "0.80"),
+            offering("r1/z1/g6/spot", "0.30"),
+        ];
+        let supply = SupplyPolicy {
+            on_demand_base: 2,
+            spot_percent_above_base: 50,
+            ..SupplyPolicy::default()
+        };
+        let p = pool(&ids(&offerings), supply);
+        let got = launched(&run(&p, &offerings, &[], 6));
+        let spot = got.iter().filter(|l| l.0.ends_with("spot")).count();
+        assert_eq!(got.len(), 6);
+        // Two on-demand for the base, then half of the remaining four on spot.
+        assert!(
+            got[..2].iter().all(|l| l.0.ends_with("on-demand")),
+            "{got:?}"
+        );
+        assert_eq!(spot, 2, "{got:?}");
+    }
+
+    #[test]
+    fn spot_refused_falls_back_to_on_demand_and_the_price_cap_excludes_dear_spot() {
+        let mut spot = offering("r1/z1/g6/spot", "0.30");
+        spot.available = false;
+        let offerings = [spot, offering("r1/z1/g6/on-demand", "0.80")];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let got = launched(&run(&p, &offerings, &[], 1));
+        assert_eq!(got[0].0, "r1-z1-g6-on-demand");
+
+        let offerings = [
+            offering("r1/z1/g6/spot", "0.60"),
+            offering("r1/z1/g6/on-demand", "0.80"),
+        ];
+        let capped = SupplyPolicy {
+            spot_max_price: Some("0.50".parse().unwrap()),
+            ..SupplyPolicy::default()
+        };
+        let got = launched(&run(&pool(&ids(&offerings), capped), &offerings, &[], 1));
+        assert_eq!(
+            got[0].0, "r1-z1-g6-on-demand",
+            "spot above the cap is not bought"
+        );
+    }
+
+    #[test]
+    fn recent_refusals_outrank_a_small_price_difference() {
+        let mut cheap = offering("r1/z1/p4d/on-demand", "20");
+        cheap.recent_refusals = 2;
+        let offerings = [cheap, offering("r1/z2/p4d/on-demand", "22")];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let got = launched(&run(&p, &offerings, &[], 1));
+        assert_eq!(
+            got,
+            [("r1-z2-p4d-on-demand".to_string(), Some(FallbackKind::Zone))]
+        );
+    }
+
+    #[test]
+    fn each_fallback_is_named_by_the_widest_step_it_took() {
+        let first = offering("r1/z1/p4d/on-demand", "20");
+        for (other, kind) in [
+            ("r1/z1/p5/on-demand", FallbackKind::InstanceType),
+            ("r1/z2/p4d/on-demand", FallbackKind::Zone),
+            ("r2/z9/p4d/on-demand", FallbackKind::Region),
+        ] {
+            let mut gone = first.clone();
+            gone.available = false;
+            let offerings = [gone, offering(other, "30")];
+            let p = pool(&ids(&offerings), SupplyPolicy::default());
+            assert_eq!(
+                launched(&run(&p, &offerings, &[], 1))[0].1,
+                Some(kind),
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_offering_left_is_unserved_for_the_fallback_pool() {
+        let mut gone = offering("r1/z1/p4d/on-demand", "20");
+        gone.available = false;
+        let offerings = [gone];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let planned = run(&p, &offerings, &[], 3);
+        assert_eq!(planned.unserved, 3);
+        assert_eq!(refused(&planned, RefusalReason::NoOffering), 3);
+    }
+
+    #[test]
+    fn the_global_ceiling_and_the_period_limit_clamp() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let mut input = PlanInput {
+            pool: &p,
+            offerings: &offerings,
+            nodes: &[],
+            controller_target: 5,
+            borrowed: 0,
+            requests: &[],
+            budget: None,
+            budget_action: HardAction::Clamp,
+            hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: Some(2),
+        };
+        let ceiling = plan(&input);
+        assert_eq!(launched(&ceiling).len(), 2);
+        assert_eq!(refused(&ceiling, RefusalReason::GlobalCeiling), 3);
+
+        let limited = PlanInput {
+            pool: &pool(
+                &ids(&offerings),
+                SupplyPolicy {
+                    max_launches_per_period: Some(4),
+                    ..SupplyPolicy::default()
+                },
+            ),
+            ..input.clone()
+        };
+        input = PlanInput {
+            launches_in_period: 3,
+            global_room: None,
+            ..limited
+        };
+        let period = plan(&input);
+        assert_eq!(
+            launched(&period).len(),
+            1,
+            "four per period, three already made"
+        );
+        assert_eq!(period.deferred, 4);
+    }
+
+    #[test]
+    fn running_warm_nodes_wake_before_stopped_ones() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let mut nodes = [
+            node("stopped", NodeState::Warm, Market::OnDemand, "20"),
+            node("running", NodeState::Standby, Market::OnDemand, "20"),
+        ];
+        for n in &mut nodes {
+            n.offering = offerings[0].offering.id.clone();
+        }
+        let mut p = pool(&ids(&offerings), SupplyPolicy::default());
+        p.warm_pool_size = 2;
+        let planned = run(&p, &offerings, &nodes, 1);
+        assert!(matches!(&planned.actions[0], Action::Wake { node, .. } if node.0 == "running"));
+        // The stopped node stays parked; the floor of two is refilled with a new warm node.
+        assert!(matches!(
+            &planned.actions[1..],
+            [Action::Launch {
+                destination: Destination::Warm,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn a_reclaimed_node_is_replaced_before_it_is_gone() {
+        let offerings = [
+            offering("r1/z1/g6/spot", "0.3"),
+            offering("r1/z1/g6/on-demand", "0.8"),
+        ];
+        let mut doomed = node("doomed", NodeState::Serving, Market::Spot, "0.3");
+        doomed.reclaiming = true;
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let planned = run(&p, &offerings, &[doomed], 1);
+        assert_eq!(
+            launched(&planned).len(),
+            1,
+            "the replacement is planned at once"
+        );
+        assert!(
+            !planned
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Release { .. }))
+        );
+    }
+
+    #[test]
+    fn scale_in_releases_on_demand_before_reserved_and_never_a_booting_node() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let nodes = [
+            node("reserved", NodeState::Serving, Market::Reserved, "12"),
+            node("on-demand", NodeState::Serving, Market::OnDemand, "20"),
+            node("spot", NodeState::Serving, Market::Spot, "8"),
+            node("booting", NodeState::Booting, Market::OnDemand, "30"),
+        ];
+        let mut p = pool(&ids(&offerings), SupplyPolicy::default());
+        p.min_replicas = 1;
+        let planned = run(&p, &offerings, &nodes, 0);
+        let released: Vec<&str> = planned
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Release { node, .. } => Some(node.0.as_str()),
+                _ => None,
+            })
+            .collect();
+        // Four active, min one: three are surplus, but the booting node may not go, and one
+        // serving node stays until it is ready.
+        assert_eq!(released, ["on-demand", "spot"]);
+    }
+
+    #[test]
+    fn a_lowered_warm_floor_gives_back_parked_nodes() {
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let mut nodes = [
+            node("w1", NodeState::Warm, Market::OnDemand, "20"),
+            node("w2", NodeState::Warm, Market::OnDemand, "20"),
+        ];
+        for n in &mut nodes {
+            n.offering = offerings[0].offering.id.clone();
+        }
+        let mut p = pool(&ids(&offerings), SupplyPolicy::default());
+        p.warm_pool_size = 1;
+        let planned = run(&p, &offerings, &nodes, 0);
+        assert_eq!(
+            planned
+                .actions
+                .iter()
+                .filter(|a| matches!(a, Action::Release { to_warm: false, .. }))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn rebalancing_replaces_on_demand_with_cheaper_spot_make_before_break() {
+        let offerings = [
+            offering("us-east-1/a/p4d/spot", "1.00"),
+            offering("us-east-1/a/p4d/on-demand", "2.00"),
+        ];
+        let ids = ids(&offerings);
+        let on = SupplyPolicy {
+            rebalance_to_spot: true,
+            ..SupplyPolicy::default()
+        };
+        let rebalancing = pool(&ids, on);
+        let od = |i: u32| {
+            node(
+                &format!("od{i}"),
+                NodeState::Serving,
+                Market::OnDemand,
+                "2.00",
+            )
+        };
+        let eight: Vec<NodeView> = (0..8).map(od).collect();
+
+        // At target with every node serving: a quarter of the pool gets spot replacements.
+        let plan = run(&rebalancing, &offerings, &eight, 8);
+        let launched: Vec<String> = launches_of(&plan);
+        assert_eq!(launched, ["us-east-1-a-p4d-spot"; 2], "{plan:?}");
+        assert!(
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Release { .. }))
+        );
+
+        // While they boot nothing else happens: no second batch, no release yet.
+        let mut nodes = eight.clone();
+        nodes.push(node("s0", NodeState::Booting, Market::Spot, "1.00"));
+        nodes.push(node("s1", NodeState::Booting, Market::Spot, "1.00"));
+        let plan = run(&rebalancing, &offerings, &nodes, 8);
+        assert!(plan.actions.is_empty(), "{plan:?}");
+
+        // Once they serve, two on-demand nodes are released.
+        nodes.truncate(8);
+        nodes.push(node("s0", NodeState::Serving, Market::Spot, "1.00"));
+        nodes.push(node("s1", NodeState::Serving, Market::Spot, "1.00"));
+        let plan = run(&rebalancing, &offerings, &nodes, 8);
+        let released: Vec<&NodeId> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Release { node, .. } => Some(node),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(released.len(), 2, "{plan:?}");
+        assert!(released.iter().all(|n| n.0.starts_with("od")));
+
+        // A pool at its max_replicas rebalances too: the replacements go past it while they boot.
+        let mut full = rebalancing.clone();
+        full.max_replicas = 8;
+        assert_eq!(launches_of(&run(&full, &offerings, &eight, 8)).len(), 2);
+
+        // Off by default, and never onto spot that is not cheaper or not there.
+        let plain = pool(&ids, SupplyPolicy::default());
+        assert!(run(&plain, &offerings, &eight, 8).actions.is_empty());
+        let dear = [
+            offering("us-east-1/a/p4d/spot", "2.50"),
+            offering("us-east-1/a/p4d/on-demand", "2.00"),
+        ];
+        assert!(run(&rebalancing, &dear, &eight, 8).actions.is_empty());
+        let mut gone = offerings.clone();
+        gone[0].available = false;
+        assert!(run(&rebalancing, &gone, &eight, 8).actions.is_empty());
+    }
+
+    fn launches_of(plan: &Plan) -> Vec<String> {
+        plan.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Launch { offering, .. } => Some(offering.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+}

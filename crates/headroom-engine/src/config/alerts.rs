@@ -1,0 +1,31 @@
+//! `[alerts]`: how often a firing alert repeats, how long a refusal keeps one firing, and the
+//! webhooks that receive them.
+
+use super::Problems;
+use super::raw::RawAlerts;
+use crate::alerts::AlertSettings;
+
+pub(super) fn alerts(raw: RawAlerts, p: &mut Problems) -> AlertSettings {
+    let defaults = AlertSettings::default();
+    let alerts = AlertSettings {
+        repeat_interval: match &raw.repeat_interval {
+            Some(t) => p.duration("alerts.repeat_interval", t),
+            None => defaults.repeat_interval,
+        },
+        refusal_window: match &raw.refusal_window {
+            Some(t) => p.duration("alerts.refusal_window", t),
+            None => defaults.refusal_window,
+        },
+        webhooks: raw.webhooks,
+    };
+    for (i, w) in alerts.webhooks.iter().enumerate() {
+        if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+            p.add(
+                &format!("alerts.webhooks[{i}].url"),
+                format!("{:?} is not an http:// or https:// URL", w.url),
+                "give the receiver's address, e.g. \"https://hooks.slack.com/services/…\"",
+            );
+        }
+    }
+    alerts
+}

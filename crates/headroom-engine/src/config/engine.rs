@@ -1,0 +1,55 @@
+//! `[engine]`: the reconcile loop's pace, holds, cooldowns and the global ceiling.
+
+use std::time::Duration;
+
+use super::raw::RawEngine;
+use super::{EngineSettings, OrphanPolicy, Problems};
+
+pub(super) fn engine(raw: &RawEngine, p: &mut Problems) -> EngineSettings {
+    let engine = EngineSettings {
+        tick: p.duration("engine.tick", &raw.tick),
+        hold_horizon: p.duration("engine.hold_horizon", &raw.hold_horizon),
+        offering_cooldown: p.duration("engine.offering_cooldown", &raw.offering_cooldown),
+        provider_timeout: p.duration("engine.provider_timeout", &raw.provider_timeout),
+        global_max_nodes: raw.global_max_nodes,
+        price_refresh: p.duration("engine.price_refresh", &raw.price_refresh),
+        orphan_policy: orphan_policy(&raw.orphan_policy, p),
+    };
+    if !engine.price_refresh.is_zero() && engine.price_refresh < Duration::from_secs(10) {
+        p.add(
+            "engine.price_refresh",
+            "must be at least 10s (price history calls are rate-limited)",
+            "use e.g. \"5m\", or \"0s\" to keep the configured prices",
+        );
+    }
+    if engine.global_max_nodes == Some(0) {
+        p.add(
+            "engine.global_max_nodes",
+            "must be at least 1",
+            "raise it, or remove it for no ceiling",
+        );
+    }
+    if engine.tick < Duration::from_millis(50) || engine.tick > Duration::from_secs(300) {
+        p.add(
+            "engine.tick",
+            "must be between 50ms and 5m",
+            "use e.g. \"1s\"",
+        );
+    }
+    engine
+}
+
+fn orphan_policy(text: &str, p: &mut Problems) -> OrphanPolicy {
+    match text {
+        "terminate" => OrphanPolicy::Terminate,
+        "report" => OrphanPolicy::Report,
+        other => {
+            p.add(
+                "engine.orphan_policy",
+                format!("{other:?} is not a policy"),
+                "write \"terminate\" or \"report\"",
+            );
+            OrphanPolicy::Terminate
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! The configuration file: parsed once at the edge into core types, every mistake reported as one
+//! line that names the key and the fix.
+//!
+//! `raw` is the file as serde reads it; each section has its validator (a function of its raw
+//! table and the `Problems` collector that returns the validated part), and
+//! `RawConfig::validate` runs them top-down with the checks that span sections. Problems come
+//! section by section in that fixed order, each pool's together, so the same file always gets
+//! the same lines.
+
+mod alerts;
+mod api;
+mod budgets;
+mod engine;
+mod offerings;
+mod pools;
+mod raw;
+mod scaling;
+mod scrape;
+mod supply;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use headroom_core::pool::ColdStartLadder;
+use headroom_core::{AccountName, Budget, Offering, OfferingId, PoolName, PoolSpec, ProviderKind};
+
+use raw::{RawConfig, RawLadder, RawSim, default_listen};
+
+/// Everything wrong with a configuration file, one problem per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Tags every instance Headroom launches, so a restart can tell its own instances apart.
+    pub cluster_id: String,
+    pub listen: SocketAddr,
+    pub database_url: Option<String>,
+    pub engine: EngineSettings,
+    pub sim: SimSettings,
+    pub offerings: Vec<OfferingConfig>,
+    pub pools: Vec<PoolSpec>,
+    pub budgets: Vec<Budget>,
+    pub alerts: crate::alerts::AlertSettings,
+    pub api: ApiSettings,
+    /// Per pool, the service classes whose oldest age counts (all when absent).
+    pub age_classes: BTreeMap<PoolName, Vec<String>>,
+    /// Pools whose signals are scraped from a Prometheus text endpoint.
+    pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
+    /// The `[aws]` table, parsed by the AWS provider crate.
+    pub aws: Option<toml::Table>,
+    /// The `[gcp]` table, parsed by the GCP provider crate.
+    pub gcp: Option<toml::Table>,
+    /// The `[kube]` table, parsed by `headroom-kube` (readiness and drains from a cluster).
+    pub kube: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineSettings {
+    /// How often the reconcile loop runs when nothing wakes it.
+    pub tick: Duration,
+    /// Running time each wake or launch holds against its budget.
+    pub hold_horizon: Duration,
+    /// How long an offering the cloud refused for capacity is skipped.
+    pub offering_cooldown: Duration,
+    /// A cloud call still unanswered after this is abandoned as a transient error.
+    pub provider_timeout: Duration,
+    /// The governor's ceiling across every pool: nodes that exist (starting, serving, warm).
+    pub global_max_nodes: Option<u32>,
+    /// How often live prices (spot) are asked of the cloud; zero keeps the configured prices.
+    pub price_refresh: Duration,
+    /// What happens to instances tagged as this deployment's that the ledger does not know.
+    pub orphan_policy: OrphanPolicy,
+}
+
+/// `engine.orphan_policy`: what reconciliation does with an orphan (an instance tagged with this
+/// deployment's cluster id that the ledger does not know).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OrphanPolicy {
+    /// Terminate it: it costs money and serves nobody.
+    #[default]
+    Terminate,
+    /// Leave it, and say so (alert `OrphanInstances`, metric, decision log): for adopting
+    /// Headroom into an account where instances may already carry its tags.
+    Report,
+}
+
+impl OrphanPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrphanPolicy::Terminate => "terminate",
+            OrphanPolicy::Report => "report",
+        }
+    }
+}
+
+/// `[api]`: limits every request meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSettings {
+    /// Requests per second per token (the whole API when authentication is off)...
+    pub requests_per_second: u32,
+    /// ...with this burst on top.
+    pub burst: u32,
+    pub request_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SimSettings {
+    pub seed: u64,
+    /// Keep the simulated cloud's state in this file, shared by every process that names it.
+    pub state_file: Option<std::path::PathBuf>,
+    pub gpu_quota_per_region: BTreeMap<String, u32>,
+}
+
+/// An offering plus what the simulated cloud needs to imitate it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferingConfig {
+    pub offering: Offering,
+    /// Simulated cloud only: instances that can run at once.
+    pub sim_capacity: u32,
+    /// Simulated cloud only: the ladder this offering's nodes actually climb.
+    pub sim_ladder: ColdStartLadder,
+    /// Simulated cloud only: mean interruptions per spot instance-hour.
+    pub sim_spot_interruptions_per_hour: f64,
+    /// For market "reserved": the reservation or capacity block behind the offering.
+    pub reservation: Option<Reservation>,
+}
+
+/// A reservation (or capacity block): nodes already committed to, usable by the pools that list
+/// its offering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    pub nodes: u32,
+    /// When it ends, if it does: alerts warn before.
+    pub ends_at: Option<headroom_core::Timestamp>,
+}
+
+impl Config {
+    pub fn pool(&self, name: &PoolName) -> Option<&PoolSpec> {
+        self.pools.iter().find(|p| &p.name == name)
+    }
+
+    pub fn offering(&self, id: &OfferingId) -> Option<&Offering> {
+        self.offerings
+            .iter()
+            .map(|o| &o.offering)
+            .find(|o| &o.id == id)
+    }
+
+    /// The clouds the offerings name, each once, in a stable order.
+    pub fn providers(&self) -> BTreeSet<ProviderKind> {
+        self.offerings.iter().map(|o| o.offering.provider).collect()
+    }
+
+    pub fn budget(&self, account: &AccountName) -> Option<&Budget> {
+        self.budgets.iter().find(|b| &b.account == account)
+    }
+
+    /// Parses and validates a configuration file's text. `origin` names it in messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| ConfigErrors(vec![describe_toml_error(&e, text, origin)]))?;
+        raw.validate(origin)
+    }
+}
+
+/// Turns a TOML/serde error into one line: where, which key, what is wrong, how to fix it.
+fn describe_toml_error(err: &toml::de::Error, text: &str, origin: &str) -> String {
+    let message = err.message().replace('\n', " ");
+    let Some(span) = err.span() else {
+        return format!("{origin}: {message}");
+    };
+    let line_no = text[..span.start.min(text.len())].matches('\n').count() + 1;
+    let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().to_string())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    let fix = if message.contains("unknown field") {
+        "remove it or correct its spelling"
+    } else if message.contains("missing field") {
+        "add it to this table"
+    } else if message.contains("expected u32")
+        || message.contains("expected u64")
+        || message.contains("expected u8")
+    {
+        "use a whole number that is zero or more"
+    } else if message.contains("duration") {
+        "write a duration such as \"90s\", \"5m\" or \"1h\""
+    } else if message.contains("amount") {
+        "write an amount in US dollars such as \"12.50\""
+    } else {
+        "correct the value"
+    };
+    match key {
+        Some(key) => format!("{origin}:{line_no}: key `{key}`: {message}; fix: {fix}"),
+        None => format!("{origin}:{line_no}: {message}; fix: {fix}"),
+    }
+}
+
+/// Collects validation problems, each tied to a key path.
+struct Problems<'a> {
+    origin: &'a str,
+    lines: Vec<String>,
+}
+
+impl Problems<'_> {
+    fn add(&mut self, key: &str, what: impl fmt::Display, fix: impl fmt::Display) {
+        self.lines
+            .push(format!("{}: key `{key}`: {what}; fix: {fix}", self.origin));
+    }
+
+    fn duration(&mut self, key: &str, text: &str) -> Duration {
+        match humantime::parse_duration(text) {
+            Ok(d) => d,
+            Err(e) => {
+                self.add(
+                    key,
+                    format!("{text:?} is not a duration ({e})"),
+                    "write a duration such as \"90s\", \"5m\" or \"1h\"",
+                );
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// A `[pools.ladder]` or `[offerings.sim_ladder]` table.
+    fn ladder(&mut self, key: &str, raw: &RawLadder) -> ColdStartLadder {
+        ColdStartLadder {
+            node_acquisition: self
+                .duration(&format!("{key}.node_acquisition"), &raw.node_acquisition),
+            image_pull: self.duration(&format!("{key}.image_pull"), &raw.image_pull),
+            weight_load: self.duration(&format!("{key}.weight_load"), &raw.weight_load),
+            compile: self.duration(&format!("{key}.compile"), &raw.compile),
+            warmup: self.duration(&format!("{key}.warmup"), &raw.warmup),
+        }
+    }
+}
+
+/// A typical GPU node ladder, for simulated offerings that do not set their own.
+pub const DEFAULT_SIM_LADDER: ColdStartLadder = ColdStartLadder {
+    node_acquisition: Duration::from_secs(60),
+    image_pull: Duration::from_secs(45),
+    weight_load: Duration::from_secs(90),
+    compile: Duration::from_secs(30),
+    warmup: Duration::from_secs(15),
+};
+
+impl RawConfig {
+    fn validate(self, origin: &str) -> Result<Config, ConfigErrors> {
+        let mut p = Problems {
+            origin,
+            lines: vec![],
+        };
+        cluster_id(&self.cluster_id, &mut p);
+        let listen = listen(&self.listen, &mut p);
+        let engine = engine::engine(&self.engine, &mut p);
+        let offerings = offerings::offerings(self.offerings, &mut p);
+        // Pools name offerings and charge accounts: both are checked as each pool is read, so
+        // a pool's problems stay together.
+        let known = Known {
+            offerings: offerings.iter().map(|o| o.offering.id.clone()).collect(),
+            budget_accounts: self.budgets.iter().map(|b| b.account.clone()).collect(),
+        };
+        let pools = pools::pools(self.pools, &known, &mut p);
+        fallback_pools(&pools.specs, &mut p);
+        let budgets = budgets::budgets(self.budgets, &mut p);
+        let alerts = alerts::alerts(self.alerts, &mut p);
+        let api = api::api(&self.api, &mut p);
+        if !p.lines.is_empty() {
+            return Err(ConfigErrors(p.lines));
+        }
+        Ok(Config {
+            cluster_id: self.cluster_id,
+            listen,
+            database_url: self.database_url,
+            engine,
+            sim: sim(self.sim),
+            offerings,
+            pools: pools.specs,
+            budgets,
+            alerts,
+            api,
+            age_classes: pools.age_classes,
+            scrape: pools.scrape,
+            aws: self.aws,
+            gcp: self.gcp,
+            kube: self.kube,
+        })
+    }
+}
+
+fn cluster_id(cluster_id: &str, p: &mut Problems) {
+    if cluster_id.trim().is_empty() || cluster_id.len() > 63 {
+        p.add(
+            "cluster_id",
+            "must be 1 to 63 characters",
+            "name this Headroom deployment, e.g. \"prod-use1\"",
+        );
+    }
+}
+
+fn listen(listen: &str, p: &mut Problems) -> SocketAddr {
+    listen.parse().unwrap_or_else(|_| {
+        p.add(
+            "listen",
+            format!("{listen:?} is not an address"),
+            "write host:port, e.g. \"127.0.0.1:8080\"",
+        );
+        default_listen()
+            .parse()
+            .expect("default listen address parses")
+    })
+}
+
+/// `[sim]` has nothing to check: any seed, file and quotas will do.
+fn sim(raw: RawSim) -> SimSettings {
+    SimSettings {
+        seed: raw.seed,
+        state_file: raw.state_file,
+        gpu_quota_per_region: raw.gpu_quota_per_region,
+    }
+}
+
+/// What other sections define, for the checks of the sections that refer to them.
+struct Known {
+    /// Every offering id the file defines.
+    offerings: BTreeSet<OfferingId>,
+    /// Accounts with a `[[budgets]]` entry.
+    budget_accounts: BTreeSet<AccountName>,
+}
+
+impl Known {
+    /// A pool's offerings are defined in `[[offerings]]`.
+    fn check_offerings(&self, key: &str, ids: &[OfferingId], p: &mut Problems) {
+        for (j, id) in ids.iter().enumerate() {
+            if !self.offerings.contains(id) {
+                p.add(
+                    &format!("{key}.offerings[{j}]"),
+                    format!("names unknown offering {id}"),
+                    format!("define [[offerings]] with id = \"{id}\" or remove it"),
+                );
+            }
+        }
+    }
+
+    /// Once any account has a budget, every pool charges one that does.
+    fn check_account(&self, key: &str, account: &AccountName, p: &mut Problems) {
+        if !self.budget_accounts.is_empty() && !self.budget_accounts.contains(account) {
+            p.add(
+                &format!("{key}.account"),
+                format!("account {account} has no budget"),
+                "add a [[budgets]] entry for it or charge an account that has one",
+            );
+        }
+    }
+}
+
+/// A pool's fallback pool exists and has no fallback of its own (one step only).
+fn fallback_pools(pools: &[PoolSpec], p: &mut Problems) {
+    for (i, pool) in pools.iter().enumerate() {
+        let Some(target) = &pool.supply.fallback_pool else {
+            continue;
+        };
+        let key = format!("pools[{i}].supply.fallback_pool");
+        match pools.iter().find(|q| &q.name == target) {
+            None => p.add(
+                &key,
+                format!("names unknown pool {target}"),
+                "name a pool defined in this file",
+            ),
+            Some(q) if q.supply.fallback_pool.is_some() && q.name != pool.name => p.add(
+                &key,
+                format!("pool {target} has a fallback pool of its own"),
+                "fall back one step only: point at a pool without fallback_pool",
+            ),
+            Some(_) => {}
+        }
+    }
+}

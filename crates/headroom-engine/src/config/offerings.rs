@@ -1,0 +1,118 @@
+//! `[[offerings]]`: what can be bought, at what price, and what the simulated cloud imitates.
+
+use std::collections::BTreeSet;
+
+use headroom_core::{Market, Money, Offering, Timestamp};
+
+use super::raw::RawOffering;
+use super::{DEFAULT_SIM_LADDER, OfferingConfig, Problems, Reservation};
+
+pub(super) fn offerings(raw: Vec<RawOffering>, p: &mut Problems) -> Vec<OfferingConfig> {
+    let mut offerings = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, o) in raw.into_iter().enumerate() {
+        let key = format!("offerings[{i}]");
+        if !seen.insert(o.id.clone()) {
+            p.add(
+                &format!("{key}.id"),
+                format!("offering {} is defined twice", o.id),
+                "give each offering its own id",
+            );
+        }
+        offerings.push(offering(&key, o, p));
+    }
+    offerings
+}
+
+fn offering(key: &str, o: RawOffering, p: &mut Problems) -> OfferingConfig {
+    if o.price_usd_per_hour < Money::ZERO {
+        p.add(
+            &format!("{key}.price_usd_per_hour"),
+            "must not be negative",
+            "write the hourly price, e.g. \"55.04\"",
+        );
+    }
+    if o.gpus == 0 {
+        p.add(
+            &format!("{key}.gpus"),
+            "must be at least 1",
+            "set the number of GPUs per node",
+        );
+    }
+    if !(0.0..=1000.0).contains(&o.sim_spot_interruptions_per_hour) {
+        p.add(
+            &format!("{key}.sim_spot_interruptions_per_hour"),
+            "must be between 0 and 1000",
+            "use e.g. 0.05",
+        );
+    }
+    for (field, value) in [
+        ("region", &o.region),
+        ("zone", &o.zone),
+        ("instance_type", &o.instance_type),
+    ] {
+        if value.trim().is_empty() {
+            p.add(&format!("{key}.{field}"), "must not be empty", "fill it in");
+        }
+    }
+    let reservation = reservation(key, &o, p);
+    let sim_ladder = match &o.sim_ladder {
+        Some(l) => p.ladder(&format!("{key}.sim_ladder"), l),
+        None => DEFAULT_SIM_LADDER,
+    };
+    OfferingConfig {
+        offering: Offering {
+            id: o.id,
+            provider: o.provider,
+            region: o.region,
+            zone: o.zone,
+            instance_type: o.instance_type,
+            market: o.market,
+            price_usd_per_hour: o.price_usd_per_hour,
+            gpus_per_node: o.gpus,
+        },
+        sim_capacity: o.sim_capacity,
+        sim_ladder,
+        sim_spot_interruptions_per_hour: o.sim_spot_interruptions_per_hour,
+        reservation,
+    }
+}
+
+/// A reserved offering has its reserved nodes (and maybe an end); no other offering has any.
+fn reservation(key: &str, o: &RawOffering, p: &mut Problems) -> Option<Reservation> {
+    match (o.market, o.reserved_nodes) {
+        (Market::Reserved, Some(nodes)) if nodes > 0 => Some(Reservation {
+            nodes,
+            ends_at: o.reservation_ends.as_deref().and_then(|text| {
+                match text.parse::<Timestamp>() {
+                    Ok(t) => Some(t),
+                    Err(_) => {
+                        p.add(
+                            &format!("{key}.reservation_ends"),
+                            format!("{text:?} is not a timestamp"),
+                            "write RFC 3339, e.g. \"2026-12-31T00:00:00Z\"",
+                        );
+                        None
+                    }
+                }
+            }),
+        }),
+        (Market::Reserved, _) => {
+            p.add(
+                &format!("{key}.reserved_nodes"),
+                "a reserved offering needs the number of nodes reserved",
+                "set reserved_nodes = N (at least 1)",
+            );
+            None
+        }
+        (_, Some(_)) => {
+            p.add(
+                &format!("{key}.reserved_nodes"),
+                "only a reserved offering has reserved nodes",
+                "set market = \"reserved\" or remove reserved_nodes",
+            );
+            None
+        }
+        (_, None) => None,
+    }
+}

@@ -1,0 +1,98 @@
+//! `[[pools]]`: each pool's bounds, its ladder, and (in their own modules) its scaling, supply
+//! and scrape tables; the offerings and account it names are checked against the sections that
+//! define them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use headroom_core::{PoolName, PoolSpec};
+
+use super::raw::RawPool;
+use super::{Known, Problems, scaling, scrape, supply};
+use crate::scrape::ScrapeTarget;
+
+/// The validated pools and what `Config` keeps beside them, per pool.
+pub(super) struct Pools {
+    pub(super) specs: Vec<PoolSpec>,
+    pub(super) scrape: BTreeMap<PoolName, ScrapeTarget>,
+    pub(super) age_classes: BTreeMap<PoolName, Vec<String>>,
+}
+
+pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools {
+    let mut pools = Pools {
+        specs: Vec::new(),
+        scrape: BTreeMap::new(),
+        age_classes: BTreeMap::new(),
+    };
+    let mut names = BTreeSet::new();
+    for (i, raw) in raw.into_iter().enumerate() {
+        let key = format!("pools[{i}]");
+        if !names.insert(raw.name.clone()) {
+            p.add(
+                &format!("{key}.name"),
+                format!("pool {} is defined twice", raw.name),
+                "give each pool its own name",
+            );
+        }
+        if raw.offerings.is_empty() {
+            p.add(
+                &format!("{key}.offerings"),
+                "lists no offering",
+                "list at least one offering id",
+            );
+        }
+        known.check_offerings(&key, &raw.offerings, p);
+        replica_bounds(&key, &raw, p);
+        known.check_account(&key, &raw.account, p);
+        let scaling = scaling::scaling(&format!("{key}.scaling"), &raw.scaling, p);
+        if let Some(classes) = &raw.scaling.age_classes {
+            pools.age_classes.insert(raw.name.clone(), classes.clone());
+        }
+        if let Some(target) = &raw.scrape {
+            let target = scrape::target(&format!("{key}.scrape"), target, p);
+            pools.scrape.insert(raw.name.clone(), target);
+        }
+        let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
+        let supply = supply::supply(&format!("{key}.supply"), &raw.supply, &raw.name, p);
+        pools.specs.push(PoolSpec {
+            name: raw.name,
+            account: raw.account,
+            offerings: raw.offerings,
+            min_replicas: raw.min_replicas,
+            max_replicas: raw.max_replicas,
+            max_scale_up_per_step: raw.max_scale_up_per_step,
+            warm_pool_size: raw.warm_pool_size,
+            ladder,
+            scaling,
+            supply,
+        });
+    }
+    pools
+}
+
+/// `min_replicas`, `max_replicas` and `max_scale_up_per_step` leave the pool room to run.
+fn replica_bounds(key: &str, raw: &RawPool, p: &mut Problems) {
+    if raw.max_replicas == 0 {
+        p.add(
+            &format!("{key}.max_replicas"),
+            "must be at least 1",
+            "set the most replicas this pool may run",
+        );
+    }
+    if raw.min_replicas > raw.max_replicas {
+        p.add(
+            &format!("{key}.min_replicas"),
+            format!(
+                "{} is above max_replicas {}",
+                raw.min_replicas, raw.max_replicas
+            ),
+            "lower min_replicas or raise max_replicas",
+        );
+    }
+    if raw.max_scale_up_per_step == 0 {
+        p.add(
+            &format!("{key}.max_scale_up_per_step"),
+            "must be at least 1",
+            "allow at least one launch per step",
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! `[pools.scaling]`: the controller's rules and their limits; every key but
+//! `replica_throughput_rps` has a default.
+
+use std::time::Duration;
+
+use headroom_core::pool::ScalingPolicy;
+
+use super::Problems;
+use super::raw::RawScaling;
+
+pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPolicy {
+    let d = ScalingPolicy::default();
+    let mut duration = |name: &str, value: &Option<String>, default: Duration| match value {
+        Some(text) => p.duration(&format!("{key}.{name}"), text),
+        None => default,
+    };
+    let policy = ScalingPolicy {
+        target_queue_per_replica: s.target_queue_per_replica,
+        tolerance: s.tolerance.unwrap_or(d.tolerance),
+        oldest_age_threshold: s.oldest_age_threshold.as_ref().map(|_| {
+            duration(
+                "oldest_age_threshold",
+                &s.oldest_age_threshold,
+                Duration::ZERO,
+            )
+        }),
+        replica_throughput_rps: s.replica_throughput_rps,
+        backlog_drain: duration("backlog_drain", &s.backlog_drain, d.backlog_drain),
+        scale_up_breaches: s.scale_up_breaches.unwrap_or(d.scale_up_breaches),
+        breach_window: duration("breach_window", &s.breach_window, d.breach_window),
+        scale_up_limit: s.scale_up_limit.unwrap_or(d.scale_up_limit),
+        scale_up_period: duration("scale_up_period", &s.scale_up_period, d.scale_up_period),
+        scale_down_stabilization: duration(
+            "scale_down_stabilization",
+            &s.scale_down_stabilization,
+            d.scale_down_stabilization,
+        ),
+        scale_down_fraction: s.scale_down_fraction.unwrap_or(d.scale_down_fraction),
+        scale_down_period: duration(
+            "scale_down_period",
+            &s.scale_down_period,
+            d.scale_down_period,
+        ),
+        direction_cooldown: duration(
+            "direction_cooldown",
+            &s.direction_cooldown,
+            d.direction_cooldown,
+        ),
+        min_capacity: s.min_capacity.unwrap_or(d.min_capacity),
+        utilization_high: s.utilization_high.unwrap_or(d.utilization_high),
+        signal_max_age: duration("signal_max_age", &s.signal_max_age, d.signal_max_age),
+        shadow: s.shadow,
+    };
+    check(key, &policy, p);
+    policy
+}
+
+/// The numbers serde cannot check: positive rates, fractions, and counts of at least one.
+fn check(key: &str, policy: &ScalingPolicy, p: &mut Problems) {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    let fraction = |x: f64| x.is_finite() && (0.0..=1.0).contains(&x);
+    if !positive(policy.replica_throughput_rps) {
+        p.add(
+            &format!("{key}.replica_throughput_rps"),
+            "must be a positive number",
+            "measure successful requests per second per ready replica, e.g. 2.5",
+        );
+    }
+    if policy
+        .target_queue_per_replica
+        .is_some_and(|t| !positive(t))
+    {
+        p.add(
+            &format!("{key}.target_queue_per_replica"),
+            "must be a positive number",
+            "use e.g. 2 waiting requests per ready replica",
+        );
+    }
+    if !fraction(policy.tolerance) {
+        p.add(
+            &format!("{key}.tolerance"),
+            "must be between 0 and 1",
+            "use e.g. 0.1",
+        );
+    }
+    if !fraction(policy.scale_down_fraction) {
+        p.add(
+            &format!("{key}.scale_down_fraction"),
+            "must be between 0 and 1",
+            "use e.g. 0.2",
+        );
+    }
+    if !fraction(policy.utilization_high) {
+        p.add(
+            &format!("{key}.utilization_high"),
+            "must be between 0 and 1",
+            "use e.g. 0.7",
+        );
+    }
+    if policy.scale_up_breaches == 0 {
+        p.add(
+            &format!("{key}.scale_up_breaches"),
+            "must be at least 1",
+            "use 1 to scale up on the first breach, or e.g. 2",
+        );
+    }
+    if policy.scale_up_limit == 0 {
+        p.add(
+            &format!("{key}.scale_up_limit"),
+            "must be at least 1",
+            "allow at least one replica per scale_up_period",
+        );
+    }
+    if policy.signal_max_age.is_zero() {
+        p.add(
+            &format!("{key}.signal_max_age"),
+            "must be more than zero",
+            "use e.g. \"30s\"",
+        );
+    }
+}

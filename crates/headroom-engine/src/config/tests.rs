@@ -1,0 +1,174 @@
+use headroom_core::WarmMode;
+
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../../../config/headroom.example.toml");
+
+fn errors(text: &str) -> Vec<String> {
+    Config::parse(text, "t.toml")
+        .expect_err("config should be rejected")
+        .0
+}
+
+#[test]
+fn the_example_is_valid() {
+    let config = Config::parse(EXAMPLE, "example").unwrap();
+    assert_eq!(config.pools.len(), 2);
+    assert_eq!(
+        config
+            .offering(&"use1-p5-od".parse().unwrap())
+            .unwrap()
+            .price_usd_per_hour,
+        "55.04".parse().unwrap()
+    );
+}
+
+#[test]
+fn supply_mistakes_name_the_key_and_the_fix() {
+    let with_supply = |supply: &str| {
+        EXAMPLE.replacen(
+            "\n[pools.ladder]\n",
+            &format!("\n[pools.supply]\n{supply}\n[pools.ladder]\n"),
+            1,
+        )
+    };
+    for (supply, key) in [
+        (
+            "spot_percent_above_base = 150",
+            "pools[0].supply.spot_percent_above_base",
+        ),
+        ("warm_mode = \"tepid\"", "pools[0].supply.warm_mode"),
+        ("fallback_pool = \"nope\"", "pools[0].supply.fallback_pool"),
+        (
+            "fallback_pool = \"llama-70b-interactive\"",
+            "pools[0].supply.fallback_pool",
+        ),
+        (
+            "max_launches_per_period = 0",
+            "pools[0].supply.max_launches_per_period",
+        ),
+    ] {
+        let e = errors(&with_supply(supply));
+        assert!(
+            e.len() == 1 && e[0].contains(key) && e[0].contains("fix:"),
+            "{supply}: {e:?}"
+        );
+    }
+    let ok = Config::parse(
+        &with_supply("on_demand_base = 2\nspot_percent_above_base = 50\nwarm_mode = \"running\"\nfallback_pool = \"mistral-7b-batch\""),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.pools[0].supply.on_demand_base, 2);
+    assert_eq!(ok.pools[0].supply.warm_mode, WarmMode::Running);
+
+    let reserved = EXAMPLE.replacen("market = \"on-demand\"", "market = \"reserved\"", 1);
+    let e = errors(&reserved);
+    assert!(e[0].contains("offerings[0].reserved_nodes"), "{e:?}");
+    let ok = Config::parse(
+        &reserved.replacen(
+            "gpus = 8",
+            "gpus = 8\nreserved_nodes = 4\nreservation_ends = \"2027-01-01T00:00:00Z\"",
+            1,
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.offerings[0].reservation.map(|r| r.nodes), Some(4));
+}
+
+#[test]
+fn unknown_key_names_the_key_and_line() {
+    let text = EXAMPLE.replace("warm_pool_size = 4", "warm_pool_sise = 4");
+    let e = errors(&text);
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].contains("warm_pool_sise") && e[0].contains("fix:"),
+        "{}",
+        e[0]
+    );
+    assert!(e[0].starts_with("t.toml:"), "{}", e[0]);
+}
+
+#[test]
+fn negative_size_is_rejected_with_a_fix() {
+    let e = errors(&EXAMPLE.replace("warm_pool_size = 4", "warm_pool_size = -4"));
+    assert!(
+        e[0].contains("key `warm_pool_size`") && e[0].contains("whole number"),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn semantic_problems_are_each_one_line() {
+    let text = EXAMPLE
+        .replace("min_replicas = 8", "min_replicas = 30")
+        .replace(
+            "\"use1-p4d-od\", \"use2-p4d-od\"",
+            "\"use1-p4d-od\", \"nowhere\"",
+        )
+        .replace(
+            "scale_down_stabilization = \"10m\"",
+            "scale_down_stabilization = \"ten minutes\"",
+        );
+    let e = errors(&text);
+    assert_eq!(e.len(), 3, "{e:#?}");
+    assert!(
+        e.iter()
+            .any(|l| l.contains("key `pools[0].min_replicas`") && l.contains("max_replicas 24"))
+    );
+    assert!(
+        e.iter()
+            .any(|l| l.contains("key `pools[0].offerings[1]`") && l.contains("nowhere"))
+    );
+    assert!(e.iter().any(
+        |l| l.contains("key `pools[0].scaling.scale_down_stabilization`") && l.contains("\"90s\"")
+    ));
+    assert!(e.iter().all(|l| !l.contains('\n')));
+}
+
+#[test]
+fn price_refresh_is_off_at_zero_and_never_a_hammering_loop() {
+    let c = Config::parse(
+        &EXAMPLE.replace("price_refresh = \"5m\"", "price_refresh = \"0s\""),
+        "t",
+    )
+    .unwrap();
+    assert!(c.engine.price_refresh.is_zero());
+    let e = errors(&EXAMPLE.replace("price_refresh = \"5m\"", "price_refresh = \"2s\""));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].contains("engine.price_refresh") && e[0].contains("\"0s\""),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn orphan_policy_is_terminate_or_report() {
+    let c = Config::parse(
+        &EXAMPLE.replace(
+            "orphan_policy = \"terminate\"",
+            "orphan_policy = \"report\"",
+        ),
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.engine.orphan_policy, OrphanPolicy::Report);
+    let e = errors(&EXAMPLE.replace("orphan_policy = \"terminate\"", "orphan_policy = \"keep\""));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].contains("engine.orphan_policy") && e[0].contains("\"report\""),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn bad_money_and_names_are_rejected() {
+    let e = errors(&EXAMPLE.replace("\"55.04\"", "\"55.0400001\""));
+    assert!(e[0].contains("price_usd_per_hour"), "{}", e[0]);
+    let e = errors(&EXAMPLE.replace("name = \"mistral-7b-batch\"", "name = \"Mistral 7B\""));
+    assert!(e[0].contains("pool name"), "{}", e[0]);
+}
