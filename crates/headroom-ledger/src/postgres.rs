@@ -383,19 +383,27 @@ impl Ledger for PostgresLedger {
     }
 
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {
-        // The reasons listed are those for which `RefusalReason::closes_request` is true.
-        sqlx::query(
+        // The closing reasons come from the core, so a reason added there closes here too.
+        let closing = RefusalReason::closing_codes();
+        let marks: Vec<String> = (0..closing.len()).map(|i| format!("${}", i + 1)).collect();
+        let sql = format!(
             "SELECT * FROM capacity_requests r
              WHERE NOT EXISTS (SELECT 1 FROM request_cancellations c WHERE c.request_id = r.id)
                AND NOT EXISTS (SELECT 1 FROM refusals f WHERE f.request_id = r.id
-                               AND f.reason IN ('budget', 'max_replicas', 'no_offering'))
+                               AND f.reason IN ({}))
              ORDER BY created_at, id",
-        )
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(request_from_row)
-        .collect()
+            marks.join(", ")
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for code in &closing {
+            query = query.bind(code);
+        }
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(request_from_row)
+            .collect()
     }
 
     async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {

@@ -210,6 +210,49 @@ async fn cancellation_is_recorded_once(ledger: &dyn Ledger) {
     ));
 }
 
+/// Whether a refusal closes a request is the core's call (`RefusalReason::closes_request`): the
+/// ledger's open list and its outcomes must agree with it for every reason there is.
+async fn refusals_close_requests_as_the_core_says(ledger: &dyn Ledger) {
+    for reason in RefusalReason::ALL {
+        let (req, _) = ledger
+            .record_capacity_request(&new_request(None, 1))
+            .await
+            .unwrap();
+        ledger
+            .append_refusal(&RefusalRecord {
+                pool: "llama".parse().unwrap(),
+                request: Some(req.id.clone()),
+                node: None,
+                offering: None,
+                replicas: 1,
+                reason,
+                detail: format!("refused: {reason}"),
+                at: t("2026-11-30T09:00:01Z"),
+            })
+            .await
+            .unwrap();
+        let open = ledger
+            .open_capacity_requests()
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.id == req.id);
+        let state = ledger
+            .capacity_request(&req.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state;
+        if reason.closes_request() {
+            assert!(!open, "a request refused with {reason} must not stay open");
+            assert_eq!(state, RequestState::Refused, "{reason}");
+        } else {
+            assert!(open, "a request refused with {reason} must stay open");
+            assert_eq!(state, RequestState::Pending, "{reason}");
+        }
+    }
+}
+
 /// Two hundred concurrent admissions against a budget that fits exactly fifty holds.
 async fn concurrent_admissions_never_overspend(ledger: Arc<dyn Ledger>) {
     let now = t("2026-11-30T09:00:00Z");
@@ -307,6 +350,12 @@ macro_rules! behaviour_suite {
             async fn outcomes() {
                 let (_guard, ledger) = $open.await;
                 outcome_follows_node_events_and_refusals(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn closing_refusals() {
+                let (_guard, ledger) = $open.await;
+                refusals_close_requests_as_the_core_says(ledger.as_ref()).await;
             }
 
             #[tokio::test]
