@@ -201,7 +201,7 @@ pub fn organic_fill(events: &[NodeEvent], from: Timestamp, to: Timestamp) -> Org
         for (i, start) in history.iter().enumerate() {
             let activation = start.request.is_none()
                 && start.destination == crate::Destination::Serve
-                && matches!(start.reason.as_deref(), Some("launch" | "wake"))
+                && start.begins_activation()
                 && start.at >= from
                 && start.at < to;
             if !activation {
@@ -217,7 +217,7 @@ pub fn organic_fill(events: &[NodeEvent], from: Timestamp, to: Timestamp) -> Org
             requested += 1;
             let served = history[i + 1..]
                 .iter()
-                .take_while(|e| !matches!(e.reason.as_deref(), Some("launch" | "wake")))
+                .take_while(|e| !e.begins_activation())
                 .find(|e| e.state == headroom_core::NodeState::Serving);
             if let Some(served) = served {
                 waits_ms.push((served.at - start.at).num_milliseconds().max(0));
