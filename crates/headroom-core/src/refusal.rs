@@ -27,6 +27,17 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    pub const ALL: [ErrorClass; 8] = [
+        ErrorClass::Capacity,
+        ErrorClass::Quota,
+        ErrorClass::Price,
+        ErrorClass::Throttled,
+        ErrorClass::InvalidRequest,
+        ErrorClass::Transient,
+        ErrorClass::NotFound,
+        ErrorClass::Unknown,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Capacity => "capacity",
@@ -71,6 +82,23 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
+    /// Every reason, so stores and reports that must agree with [`RefusalReason::closes_request`]
+    /// can list the codes from it instead of by hand.
+    pub const ALL: [RefusalReason; 12] = [
+        RefusalReason::Cloud(ErrorClass::Capacity),
+        RefusalReason::Cloud(ErrorClass::Quota),
+        RefusalReason::Cloud(ErrorClass::Price),
+        RefusalReason::Cloud(ErrorClass::Throttled),
+        RefusalReason::Cloud(ErrorClass::InvalidRequest),
+        RefusalReason::Cloud(ErrorClass::Transient),
+        RefusalReason::Cloud(ErrorClass::NotFound),
+        RefusalReason::Cloud(ErrorClass::Unknown),
+        RefusalReason::Budget,
+        RefusalReason::MaxReplicas,
+        RefusalReason::GlobalCeiling,
+        RefusalReason::NoOffering,
+    ];
+
     pub fn code(self) -> String {
         match self {
             RefusalReason::Cloud(class) => format!("cloud_{}", class.as_str()),
@@ -82,28 +110,17 @@ impl RefusalReason {
     }
 
     pub fn parse(code: &str) -> Option<RefusalReason> {
-        Some(match code {
-            "budget" => RefusalReason::Budget,
-            "max_replicas" => RefusalReason::MaxReplicas,
-            "global_ceiling" => RefusalReason::GlobalCeiling,
-            "no_offering" => RefusalReason::NoOffering,
-            other => {
-                let class = other.strip_prefix("cloud_")?;
-                let class = [
-                    ErrorClass::Capacity,
-                    ErrorClass::Quota,
-                    ErrorClass::Price,
-                    ErrorClass::Throttled,
-                    ErrorClass::InvalidRequest,
-                    ErrorClass::Transient,
-                    ErrorClass::NotFound,
-                    ErrorClass::Unknown,
-                ]
-                .into_iter()
-                .find(|c| c.as_str() == class)?;
-                RefusalReason::Cloud(class)
-            }
-        })
+        RefusalReason::ALL.into_iter().find(|r| r.code() == code)
+    }
+
+    /// The codes of every reason that closes a request, for queries that must agree with
+    /// [`RefusalReason::closes_request`].
+    pub fn closing_codes() -> Vec<String> {
+        RefusalReason::ALL
+            .into_iter()
+            .filter(|r| r.closes_request())
+            .map(RefusalReason::code)
+            .collect()
     }
 
     /// A refusal that ends a capacity request: nothing more will be tried for it. A cloud
@@ -125,16 +142,49 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for reason in [
-            RefusalReason::Cloud(ErrorClass::Capacity),
-            RefusalReason::Cloud(ErrorClass::InvalidRequest),
-            RefusalReason::Budget,
-            RefusalReason::MaxReplicas,
-            RefusalReason::GlobalCeiling,
-            RefusalReason::NoOffering,
-        ] {
+        for reason in RefusalReason::ALL {
             assert_eq!(RefusalReason::parse(&reason.code()), Some(reason));
         }
         assert_eq!(RefusalReason::parse("cloud_weather"), None);
+        assert_eq!(
+            RefusalReason::parse("global_ceiling"),
+            Some(RefusalReason::GlobalCeiling)
+        );
+    }
+
+    /// `ALL` must name every reason once: one missing would be unreadable from the ledger and
+    /// absent from every list derived from it.
+    #[test]
+    fn all_lists_every_reason_once() {
+        // Exhaustive on purpose: a new variant stops these compiling until `ALL` has it too.
+        let listed_by_hand = |r: RefusalReason| match r {
+            RefusalReason::Cloud(_) => false,
+            RefusalReason::Budget
+            | RefusalReason::MaxReplicas
+            | RefusalReason::GlobalCeiling
+            | RefusalReason::NoOffering => true,
+        };
+        let class_name = |c: ErrorClass| match c {
+            ErrorClass::Capacity
+            | ErrorClass::Quota
+            | ErrorClass::Price
+            | ErrorClass::Throttled
+            | ErrorClass::InvalidRequest
+            | ErrorClass::Transient
+            | ErrorClass::NotFound
+            | ErrorClass::Unknown => c.as_str(),
+        };
+        let names: std::collections::BTreeSet<_> = ErrorClass::ALL.map(class_name).into();
+        assert_eq!(names.len(), 8);
+        for class in ErrorClass::ALL {
+            assert!(RefusalReason::ALL.contains(&RefusalReason::Cloud(class)));
+        }
+        let others = RefusalReason::ALL.iter().filter(|r| listed_by_hand(**r));
+        assert_eq!(others.count(), 4);
+        assert_eq!(RefusalReason::ALL.len(), ErrorClass::ALL.len() + 4);
+        assert_eq!(
+            RefusalReason::closing_codes(),
+            ["budget", "max_replicas", "global_ceiling", "no_offering"]
+        );
     }
 }

@@ -30,7 +30,10 @@ fn spans(history: &[&NodeEvent]) -> Vec<StateSpan> {
 
 /// Spend of one node up to `until`.
 pub fn node_spend(history: &[&NodeEvent], until: Timestamp) -> Money {
-    accrued(&spans(history), until)
+    let spend = accrued(&spans(history), until);
+    // Prices are never negative (the config refuses them), so neither is what they add up to.
+    debug_assert!(spend >= Money::ZERO, "a node spent {spend}");
+    spend
 }
 
 /// Money still held for one node: the hold of its current activation less what that activation
@@ -48,7 +51,9 @@ pub fn node_held(history: &[&NodeEvent], until: Timestamp) -> Money {
     };
     let since = &history[start..];
     let cost = node_spend(since, until);
-    since[0].hold.saturating_sub(cost).max(Money::ZERO)
+    let held = since[0].hold.saturating_sub(cost).max(Money::ZERO);
+    debug_assert!(held <= since[0].hold, "held {held} over the hold placed");
+    held
 }
 
 /// Total spend up to `until`, optionally for one account and from `from`.
@@ -64,7 +69,12 @@ pub fn spend(
         .map(|h| {
             let total = node_spend(h, until);
             match from {
-                Some(from) => total - node_spend(h, from.min(until)),
+                Some(from) => {
+                    let before = node_spend(h, from.min(until));
+                    // Accrual only grows with time, so a window's spend is never negative.
+                    debug_assert!(before <= total, "spend fell from {before} to {total}");
+                    total - before
+                }
                 None => total,
             }
         })
@@ -76,7 +86,16 @@ pub fn held(events: &[NodeEvent], account: Option<&AccountName>, until: Timestam
     histories(events)
         .values()
         .filter(|h| account.is_none_or(|a| &h[0].account == a))
-        .map(|h| node_held(h, until))
+        .map(|h| {
+            let held = node_held(h, until);
+            // A final node has released its hold: no money is held for a node that is gone.
+            debug_assert!(
+                held == Money::ZERO || h.last().is_some_and(|e| !e.state.is_final()),
+                "node {} is final but holds {held}",
+                h[0].node
+            );
+            held
+        })
         .sum()
 }
 
@@ -84,11 +103,26 @@ pub fn held(events: &[NodeEvent], account: Option<&AccountName>, until: Timestam
 /// hold still open. `events` may hold other accounts' events; they are ignored.
 pub fn standing(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> BudgetStanding {
     let (period_start, _) = budget.period.bounds(now);
-    BudgetStanding {
+    let standing = BudgetStanding {
         ceiling: budget.ceiling,
         spent: spend(events, Some(&budget.account), Some(period_start), now),
         held: held(events, Some(&budget.account), now),
-    }
+    };
+    debug_assert!(standing.spent >= Money::ZERO && standing.held >= Money::ZERO);
+    // Money arithmetic saturates; remaining is the ceiling less both, and the governor's
+    // admission test agrees with it.
+    debug_assert_eq!(
+        standing.remaining(),
+        budget
+            .ceiling
+            .saturating_sub(standing.spent)
+            .saturating_sub(standing.held)
+    );
+    debug_assert_eq!(
+        standing.admits(Money::ZERO),
+        standing.remaining() >= Money::ZERO
+    );
+    standing
 }
 
 /// Requested versus delivered for a set of capacity requests.
@@ -137,6 +171,11 @@ pub fn fill(outcomes: &[crate::RequestOutcome], events: &[NodeEvent]) -> Fill {
     let (mut requested, mut delivered) = (0u32, 0u32);
     for outcome in outcomes {
         let request = &outcome.request;
+        debug_assert!(
+            outcome.delivered <= request.replicas,
+            "request {}",
+            request.id
+        );
         requested += request.replicas;
         delivered += outcome.delivered;
         for r in outcome
@@ -163,6 +202,14 @@ pub fn fill(outcomes: &[crate::RequestOutcome], events: &[NodeEvent]) -> Fill {
     }
     waits_ms.sort_unstable();
     let refused: u32 = refused_by_reason.values().sum();
+    debug_assert!(
+        delivered <= requested,
+        "delivered {delivered} of {requested}"
+    );
+    debug_assert!(
+        waits_ms.len() <= delivered as usize,
+        "a wait without a delivery"
+    );
     Fill {
         requested,
         delivered,
@@ -201,7 +248,7 @@ pub fn organic_fill(events: &[NodeEvent], from: Timestamp, to: Timestamp) -> Org
         for (i, start) in history.iter().enumerate() {
             let activation = start.request.is_none()
                 && start.destination == crate::Destination::Serve
-                && matches!(start.reason.as_deref(), Some("launch" | "wake"))
+                && start.begins_activation()
                 && start.at >= from
                 && start.at < to;
             if !activation {
@@ -217,7 +264,7 @@ pub fn organic_fill(events: &[NodeEvent], from: Timestamp, to: Timestamp) -> Org
             requested += 1;
             let served = history[i + 1..]
                 .iter()
-                .take_while(|e| !matches!(e.reason.as_deref(), Some("launch" | "wake")))
+                .take_while(|e| !e.begins_activation())
                 .find(|e| e.state == headroom_core::NodeState::Serving);
             if let Some(served) = served {
                 waits_ms.push((served.at - start.at).num_milliseconds().max(0));
@@ -225,6 +272,10 @@ pub fn organic_fill(events: &[NodeEvent], from: Timestamp, to: Timestamp) -> Org
         }
     }
     waits_ms.sort_unstable();
+    debug_assert!(
+        waits_ms.len() <= requested as usize,
+        "served more than was activated"
+    );
     OrganicFill {
         requested,
         cloud_refused,

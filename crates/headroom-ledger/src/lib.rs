@@ -2,11 +2,15 @@
 //!
 //! Rows are only ever inserted. Node states, request outcomes, spend and holds are derived from
 //! them (see [`derive`]), so what finance audits can never drift from what happened. The
-//! [`Ledger`] trait is what the engine and the API use; [`SqliteLedger`] is the embedded
-//! default, and the PostgreSQL backend implements the same trait.
+//! [`Ledger`] trait is what the engine and the API use. One SQL implementation serves both
+//! backends, [`SqliteLedger`] (embedded, the default) and [`PostgresLedger`] (production); what
+//! the two databases do differently is the dialect seam in `dialect.rs`.
 
 pub mod derive;
+mod dialect;
 mod postgres;
+mod rows;
+mod sql;
 mod sqlite;
 
 use std::collections::BTreeMap;
@@ -124,7 +128,7 @@ impl NodeEvent {
             price_usd_per_hour: offering.price_usd_per_hour,
             gpus: offering.gpus_per_node,
             hold,
-            reason: Some("launch".to_string()),
+            reason: Some(LAUNCH.to_string()),
             at,
         }
     }
@@ -141,6 +145,13 @@ impl NodeEvent {
         )
     }
 
+    /// Whether this event begins an activation: a launch intent or a wake.
+    pub fn begins_activation(&self) -> bool {
+        self.reason
+            .as_deref()
+            .is_some_and(|r| ACTIVATION_REASONS.contains(&r))
+    }
+
     /// The next event of this node's history: same node, new state, no new hold.
     pub fn next(&self, state: NodeState, reason: &str, at: Timestamp) -> NodeEvent {
         NodeEvent {
@@ -152,6 +163,15 @@ impl NodeEvent {
         }
     }
 }
+
+/// The reason of a launch intent's event.
+pub const LAUNCH: &str = "launch";
+
+/// The reason of the event that wakes a warm node toward serving.
+pub const WAKE: &str = "wake";
+
+/// The reasons of the events that begin an activation toward serving or warm: a launch, a wake.
+pub const ACTIVATION_REASONS: [&str; 2] = [LAUNCH, WAKE];
 
 /// Every "no", with its reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

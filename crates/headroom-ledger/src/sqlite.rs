@@ -1,165 +1,69 @@
-//! The embedded ledger: SQLite through sqlx.
+//! The embedded ledger: SQLite through sqlx. One file; WAL so the API reads while the engine
+//! writes. Every query is in [`crate::sql`]; this is how SQLite differs.
 
-use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::TimeZone;
-use headroom_core::planner::Destination;
-use headroom_core::{
-    AccountName, Budget, BudgetPeriod, CapacityRequest, HardAction, Market, Money, NodeId,
-    NodeState, PoolName, Priority, ProviderKind, RefusalReason, RequestId, RequestState, Timestamp,
-};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
-use sqlx::{Row, SqlitePool};
+use headroom_core::Timestamp;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{Pool, Sqlite, Transaction};
 
-use crate::{
-    Admission, Ledger, LedgerError, LedgerSummary, NewCapacityRequest, NodeEvent, RefusalRecord,
-    RequestOutcome, derive, new_request_id,
-};
+use crate::LedgerError;
+use crate::dialect::Dialect;
+use crate::sql::SqlLedger;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
-/// The SQLite ledger. One file; WAL so the API reads while the engine writes.
-#[derive(Debug, Clone)]
-pub struct SqliteLedger {
-    pool: SqlitePool,
+/// SQLite's side of the seam.
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteDialect;
+
+#[async_trait]
+impl Dialect for SqliteDialect {
+    type Db = Sqlite;
+    type Int = i64;
+    type Time = i64;
+    const NUMBERED_PARAMS: bool = false;
+    const TIME_SUFFIX: &'static str = "_ms";
+    const JSON_TYPE: &'static str = "TEXT";
+
+    fn int(n: u32) -> i64 {
+        i64::from(n)
+    }
+
+    fn uint(stored: i64) -> u32 {
+        stored as u32
+    }
+
+    fn time(at: Timestamp) -> i64 {
+        at.timestamp_millis()
+    }
+
+    fn timestamp(ms: i64) -> Result<Timestamp, LedgerError> {
+        chrono::Utc
+            .timestamp_millis_opt(ms)
+            .single()
+            .ok_or_else(|| LedgerError::Corrupt(format!("timestamp {ms}")))
+    }
+
+    /// IMMEDIATE takes the file's write lock up front, so two of these never read the same
+    /// remaining budget. SQLite has no lock on one key: this one serialises every writer, in
+    /// every process that has the file open.
+    async fn begin_serialised(
+        pool: &Pool<Sqlite>,
+        _key: &str,
+        _seed: i64,
+    ) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        pool.begin_with("BEGIN IMMEDIATE").await
+    }
 }
 
-fn ms(at: Timestamp) -> i64 {
-    at.timestamp_millis()
-}
+/// The SQLite ledger.
+pub type SqliteLedger = SqlLedger<SqliteDialect>;
 
-fn at(ms: i64) -> Result<Timestamp, LedgerError> {
-    chrono::Utc
-        .timestamp_millis_opt(ms)
-        .single()
-        .ok_or_else(|| LedgerError::Corrupt(format!("timestamp {ms}")))
-}
-
-fn parse<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, LedgerError> {
-    r.map_err(|e| LedgerError::Corrupt(e.to_string()))
-}
-
-fn corrupt(what: &str, value: &str) -> LedgerError {
-    LedgerError::Corrupt(format!("{what} {value:?}"))
-}
-
-fn request_from_row(row: &SqliteRow) -> Result<CapacityRequest, LedgerError> {
-    Ok(CapacityRequest {
-        id: RequestId(row.try_get("id")?),
-        pool: parse(row.try_get::<String, _>("pool")?.parse())?,
-        replicas: row.try_get::<i64, _>("replicas")? as u32,
-        priority: parse(Priority::parse(&row.try_get::<String, _>("priority")?))?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        created_at: at(row.try_get("created_at_ms")?)?,
-    })
-}
-
-fn event_from_row(row: &SqliteRow) -> Result<NodeEvent, LedgerError> {
-    let provider: String = row.try_get("provider")?;
-    let market: String = row.try_get("market")?;
-    let destination: String = row.try_get("destination")?;
-    Ok(NodeEvent {
-        node: NodeId(row.try_get("node_id")?),
-        pool: parse(row.try_get::<String, _>("pool")?.parse())?,
-        account: parse(row.try_get::<String, _>("account")?.parse())?,
-        offering: parse(row.try_get::<String, _>("offering_id")?.parse())?,
-        provider: match provider.as_str() {
-            "sim" => ProviderKind::Sim,
-            "aws" => ProviderKind::Aws,
-            "gcp" => ProviderKind::Gcp,
-            other => return Err(corrupt("provider", other)),
-        },
-        region: row.try_get("region")?,
-        zone: row.try_get("zone")?,
-        instance_type: row.try_get("instance_type")?,
-        market: Market::parse(&market).ok_or_else(|| corrupt("market", &market))?,
-        request: row
-            .try_get::<Option<String>, _>("request_id")?
-            .map(RequestId),
-        destination: Destination::parse(&destination)
-            .ok_or_else(|| corrupt("destination", &destination))?,
-        state: parse(NodeState::parse(&row.try_get::<String, _>("state")?))?,
-        instance: row.try_get("instance_id")?,
-        client_token: row.try_get("client_token")?,
-        price_usd_per_hour: Money::from_micros(row.try_get("price_micros")?),
-        gpus: row.try_get::<i64, _>("gpus")? as u32,
-        hold: Money::from_micros(row.try_get("hold_micros")?),
-        reason: row.try_get("reason")?,
-        at: at(row.try_get("at_ms")?)?,
-    })
-}
-
-fn refusal_from_row(row: &SqliteRow) -> Result<RefusalRecord, LedgerError> {
-    let reason: String = row.try_get("reason")?;
-    Ok(RefusalRecord {
-        pool: parse(row.try_get::<String, _>("pool")?.parse())?,
-        request: row
-            .try_get::<Option<String>, _>("request_id")?
-            .map(RequestId),
-        node: row.try_get::<Option<String>, _>("node_id")?.map(NodeId),
-        offering: row
-            .try_get::<Option<String>, _>("offering_id")?
-            .map(|o| parse(o.parse()))
-            .transpose()?,
-        replicas: row.try_get::<i64, _>("replicas")? as u32,
-        reason: RefusalReason::parse(&reason).ok_or_else(|| corrupt("refusal reason", &reason))?,
-        detail: row.try_get("detail")?,
-        at: at(row.try_get("at_ms")?)?,
-    })
-}
-
-fn budget_from_row(row: &SqliteRow) -> Result<Budget, LedgerError> {
-    let period: String = row.try_get("period")?;
-    let hard: String = row.try_get("hard_action")?;
-    Ok(Budget {
-        account: parse(row.try_get::<String, _>("account")?.parse())?,
-        period: BudgetPeriod::parse(&period).ok_or_else(|| corrupt("budget period", &period))?,
-        ceiling: Money::from_micros(row.try_get("ceiling_micros")?),
-        soft_threshold_percent: row.try_get::<i64, _>("soft_threshold_percent")? as u8,
-        hard_action: HardAction::parse(&hard).ok_or_else(|| corrupt("hard action", &hard))?,
-    })
-}
-
-async fn insert_event<'c, E>(executor: E, e: &NodeEvent) -> Result<(), LedgerError>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
-{
-    sqlx::query(
-        "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
-            instance_type, market, request_id, destination, state, instance_id, client_token,
-            price_micros, gpus, hold_micros, reason, at_ms, event_key)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&e.node.0)
-    .bind(e.pool.as_str())
-    .bind(e.account.as_str())
-    .bind(e.offering.as_str())
-    .bind(e.provider.as_str())
-    .bind(&e.region)
-    .bind(&e.zone)
-    .bind(&e.instance_type)
-    .bind(e.market.as_str())
-    .bind(e.request.as_ref().map(|r| r.0.as_str()))
-    .bind(e.destination.as_str())
-    .bind(e.state.as_str())
-    .bind(&e.instance)
-    .bind(&e.client_token)
-    .bind(e.price_usd_per_hour.micros())
-    .bind(e.gpus as i64)
-    .bind(e.hold.micros())
-    .bind(&e.reason)
-    .bind(ms(e.at))
-    .bind(e.key())
-    .execute(executor)
-    .await?;
-    Ok(())
-}
-
-impl SqliteLedger {
+impl SqlLedger<SqliteDialect> {
     /// Opens (creating if needed) the ledger at `url` (`sqlite://path` or `sqlite::memory:`) and
     /// applies migrations.
     pub async fn connect(url: &str) -> Result<SqliteLedger, LedgerError> {
@@ -180,504 +84,27 @@ impl SqliteLedger {
             .await
             .map_err(open)?;
         MIGRATOR.run(&pool).await?;
-        Ok(SqliteLedger { pool })
+        Ok(SqlLedger::new(pool, SqliteDialect))
     }
 
     /// Opens a ledger file by path.
     pub async fn open_path(path: &std::path::Path) -> Result<SqliteLedger, LedgerError> {
         Self::connect(&format!("sqlite://{}", path.display())).await
     }
-
-    async fn tokens_where(&self, id: Option<&str>) -> Result<Vec<crate::ApiToken>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT t.*, r.at_ms AS revoked FROM api_tokens t
-             LEFT JOIN api_token_revocations r ON r.token_id = t.id
-             WHERE ? IS NULL OR t.id = ?
-             ORDER BY t.created_ms, t.id",
-        )
-        .bind(id)
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await?;
-        let split = |s: String| -> Vec<String> {
-            s.split(',')
-                .filter(|x| !x.is_empty())
-                .map(str::to_string)
-                .collect()
-        };
-        rows.iter()
-            .map(|row| {
-                Ok(crate::ApiToken {
-                    id: row.try_get("id")?,
-                    secret_sha256: row.try_get("secret_sha256")?,
-                    accounts: split(row.try_get("accounts")?),
-                    scopes: split(row.try_get("scopes")?),
-                    created_at: at(row.try_get("created_ms")?)?,
-                    revoked_at: row
-                        .try_get::<Option<i64>, _>("revoked")?
-                        .map(at)
-                        .transpose()?,
-                })
-            })
-            .collect()
-    }
-
-    async fn outcome(&self, request: CapacityRequest) -> Result<RequestOutcome, LedgerError> {
-        let delivered: i64 = sqlx::query_scalar(
-            "SELECT COUNT(DISTINCT node_id) FROM node_events WHERE request_id = ? AND state = 'serving'",
-        )
-        .bind(&request.id.0)
-        .fetch_one(&self.pool)
-        .await?;
-        let cancelled: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM request_cancellations WHERE request_id = ?")
-                .bind(&request.id.0)
-                .fetch_one(&self.pool)
-                .await?;
-        let refusals = sqlx::query("SELECT * FROM refusals WHERE request_id = ? ORDER BY seq")
-            .bind(&request.id.0)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(refusal_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        let closed = refusals.iter().any(|r| r.reason.closes_request());
-        let delivered = (delivered as u32).min(request.replicas);
-        Ok(RequestOutcome {
-            state: RequestState::derive(request.replicas, delivered, closed, cancelled > 0),
-            delivered,
-            refusals,
-            request,
-        })
-    }
 }
 
-#[async_trait]
-impl Ledger for SqliteLedger {
-    async fn record_capacity_request(
-        &self,
-        new: &NewCapacityRequest,
-    ) -> Result<(CapacityRequest, bool), LedgerError> {
-        let mut tx = self.pool.begin().await?;
-        if let Some(key) = &new.idempotency_key {
-            let existing = sqlx::query("SELECT * FROM capacity_requests WHERE idempotency_key = ?")
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if let Some(row) = existing {
-                let existing = request_from_row(&row)?;
-                let same = existing.pool == new.pool
-                    && existing.replicas == new.replicas
-                    && existing.priority == new.priority;
-                return if same {
-                    Ok((existing, false))
-                } else {
-                    Err(LedgerError::IdempotencyConflict {
-                        key: key.clone(),
-                        existing: existing.id,
-                    })
-                };
-            }
-        }
-        let request = CapacityRequest {
-            id: new_request_id(),
-            pool: new.pool.clone(),
-            replicas: new.replicas,
-            priority: new.priority,
-            idempotency_key: new.idempotency_key.clone(),
-            created_at: new.at,
-        };
-        sqlx::query(
-            "INSERT INTO capacity_requests (id, pool, replicas, priority, idempotency_key, created_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&request.id.0)
-        .bind(request.pool.as_str())
-        .bind(request.replicas as i64)
-        .bind(request.priority.as_str())
-        .bind(&request.idempotency_key)
-        .bind(ms(request.created_at))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok((request, true))
-    }
+#[cfg(test)]
+mod tests {
+    use super::SqliteDialect;
+    use crate::dialect::render;
 
-    async fn cancel_capacity_request(
-        &self,
-        id: &RequestId,
-        at: Timestamp,
-    ) -> Result<RequestOutcome, LedgerError> {
-        let row = sqlx::query("SELECT * FROM capacity_requests WHERE id = ?")
-            .bind(&id.0)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| LedgerError::UnknownRequest(id.clone()))?;
-        sqlx::query(
-            "INSERT OR IGNORE INTO request_cancellations (request_id, at_ms) VALUES (?, ?)",
-        )
-        .bind(&id.0)
-        .bind(ms(at))
-        .execute(&self.pool)
-        .await?;
-        self.outcome(request_from_row(&row)?).await
-    }
-
-    async fn capacity_request(
-        &self,
-        id: &RequestId,
-    ) -> Result<Option<RequestOutcome>, LedgerError> {
-        let row = sqlx::query("SELECT * FROM capacity_requests WHERE id = ?")
-            .bind(&id.0)
-            .fetch_optional(&self.pool)
-            .await?;
-        match row {
-            Some(row) => Ok(Some(self.outcome(request_from_row(&row)?).await?)),
-            None => Ok(None),
-        }
-    }
-
-    async fn capacity_requests_between(
-        &self,
-        pool: &PoolName,
-        from: Timestamp,
-        to: Timestamp,
-    ) -> Result<Vec<RequestOutcome>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT * FROM capacity_requests WHERE pool = ? AND created_at_ms >= ? AND created_at_ms < ? ORDER BY created_at_ms, id",
-        )
-        .bind(pool.as_str())
-        .bind(ms(from))
-        .bind(ms(to))
-        .fetch_all(&self.pool)
-        .await?;
-        let mut outcomes = Vec::with_capacity(rows.len());
-        for row in &rows {
-            outcomes.push(self.outcome(request_from_row(row)?).await?);
-        }
-        Ok(outcomes)
-    }
-
-    async fn refusals_between(
-        &self,
-        from: Timestamp,
-        to: Timestamp,
-    ) -> Result<Vec<RefusalRecord>, LedgerError> {
-        sqlx::query("SELECT * FROM refusals WHERE at_ms >= ? AND at_ms < ? ORDER BY seq")
-            .bind(ms(from))
-            .bind(ms(to))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(refusal_from_row)
-            .collect()
-    }
-
-    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {
-        sqlx::query("SELECT * FROM node_events WHERE pool = ? ORDER BY seq")
-            .bind(pool.as_str())
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(event_from_row)
-            .collect()
-    }
-
-    async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {
-        // The reasons listed are those for which `RefusalReason::closes_request` is true.
-        sqlx::query(
-            "SELECT * FROM capacity_requests r
-             WHERE NOT EXISTS (SELECT 1 FROM request_cancellations c WHERE c.request_id = r.id)
-               AND NOT EXISTS (SELECT 1 FROM refusals f WHERE f.request_id = r.id
-                               AND f.reason IN ('budget', 'max_replicas', 'no_offering'))
-             ORDER BY created_at_ms, id",
-        )
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(request_from_row)
-        .collect()
-    }
-
-    async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
-        insert_event(&self.pool, e).await
-    }
-
-    async fn admit_node_event(&self, event: &NodeEvent) -> Result<Admission, LedgerError> {
-        // IMMEDIATE takes the write lock up front: admissions are serialised, so two of them
-        // can never both read the same remaining budget.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let recorded: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM node_events WHERE event_key = ?")
-                .bind(event.key())
-                .fetch_one(&mut *tx)
-                .await?;
-        if recorded > 0 {
-            return Ok(Admission::Admitted);
-        }
-        let budget = sqlx::query(
-            "SELECT * FROM budget_versions WHERE account = ? ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(event.account.as_str())
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|row| budget_from_row(&row))
-        .transpose()?;
-        if let Some(budget) = budget {
-            let events = sqlx::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
-                .bind(event.account.as_str())
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(event_from_row)
-                .collect::<Result<Vec<_>, _>>()?;
-            let standing = derive::standing(&events, &budget, event.at);
-            if !standing.admits(event.hold) {
-                return Ok(Admission::OverBudget(standing));
-            }
-        }
-        insert_event(&mut *tx, event).await?;
-        tx.commit().await?;
-        Ok(Admission::Admitted)
-    }
-
-    async fn put_budget(&self, b: &Budget, at: Timestamp) -> Result<(), LedgerError> {
-        sqlx::query(
-            "INSERT INTO budget_versions (account, period, ceiling_micros, soft_threshold_percent, hard_action, at_ms)
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(b.account.as_str())
-        .bind(b.period.as_str())
-        .bind(b.ceiling.micros())
-        .bind(b.soft_threshold_percent as i64)
-        .bind(b.hard_action.as_str())
-        .bind(ms(at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn budgets(&self) -> Result<Vec<Budget>, LedgerError> {
-        sqlx::query(
-            "SELECT b.* FROM budget_versions b
-             JOIN (SELECT account, MAX(seq) AS seq FROM budget_versions GROUP BY account) last
-               ON b.seq = last.seq
-             ORDER BY b.account",
-        )
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(budget_from_row)
-        .collect()
-    }
-
-    async fn account_events(&self, account: &AccountName) -> Result<Vec<NodeEvent>, LedgerError> {
-        sqlx::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
-            .bind(account.as_str())
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(event_from_row)
-            .collect()
-    }
-
-    async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {
-        sqlx::query(
-            "INSERT INTO refusals (pool, request_id, node_id, offering_id, replicas, reason, detail, at_ms, refusal_key)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(r.pool.as_str())
-        .bind(r.request.as_ref().map(|x| x.0.as_str()))
-        .bind(r.node.as_ref().map(|x| x.0.as_str()))
-        .bind(r.offering.as_ref().map(|x| x.as_str()))
-        .bind(r.replicas as i64)
-        .bind(r.reason.code())
-        .bind(&r.detail)
-        .bind(ms(r.at))
-        .bind(r.key())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError> {
-        sqlx::query(
-            "SELECT e.* FROM node_events e
-             JOIN (SELECT node_id, MAX(seq) AS seq FROM node_events GROUP BY node_id) last
-               ON e.seq = last.seq
-             WHERE e.state NOT IN ('terminated', 'refused')
-             ORDER BY e.seq",
-        )
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(event_from_row)
-        .collect()
-    }
-
-    async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError> {
-        sqlx::query("SELECT * FROM node_events ORDER BY seq")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(event_from_row)
-            .collect()
-    }
-
-    async fn summary(&self, now: Timestamp) -> Result<LedgerSummary, LedgerError> {
-        let capacity_requests: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM capacity_requests")
-            .fetch_one(&self.pool)
-            .await?;
-        let capacity_requested: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM node_events WHERE destination = 'serve' AND reason IN ('launch', 'wake')",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        let capacity_delivered: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM node_events WHERE state = 'serving'")
-                .fetch_one(&self.pool)
-                .await?;
-        let mut refusals_by_reason = BTreeMap::new();
-        for row in sqlx::query("SELECT reason, SUM(replicas) AS n FROM refusals GROUP BY reason")
-            .fetch_all(&self.pool)
-            .await?
-        {
-            refusals_by_reason.insert(row.try_get("reason")?, row.try_get::<i64, _>("n")? as u64);
-        }
-        let events = self.node_events().await?;
-        Ok(LedgerSummary {
-            capacity_requests: capacity_requests as u64,
-            capacity_requested: capacity_requested as u64,
-            capacity_delivered: capacity_delivered as u64,
-            refusals: refusals_by_reason.values().sum(),
-            refusals_by_reason,
-            spend: derive::spend(&events, None, None, now),
-        })
-    }
-
-    async fn enqueue_alert(
-        &self,
-        webhook: &str,
-        body: &str,
-        at: Timestamp,
-    ) -> Result<(), LedgerError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("INSERT INTO alert_outbox (webhook, body, created_ms) VALUES (?, ?, ?)")
-            .bind(webhook)
-            .bind(body)
-            .bind(ms(at))
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO alert_deliveries (outbox_seq, outcome, at_ms)
-             SELECT seq, 'dropped', ? FROM alert_outbox o
-             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
-             ORDER BY seq DESC LIMIT -1 OFFSET ?",
-        )
-        .bind(ms(at))
-        .bind(crate::ALERT_OUTBOX_BOUND)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn pending_alerts(&self, limit: i64) -> Result<Vec<crate::PendingAlert>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT seq, webhook, body FROM alert_outbox o
-             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
-             ORDER BY seq LIMIT ?",
-        )
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(crate::PendingAlert {
-                    seq: r.try_get("seq")?,
-                    webhook: r.try_get("webhook")?,
-                    body: r.try_get("body")?,
-                })
-            })
-            .collect()
-    }
-
-    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
-        sqlx::query(
-            "INSERT INTO alert_deliveries (outbox_seq, outcome, at_ms) VALUES (?, 'delivered', ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(seq)
-        .bind(ms(at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn append_decision(
-        &self,
-        pool: &PoolName,
-        at: Timestamp,
-        record: &str,
-    ) -> Result<(), LedgerError> {
-        sqlx::query("INSERT INTO decisions (pool, at_ms, record) VALUES (?, ?, ?)")
-            .bind(pool.as_str())
-            .bind(ms(at))
-            .bind(record)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError> {
-        Ok(sqlx::query_scalar(
-            "SELECT record FROM decisions WHERE pool = ? ORDER BY seq DESC LIMIT ?",
-        )
-        .bind(pool.as_str())
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn create_token(&self, t: &crate::ApiToken) -> Result<(), LedgerError> {
-        sqlx::query(
-            "INSERT INTO api_tokens (id, secret_sha256, accounts, scopes, created_ms) VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(&t.id)
-        .bind(&t.secret_sha256)
-        .bind(t.accounts.join(","))
-        .bind(t.scopes.join(","))
-        .bind(ms(t.created_at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn token(&self, id: &str) -> Result<Option<crate::ApiToken>, LedgerError> {
-        Ok(self.tokens_where(Some(id)).await?.into_iter().next())
-    }
-
-    async fn tokens(&self) -> Result<Vec<crate::ApiToken>, LedgerError> {
-        self.tokens_where(None).await
-    }
-
-    async fn revoke_token(&self, id: &str, now: Timestamp) -> Result<bool, LedgerError> {
-        if self.token(id).await?.is_none() {
-            return Ok(false);
-        }
-        sqlx::query(
-            "INSERT INTO api_token_revocations (token_id, at_ms) VALUES (?, ?) ON CONFLICT DO NOTHING",
-        )
-        .bind(id)
-        .bind(ms(now))
-        .execute(&self.pool)
-        .await?;
-        Ok(true)
-    }
-
-    async fn ping(&self) -> Result<(), LedgerError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+    #[test]
+    fn renders_question_marks_and_millisecond_columns() {
+        assert_eq!(
+            render::<SqliteDialect>(
+                "SELECT t.{at} AS {revoked} FROM t WHERE a = ? AND j = CAST(? AS {json})"
+            ),
+            "SELECT t.at_ms AS revoked_ms FROM t WHERE a = ? AND j = CAST(? AS TEXT)"
+        );
     }
 }

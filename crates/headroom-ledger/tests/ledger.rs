@@ -210,6 +210,201 @@ async fn cancellation_is_recorded_once(ledger: &dyn Ledger) {
     ));
 }
 
+/// Whether a refusal closes a request is the core's call (`RefusalReason::closes_request`): the
+/// ledger's open list and its outcomes must agree with it for every reason there is.
+async fn refusals_close_requests_as_the_core_says(ledger: &dyn Ledger) {
+    for reason in RefusalReason::ALL {
+        let (req, _) = ledger
+            .record_capacity_request(&new_request(None, 1))
+            .await
+            .unwrap();
+        ledger
+            .append_refusal(&RefusalRecord {
+                pool: "llama".parse().unwrap(),
+                request: Some(req.id.clone()),
+                node: None,
+                offering: None,
+                replicas: 1,
+                reason,
+                detail: format!("refused: {reason}"),
+                at: t("2026-11-30T09:00:01Z"),
+            })
+            .await
+            .unwrap();
+        let open = ledger
+            .open_capacity_requests()
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.id == req.id);
+        let state = ledger
+            .capacity_request(&req.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state;
+        if reason.closes_request() {
+            assert!(!open, "a request refused with {reason} must not stay open");
+            assert_eq!(state, RequestState::Refused, "{reason}");
+        } else {
+            assert!(open, "a request refused with {reason} must stay open");
+            assert_eq!(state, RequestState::Pending, "{reason}");
+        }
+    }
+}
+
+/// The outbox keeps the newest `ALERT_OUTBOX_BOUND` pending notifications, oldest first, and
+/// closes the rest as dropped; a delivered one leaves the queue once.
+async fn alert_outbox_is_bounded(ledger: &dyn Ledger) {
+    let at = t("2026-11-30T09:00:00Z");
+    let bound = headroom_ledger::ALERT_OUTBOX_BOUND;
+    for n in 0..bound + 3 {
+        ledger
+            .enqueue_alert("https://hooks.example/a", &format!("alert {n}"), at)
+            .await
+            .unwrap();
+    }
+    let pending = ledger.pending_alerts(bound + 10).await.unwrap();
+    assert_eq!(pending.len() as i64, bound);
+    assert_eq!(pending[0].body, "alert 3", "the oldest three were dropped");
+    assert!(pending.windows(2).all(|w| w[0].seq < w[1].seq));
+    let first = pending[0].seq;
+    ledger.alert_delivered(first, at).await.unwrap();
+    ledger.alert_delivered(first, at).await.unwrap();
+    let pending = ledger.pending_alerts(2).await.unwrap();
+    assert_eq!(pending.len(), 2);
+    assert_eq!(pending[0].body, "alert 4");
+}
+
+async fn decisions_and_tokens_round_trip(ledger: &dyn Ledger) {
+    let pool = "llama".parse().unwrap();
+    // Written as Postgres prints JSONB, so both backends read back the same text.
+    let records = [r#"{"n": 1, "why": "scale"}"#, r#"{"n": 2, "why": "hold"}"#];
+    for (i, record) in records.iter().enumerate() {
+        let at = t("2026-11-30T09:00:00Z") + chrono::Duration::seconds(i as i64);
+        ledger.append_decision(&pool, at, record).await.unwrap();
+    }
+    assert_eq!(
+        ledger.decisions(&pool, 10).await.unwrap(),
+        vec![records[1].to_string(), records[0].to_string()],
+        "newest first"
+    );
+    assert_eq!(ledger.decisions(&pool, 1).await.unwrap().len(), 1);
+    assert!(
+        ledger
+            .decisions(&"other".parse().unwrap(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let token = |id: &str, created: &str| headroom_ledger::ApiToken {
+        id: id.into(),
+        secret_sha256: format!("sha-{id}"),
+        accounts: vec!["ml".into(), "research".into()],
+        scopes: vec!["read".into()],
+        created_at: t(created),
+        revoked_at: None,
+    };
+    let (a, b) = (
+        token("tok-a", "2026-11-30T09:00:00Z"),
+        token("tok-b", "2026-11-30T08:00:00Z"),
+    );
+    ledger.create_token(&a).await.unwrap();
+    ledger.create_token(&b).await.unwrap();
+    assert_eq!(ledger.tokens().await.unwrap(), vec![b.clone(), a.clone()]);
+    let revoked_at = t("2026-11-30T10:00:00Z");
+    assert!(ledger.revoke_token("tok-a", revoked_at).await.unwrap());
+    assert!(
+        ledger
+            .revoke_token("tok-a", t("2026-11-30T11:00:00Z"))
+            .await
+            .unwrap()
+    );
+    assert!(!ledger.revoke_token("tok-nope", revoked_at).await.unwrap());
+    let read = ledger.token("tok-a").await.unwrap().unwrap();
+    assert_eq!(
+        read.revoked_at,
+        Some(revoked_at),
+        "the first revocation counts"
+    );
+    assert_eq!(read.accounts, a.accounts);
+    assert_eq!(ledger.token("tok-b").await.unwrap(), Some(b));
+    assert_eq!(ledger.token("tok-nope").await.unwrap(), None);
+}
+
+/// Time windows are `[from, to)` and pool reads keep to their pool.
+async fn windows_are_half_open(ledger: &dyn Ledger) {
+    let at = |m: u32| t(&format!("2026-11-30T09:{m:02}:00Z"));
+    let mut ids = vec![];
+    for m in [0, 10, 20] {
+        let (r, _) = ledger
+            .record_capacity_request(&NewCapacityRequest {
+                at: at(m),
+                ..new_request(None, 1)
+            })
+            .await
+            .unwrap();
+        ledger
+            .append_refusal(&RefusalRecord {
+                pool: "llama".parse().unwrap(),
+                request: Some(r.id.clone()),
+                node: None,
+                offering: Some("use1-g5".parse().unwrap()),
+                replicas: 1,
+                reason: RefusalReason::Cloud(headroom_core::ErrorClass::Capacity),
+                detail: format!("refused at {m}"),
+                at: at(m),
+            })
+            .await
+            .unwrap();
+        ids.push(r.id);
+    }
+    let outcomes = ledger
+        .capacity_requests_between(&"llama".parse().unwrap(), at(0), at(20))
+        .await
+        .unwrap();
+    let got: Vec<_> = outcomes.iter().map(|o| o.request.id.clone()).collect();
+    assert_eq!(got, ids[..2]);
+    assert_eq!(outcomes[0].refusals.len(), 1);
+    assert!(
+        ledger
+            .capacity_requests_between(&"other".parse().unwrap(), at(0), at(30))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let refusals = ledger.refusals_between(at(10), at(21)).await.unwrap();
+    let details: Vec<_> = refusals.iter().map(|r| r.detail.as_str()).collect();
+    assert_eq!(details, ["refused at 10", "refused at 20"]);
+    assert_eq!(refusals[0].offering, Some("use1-g5".parse().unwrap()));
+
+    ledger
+        .append_node_event(&event(
+            "w1",
+            NodeState::Requested,
+            "2026-11-30T09:00:00Z",
+            None,
+            "launch",
+        ))
+        .await
+        .unwrap();
+    let mut elsewhere = event(
+        "w2",
+        NodeState::Requested,
+        "2026-11-30T09:00:00Z",
+        None,
+        "launch",
+    );
+    elsewhere.pool = "other".parse().unwrap();
+    ledger.append_node_event(&elsewhere).await.unwrap();
+    let pool_events = ledger.pool_events(&"llama".parse().unwrap()).await.unwrap();
+    assert_eq!(pool_events.len(), 1);
+    assert_eq!(pool_events[0].node, NodeId("w1".into()));
+    assert_eq!(ledger.live_nodes().await.unwrap().len(), 2);
+    assert_eq!(ledger.summary(at(30)).await.unwrap().capacity_requested, 2);
+}
+
 /// Two hundred concurrent admissions against a budget that fits exactly fifty holds.
 async fn concurrent_admissions_never_overspend(ledger: Arc<dyn Ledger>) {
     let now = t("2026-11-30T09:00:00Z");
@@ -307,6 +502,30 @@ macro_rules! behaviour_suite {
             async fn outcomes() {
                 let (_guard, ledger) = $open.await;
                 outcome_follows_node_events_and_refusals(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn closing_refusals() {
+                let (_guard, ledger) = $open.await;
+                refusals_close_requests_as_the_core_says(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn alert_outbox() {
+                let (_guard, ledger) = $open.await;
+                alert_outbox_is_bounded(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn decisions_and_tokens() {
+                let (_guard, ledger) = $open.await;
+                decisions_and_tokens_round_trip(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn windows() {
+                let (_guard, ledger) = $open.await;
+                windows_are_half_open(ledger.as_ref()).await;
             }
 
             #[tokio::test]

@@ -1,0 +1,108 @@
+//! The seam between the one SQL implementation ([`crate::sql`]) and a backend: only what the two
+//! databases really do differently. Everything else, every query included, is written once.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use headroom_core::{PoolName, Timestamp};
+use sqlx::{Database, Decode, Encode, IntoArguments, Pool, Transaction, Type};
+
+use crate::LedgerError;
+
+/// A backend. Queries are written with `?` parameters and `{name}` for a timestamp column;
+/// [`render`] turns them into this backend's SQL.
+#[async_trait]
+pub trait Dialect: Debug + Send + Sync + 'static {
+    type Db: Database<Arguments: IntoArguments<Self::Db>>;
+
+    /// What an `INTEGER` column holds: 32 bits on Postgres, 64 on SQLite.
+    type Int: for<'q> Encode<'q, Self::Db>
+        + for<'r> Decode<'r, Self::Db>
+        + Type<Self::Db>
+        + Send
+        + Sync
+        + 'static;
+
+    /// What a timestamp column holds: `TIMESTAMPTZ` on Postgres, integer milliseconds on SQLite.
+    type Time: for<'q> Encode<'q, Self::Db>
+        + for<'r> Decode<'r, Self::Db>
+        + Type<Self::Db>
+        + Send
+        + Sync
+        + 'static;
+
+    /// Postgres numbers its parameters (`$1`, `$2`, …); SQLite takes `?` as written.
+    const NUMBERED_PARAMS: bool;
+
+    /// Appended to a timestamp column's name: the SQLite schema says `at_ms` where Postgres says
+    /// `at`, and deployed ledgers keep their schemas.
+    const TIME_SUFFIX: &'static str;
+
+    /// The column type of a decision's JSON document, to cast a text parameter to.
+    const JSON_TYPE: &'static str;
+
+    fn int(n: u32) -> Self::Int;
+
+    fn uint(stored: Self::Int) -> u32;
+
+    fn time(at: Timestamp) -> Self::Time;
+
+    fn timestamp(stored: Self::Time) -> Result<Timestamp, LedgerError>;
+
+    /// Begins a transaction that runs alone among those begun with the same `key` and `seed`,
+    /// across every process sharing the database: budget admissions per account, the outbox.
+    async fn begin_serialised(
+        pool: &Pool<Self::Db>,
+        key: &str,
+        seed: i64,
+    ) -> Result<Transaction<'static, Self::Db>, sqlx::Error>;
+
+    /// See [`crate::Ledger::pool_leases`]: a backend only one process opens owns every pool.
+    async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
+        Ok(pools.iter().cloned().collect())
+    }
+}
+
+/// The name a timestamp column has in `D`'s schema.
+pub fn time_column<D: Dialect>(name: &str) -> String {
+    format!("{name}{}", D::TIME_SUFFIX)
+}
+
+/// `template` in `D`'s SQL: `{json}` becomes the JSON column type, any other `{name}` the
+/// timestamp column `name`, and each `?` outside a string literal `D`'s parameter.
+pub fn render<D: Dialect>(template: &str) -> String {
+    let mut sql = String::with_capacity(template.len() + 16);
+    let mut rest = template;
+    let mut params = 0;
+    let mut in_literal = false;
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
+        match c {
+            '\'' => {
+                in_literal = !in_literal;
+                sql.push(c);
+            }
+            '?' if !in_literal && D::NUMBERED_PARAMS => {
+                params += 1;
+                sql.push_str(&format!("${params}"));
+            }
+            '{' if !in_literal => {
+                let (name, after) = rest.split_once('}').unwrap_or((rest, ""));
+                rest = after;
+                if name == "json" {
+                    sql.push_str(D::JSON_TYPE);
+                } else {
+                    sql.push_str(&time_column::<D>(name));
+                }
+            }
+            _ => sql.push(c),
+        }
+    }
+    sql
+}
+
+/// `n` parameters for an `IN (…)` list, to be rendered with the rest of the query.
+pub fn params(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}

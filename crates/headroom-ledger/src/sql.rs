@@ -1,0 +1,657 @@
+//! The one SQL implementation of [`Ledger`], for every [`Dialect`]: each query is written here
+//! once, with `?` parameters and `{name}` timestamp columns (see [`dialect::render`]).
+//!
+//! Lists of core values a query filters on (closing refusal reasons, final node states) are
+//! bound from the core's own definitions, never written out in SQL, so the two cannot drift.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_trait::async_trait;
+use headroom_core::planner::Destination;
+use headroom_core::{
+    AccountName, Budget, CapacityRequest, NodeState, PoolName, RefusalReason, RequestId,
+    RequestState, Timestamp,
+};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool, Row, Type};
+
+use crate::dialect::{self, Dialect, render};
+use crate::{
+    ACTIVATION_REASONS, Admission, ApiToken, Ledger, LedgerError, LedgerSummary,
+    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
+    new_request_id,
+};
+
+/// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
+/// [`crate::PostgresLedger`] are this with their dialects.
+#[derive(Debug, Clone)]
+pub struct SqlLedger<D: Dialect> {
+    pool: Pool<D::Db>,
+    dialect: D,
+}
+
+pub(crate) type DbRow<D> = <<D as Dialect>::Db as Database>::Row;
+type Statement<D> = Query<'static, <D as Dialect>::Db, <<D as Dialect>::Db as Database>::Arguments>;
+
+/// The states a node's history ends in, as the core defines them.
+fn final_states() -> Vec<&'static str> {
+    NodeState::ALL
+        .into_iter()
+        .filter(|s| s.is_final())
+        .map(NodeState::as_str)
+        .collect()
+}
+
+impl<D: Dialect> SqlLedger<D> {
+    pub(crate) fn new(pool: Pool<D::Db>, dialect: D) -> Self {
+        SqlLedger { pool, dialect }
+    }
+}
+
+// The same bounds again on the `Ledger` impl below: Rust does not carry a where clause from one
+// impl to another, and these are what every backend's sqlx driver provides.
+impl<D: Dialect> SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    /// A query written once, in `D`'s SQL.
+    fn query(template: &str) -> Statement<D> {
+        sqlx::query(AssertSqlSafe(render::<D>(template)))
+    }
+
+    async fn insert_event<'c, E>(executor: E, e: &NodeEvent) -> Result<(), LedgerError>
+    where
+        E: Executor<'c, Database = D::Db>,
+    {
+        Self::query(
+            "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
+                instance_type, market, request_id, destination, state, instance_id, client_token,
+                price_micros, gpus, hold_micros, reason, {at}, event_key)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(e.node.0.as_str())
+        .bind(e.pool.as_str())
+        .bind(e.account.as_str())
+        .bind(e.offering.as_str())
+        .bind(e.provider.as_str())
+        .bind(e.region.as_str())
+        .bind(e.zone.as_str())
+        .bind(e.instance_type.as_str())
+        .bind(e.market.as_str())
+        .bind(e.request.as_ref().map(|r| r.0.as_str()))
+        .bind(e.destination.as_str())
+        .bind(e.state.as_str())
+        .bind(e.instance.as_deref())
+        .bind(e.client_token.as_str())
+        .bind(e.price_usd_per_hour.micros())
+        .bind(D::int(e.gpus))
+        .bind(e.hold.micros())
+        .bind(e.reason.as_deref())
+        .bind(D::time(e.at))
+        .bind(e.key().as_str())
+        .execute(executor)
+        .await?;
+        Ok(())
+    }
+
+    async fn tokens_where(&self, id: Option<&str>) -> Result<Vec<ApiToken>, LedgerError> {
+        Self::query(
+            "SELECT t.*, r.{at} AS {revoked} FROM api_tokens t
+             LEFT JOIN api_token_revocations r ON r.token_id = t.id
+             WHERE CAST(? AS TEXT) IS NULL OR t.id = ?
+             ORDER BY t.{created}, t.id",
+        )
+        .bind(id)
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(Self::token_from_row)
+        .collect()
+    }
+
+    async fn request_by_id(&self, id: &RequestId) -> Result<Option<CapacityRequest>, LedgerError> {
+        Self::query("SELECT * FROM capacity_requests WHERE id = ?")
+            .bind(id.0.as_str())
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| Self::request_from_row(&row))
+            .transpose()
+    }
+
+    async fn count(&self, query: Statement<D>) -> Result<u64, LedgerError> {
+        let row = query.fetch_one(&self.pool).await?;
+        Ok(row.try_get::<i64, _>("n")? as u64)
+    }
+
+    async fn outcome(&self, request: CapacityRequest) -> Result<RequestOutcome, LedgerError> {
+        let delivered = self
+            .count(
+                Self::query(
+                    "SELECT COUNT(DISTINCT node_id) AS n FROM node_events
+                     WHERE request_id = ? AND state = ?",
+                )
+                .bind(request.id.0.as_str())
+                .bind(NodeState::Serving.as_str()),
+            )
+            .await?;
+        let cancelled = self
+            .count(
+                Self::query("SELECT COUNT(*) AS n FROM request_cancellations WHERE request_id = ?")
+                    .bind(request.id.0.as_str()),
+            )
+            .await?;
+        let refusals = Self::query("SELECT * FROM refusals WHERE request_id = ? ORDER BY seq")
+            .bind(request.id.0.as_str())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Self::refusal_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let closed = refusals.iter().any(|r| r.reason.closes_request());
+        let delivered = (delivered as u32).min(request.replicas);
+        Ok(RequestOutcome {
+            state: RequestState::derive(request.replicas, delivered, closed, cancelled > 0),
+            delivered,
+            refusals,
+            request,
+        })
+    }
+
+    async fn events(&self, query: Statement<D>) -> Result<Vec<NodeEvent>, LedgerError> {
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Self::event_from_row)
+            .collect()
+    }
+
+    async fn refusals_by_reason(&self) -> Result<BTreeMap<String, u64>, LedgerError> {
+        let rows = Self::query(
+            "SELECT reason, CAST(SUM(replicas) AS BIGINT) AS n FROM refusals GROUP BY reason",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_reason = BTreeMap::new();
+        for row in rows {
+            by_reason.insert(row.try_get("reason")?, row.try_get::<i64, _>("n")? as u64);
+        }
+        Ok(by_reason)
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Ledger for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    async fn record_capacity_request(
+        &self,
+        new: &NewCapacityRequest,
+    ) -> Result<(CapacityRequest, bool), LedgerError> {
+        let request = CapacityRequest {
+            id: new_request_id(),
+            pool: new.pool.clone(),
+            replicas: new.replicas,
+            priority: new.priority,
+            idempotency_key: new.idempotency_key.clone(),
+            created_at: new.at,
+        };
+        // ON CONFLICT makes two concurrent requests with one key resolve to one row.
+        let inserted = Self::query(
+            "INSERT INTO capacity_requests (id, pool, replicas, priority, idempotency_key, {created_at})
+             VALUES (?, ?, ?, ?, ?, ?)
+             ON CONFLICT (idempotency_key) DO NOTHING
+             RETURNING id",
+        )
+        .bind(request.id.0.as_str())
+        .bind(request.pool.as_str())
+        .bind(D::int(request.replicas))
+        .bind(request.priority.as_str())
+        .bind(request.idempotency_key.as_deref())
+        .bind(D::time(request.created_at))
+        .fetch_optional(&self.pool)
+        .await?;
+        if inserted.is_some() {
+            return Ok((request, true));
+        }
+        let key = new.idempotency_key.clone().unwrap_or_default();
+        let row = Self::query("SELECT * FROM capacity_requests WHERE idempotency_key = ?")
+            .bind(key.as_str())
+            .fetch_one(&self.pool)
+            .await?;
+        let existing = Self::request_from_row(&row)?;
+        let same = existing.pool == new.pool
+            && existing.replicas == new.replicas
+            && existing.priority == new.priority;
+        if same {
+            Ok((existing, false))
+        } else {
+            Err(LedgerError::IdempotencyConflict {
+                key,
+                existing: existing.id,
+            })
+        }
+    }
+
+    async fn cancel_capacity_request(
+        &self,
+        id: &RequestId,
+        at: Timestamp,
+    ) -> Result<RequestOutcome, LedgerError> {
+        let request = self
+            .request_by_id(id)
+            .await?
+            .ok_or_else(|| LedgerError::UnknownRequest(id.clone()))?;
+        Self::query(
+            "INSERT INTO request_cancellations (request_id, {at}) VALUES (?, ?)
+             ON CONFLICT (request_id) DO NOTHING",
+        )
+        .bind(id.0.as_str())
+        .bind(D::time(at))
+        .execute(&self.pool)
+        .await?;
+        self.outcome(request).await
+    }
+
+    async fn capacity_request(
+        &self,
+        id: &RequestId,
+    ) -> Result<Option<RequestOutcome>, LedgerError> {
+        match self.request_by_id(id).await? {
+            Some(request) => Ok(Some(self.outcome(request).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn capacity_requests_between(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RequestOutcome>, LedgerError> {
+        let rows = Self::query(
+            "SELECT * FROM capacity_requests
+             WHERE pool = ? AND {created_at} >= ? AND {created_at} < ?
+             ORDER BY {created_at}, id",
+        )
+        .bind(pool.as_str())
+        .bind(D::time(from))
+        .bind(D::time(to))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut outcomes = Vec::with_capacity(rows.len());
+        for row in &rows {
+            outcomes.push(self.outcome(Self::request_from_row(row)?).await?);
+        }
+        Ok(outcomes)
+    }
+
+    async fn refusals_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RefusalRecord>, LedgerError> {
+        Self::query("SELECT * FROM refusals WHERE {at} >= ? AND {at} < ? ORDER BY seq")
+            .bind(D::time(from))
+            .bind(D::time(to))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Self::refusal_from_row)
+            .collect()
+    }
+
+    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {
+        self.events(
+            Self::query("SELECT * FROM node_events WHERE pool = ? ORDER BY seq")
+                .bind(pool.as_str()),
+        )
+        .await
+    }
+
+    async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {
+        let closing = RefusalReason::closing_codes();
+        let mut query = Self::query(&format!(
+            "SELECT * FROM capacity_requests r
+             WHERE NOT EXISTS (SELECT 1 FROM request_cancellations c WHERE c.request_id = r.id)
+               AND NOT EXISTS (SELECT 1 FROM refusals f WHERE f.request_id = r.id
+                               AND f.reason IN ({}))
+             ORDER BY {{created_at}}, id",
+            dialect::params(closing.len())
+        ));
+        for code in &closing {
+            query = query.bind(code.as_str());
+        }
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Self::request_from_row)
+            .collect()
+    }
+
+    async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
+        Self::insert_event(&self.pool, e).await
+    }
+
+    async fn admit_node_event(&self, event: &NodeEvent) -> Result<Admission, LedgerError> {
+        // One admission per account at a time, across every process sharing the database; each
+        // statement below then sees every admission committed before this one.
+        let mut tx = D::begin_serialised(&self.pool, event.account.as_str(), 7).await?;
+        let recorded = Self::query("SELECT COUNT(*) AS n FROM node_events WHERE event_key = ?")
+            .bind(event.key().as_str())
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>("n")?;
+        if recorded > 0 {
+            return Ok(Admission::Admitted);
+        }
+        let budget = Self::query(
+            "SELECT * FROM budget_versions WHERE account = ? ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(event.account.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|row| Self::budget_from_row(&row))
+        .transpose()?;
+        if let Some(budget) = budget {
+            // The whole account history, read on every admission; see `derive::standing`.
+            let events = Self::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
+                .bind(event.account.as_str())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(Self::event_from_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            let standing = derive::standing(&events, &budget, event.at);
+            if !standing.admits(event.hold) {
+                return Ok(Admission::OverBudget(standing));
+            }
+        }
+        Self::insert_event(&mut *tx, event).await?;
+        tx.commit().await?;
+        Ok(Admission::Admitted)
+    }
+
+    async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO refusals (pool, request_id, node_id, offering_id, replicas, reason, detail, {at}, refusal_key)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(r.pool.as_str())
+        .bind(r.request.as_ref().map(|x| x.0.as_str()))
+        .bind(r.node.as_ref().map(|x| x.0.as_str()))
+        .bind(r.offering.as_ref().map(|x| x.as_str()))
+        .bind(D::int(r.replicas))
+        .bind(r.reason.code().as_str())
+        .bind(r.detail.as_str())
+        .bind(D::time(r.at))
+        .bind(r.key().as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn put_budget(&self, b: &Budget, at: Timestamp) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO budget_versions (account, period, ceiling_micros, soft_threshold_percent, hard_action, {at})
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(b.account.as_str())
+        .bind(b.period.as_str())
+        .bind(b.ceiling.micros())
+        .bind(D::int(u32::from(b.soft_threshold_percent)))
+        .bind(b.hard_action.as_str())
+        .bind(D::time(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn budgets(&self) -> Result<Vec<Budget>, LedgerError> {
+        Self::query(
+            "SELECT b.* FROM budget_versions b
+             JOIN (SELECT account, MAX(seq) AS seq FROM budget_versions GROUP BY account) last
+               ON b.seq = last.seq
+             ORDER BY b.account",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(Self::budget_from_row)
+        .collect()
+    }
+
+    async fn account_events(&self, account: &AccountName) -> Result<Vec<NodeEvent>, LedgerError> {
+        self.events(
+            Self::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
+                .bind(account.as_str()),
+        )
+        .await
+    }
+
+    async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError> {
+        let finals = final_states();
+        let mut query = Self::query(&format!(
+            "SELECT e.* FROM node_events e
+             JOIN (SELECT node_id, MAX(seq) AS seq FROM node_events GROUP BY node_id) last
+               ON e.seq = last.seq
+             WHERE e.state NOT IN ({})
+             ORDER BY e.seq",
+            dialect::params(finals.len())
+        ));
+        for state in finals {
+            query = query.bind(state);
+        }
+        self.events(query).await
+    }
+
+    async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError> {
+        self.events(Self::query("SELECT * FROM node_events ORDER BY seq"))
+            .await
+    }
+
+    async fn summary(&self, now: Timestamp) -> Result<LedgerSummary, LedgerError> {
+        let capacity_requests = self
+            .count(Self::query("SELECT COUNT(*) AS n FROM capacity_requests"))
+            .await?;
+        let mut requested = Self::query(&format!(
+            "SELECT COUNT(*) AS n FROM node_events WHERE destination = ? AND reason IN ({})",
+            dialect::params(ACTIVATION_REASONS.len())
+        ))
+        .bind(Destination::Serve.as_str());
+        for reason in ACTIVATION_REASONS {
+            requested = requested.bind(reason);
+        }
+        let capacity_requested = self.count(requested).await?;
+        let capacity_delivered = self
+            .count(
+                Self::query("SELECT COUNT(*) AS n FROM node_events WHERE state = ?")
+                    .bind(NodeState::Serving.as_str()),
+            )
+            .await?;
+        let refusals_by_reason = self.refusals_by_reason().await?;
+        // Every event there is, to price every node's whole life; see `derive::spend`.
+        let events = self.node_events().await?;
+        Ok(LedgerSummary {
+            capacity_requests,
+            capacity_requested,
+            capacity_delivered,
+            refusals: refusals_by_reason.values().sum(),
+            refusals_by_reason,
+            spend: derive::spend(&events, None, None, now),
+        })
+    }
+
+    async fn enqueue_alert(
+        &self,
+        webhook: &str,
+        body: &str,
+        at: Timestamp,
+    ) -> Result<(), LedgerError> {
+        let mut tx = D::begin_serialised(&self.pool, "headroom-alert-outbox", 0).await?;
+        Self::query("INSERT INTO alert_outbox (webhook, body, {created}) VALUES (?, ?, ?)")
+            .bind(webhook)
+            .bind(body)
+            .bind(D::time(at))
+            .execute(&mut *tx)
+            .await?;
+        // SQLite has no OFFSET without a LIMIT and Postgres no negative LIMIT: the largest one
+        // stands for "all the rest" on both.
+        Self::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, {at})
+             SELECT seq, 'dropped', ? FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq DESC LIMIT ? OFFSET ?",
+        )
+        .bind(D::time(at))
+        .bind(i64::MAX)
+        .bind(crate::ALERT_OUTBOX_BOUND)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError> {
+        let rows = Self::query(
+            "SELECT seq, webhook, body FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(PendingAlert {
+                    seq: r.try_get("seq")?,
+                    webhook: r.try_get("webhook")?,
+                    body: r.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, {at}) VALUES (?, 'delivered', ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(seq)
+        .bind(D::time(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn append_decision(
+        &self,
+        pool: &PoolName,
+        at: Timestamp,
+        record: &str,
+    ) -> Result<(), LedgerError> {
+        Self::query("INSERT INTO decisions (pool, {at}, record) VALUES (?, ?, CAST(? AS {json}))")
+            .bind(pool.as_str())
+            .bind(D::time(at))
+            .bind(record)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError> {
+        Self::query(
+            "SELECT CAST(record AS TEXT) AS record FROM decisions
+             WHERE pool = ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(pool.as_str())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| Ok(row.try_get("record")?))
+        .collect()
+    }
+
+    async fn create_token(&self, t: &ApiToken) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO api_tokens (id, secret_sha256, accounts, scopes, {created}) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(t.id.as_str())
+        .bind(t.secret_sha256.as_str())
+        .bind(t.accounts.join(",").as_str())
+        .bind(t.scopes.join(",").as_str())
+        .bind(D::time(t.created_at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn token(&self, id: &str) -> Result<Option<ApiToken>, LedgerError> {
+        Ok(self.tokens_where(Some(id)).await?.into_iter().next())
+    }
+
+    async fn tokens(&self) -> Result<Vec<ApiToken>, LedgerError> {
+        self.tokens_where(None).await
+    }
+
+    async fn revoke_token(&self, id: &str, now: Timestamp) -> Result<bool, LedgerError> {
+        if self.token(id).await?.is_none() {
+            return Ok(false);
+        }
+        Self::query(
+            "INSERT INTO api_token_revocations (token_id, {at}) VALUES (?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(D::time(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(true)
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        Self::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
+        self.dialect.pool_leases(pools).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::final_states;
+
+    /// The schema's one-end-per-node index lists the final states itself, and deployed schemas
+    /// do not change: it must name exactly the states the core calls final, or a node could end
+    /// twice (or a live one be refused its end).
+    #[test]
+    fn the_one_end_index_names_the_final_states() {
+        let quoted: Vec<String> = final_states().iter().map(|s| format!("'{s}'")).collect();
+        let clause = format!("WHERE state IN ({})", quoted.join(", "));
+        for migration in [
+            include_str!("../../../migrations/sqlite/0001_ledger.sql"),
+            include_str!("../../../migrations/postgres/0001_ledger.sql"),
+        ] {
+            let index = migration
+                .lines()
+                .find(|l| l.contains("INDEX node_events_one_end"))
+                .expect("the one-end index");
+            assert!(index.contains(&clause), "{index} should say {clause}");
+        }
+    }
+}
