@@ -1340,7 +1340,7 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         .filter(|(t, _)| *t == api.0)
         .map(|(_, n)| n.as_str())
         .collect();
-    for name in ["engine.action", "ledger.admit", "cloud.call"] {
+    for name in ["engine.action", "ledger.place_hold", "cloud.call"] {
         assert!(
             in_trace.contains(name),
             "{name} is not in the request's trace: {in_trace:?}"

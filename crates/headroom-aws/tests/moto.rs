@@ -7,15 +7,14 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use aws_config::BehaviorVersion;
 use aws_sdk_ec2::config::{Credentials, Region};
 use headroom_aws::{AwsProvider, AwsSettings, GroupWarmPool, GroupWarmPoolStatus, WarmPoolState};
 use headroom_cloud::contract::{self, ContractFixture};
 use headroom_cloud::{
-    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, ManualClock,
 };
-use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Priority, ProviderKind};
+use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Priority};
 use headroom_engine::{Config, Engine};
 use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
 use headroom_testkit::{Death, DiesAfterLaunch};

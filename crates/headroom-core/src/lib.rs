@@ -4,7 +4,6 @@
 //! parameter), no global state. The same code runs in `headroom serve`, in the simulator and in
 //! tests, so any decision can be replayed from the ledger.
 
-pub mod admission;
 pub mod budget;
 pub mod controller;
 pub mod cost;
@@ -17,6 +16,7 @@ pub mod planner;
 pub mod pool;
 pub mod refusal;
 pub mod request;
+pub mod shedding;
 
 pub use budget::{Budget, BudgetPeriod, HardAction};
 pub use error::CoreError;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use headroom_cloud::{
     Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud,
 };
-use headroom_core::controller::{HoldReason, Limit, Rule};
+use headroom_core::controller::{Limit, Rule, ScalingHold};
 use headroom_core::planner::Destination;
 use headroom_core::{ErrorClass, NodeId, NodeState, Priority, RefusalReason, RequestState};
 use headroom_engine::{Config, Engine, SignalInput};
@@ -192,7 +192,7 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     let h = harness(&CONFIG.replace("min_replicas = 0", "min_replicas = 1")).await;
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
-    assert_eq!(status.hold, Some(HoldReason::SignalMissing));
+    assert_eq!(status.scaling_hold, Some(ScalingHold::SignalMissing));
     assert_eq!(status.desired, 1, "the floor still holds");
 
     let demand = SignalInput {
@@ -206,14 +206,14 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
     // The first breaching window: the rule wants 4, the policy waits for a second window.
     assert_eq!(
-        (status.hold, status.limited, status.desired),
+        (status.scaling_hold, status.limited, status.desired),
         (None, Some(Limit::BreachWindow), 1)
     );
     h.clock.advance(std::time::Duration::from_secs(15));
     h.engine.push_signal(&"llm".parse().unwrap(), demand);
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
-    assert_eq!((status.hold, status.desired), (None, 4));
+    assert_eq!((status.scaling_hold, status.desired), (None, 4));
     assert_eq!(status.rule, Some(Rule::BacklogDrain));
     let log = h.engine.decisions(&"llm".parse().unwrap()).await.unwrap();
     assert_eq!(log[0]["target"], 4, "newest first");
@@ -230,8 +230,8 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     h.run_for(60).await;
     let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
     assert_eq!(
-        (status.hold, status.desired),
-        (Some(HoldReason::SignalStale), 4)
+        (status.scaling_hold, status.desired),
+        (Some(ScalingHold::SignalStale), 4)
     );
 }
 

@@ -238,11 +238,11 @@ pub struct LedgerSummary {
     pub spend: Money,
 }
 
-/// The answer to "may this node event place its hold?".
+/// The answer to "may this node event place its hold?" (the governor's budget check).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub enum HoldOutcome {
     /// The event (and its hold) was recorded.
-    Admitted,
+    Placed,
     /// Recording the hold would take the account over its ceiling; nothing was written.
     OverBudget(BudgetStanding),
 }
@@ -311,8 +311,8 @@ pub trait Ledger: Send + Sync + Debug {
     /// Records an event that places a hold (a launch intent, a wake) only if the account's
     /// budget in force can carry it: the check and the write are one transaction, serialised per
     /// account, so concurrent launches can never overspend a ceiling. Accounts without a budget
-    /// are admitted. An event already recorded is `Admitted` again without a second hold.
-    async fn admit_node_event(&self, event: &NodeEvent) -> Result<Admission, LedgerError>;
+    /// are admitted. An event already recorded is `Placed` again without a second hold.
+    async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError>;
 
     /// Appends a refusal; idempotent like [`Ledger::append_node_event`].
     async fn append_refusal(&self, refusal: &RefusalRecord) -> Result<(), LedgerError>;

@@ -17,7 +17,7 @@ use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool,
 
 use crate::dialect::{self, Dialect, render};
 use crate::{
-    ACTIVATION_REASONS, Admission, ApiToken, Ledger, LedgerError, LedgerSummary,
+    ACTIVATION_REASONS, ApiToken, HoldOutcome, Ledger, LedgerError, LedgerSummary,
     NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
     new_request_id,
 };
@@ -345,7 +345,7 @@ where
         Self::insert_event(&self.pool, e).await
     }
 
-    async fn admit_node_event(&self, event: &NodeEvent) -> Result<Admission, LedgerError> {
+    async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError> {
         // One admission per account at a time, across every process sharing the database; each
         // statement below then sees every admission committed before this one.
         let mut tx = D::begin_serialised(&self.pool, event.account.as_str(), 7).await?;
@@ -355,7 +355,7 @@ where
             .await?
             .try_get::<i64, _>("n")?;
         if recorded > 0 {
-            return Ok(Admission::Admitted);
+            return Ok(HoldOutcome::Placed);
         }
         let budget = Self::query(
             "SELECT * FROM budget_versions WHERE account = ? ORDER BY seq DESC LIMIT 1",
@@ -376,12 +376,12 @@ where
                 .collect::<Result<Vec<_>, _>>()?;
             let standing = derive::standing(&events, &budget, event.at);
             if !standing.admits(event.hold) {
-                return Ok(Admission::OverBudget(standing));
+                return Ok(HoldOutcome::OverBudget(standing));
             }
         }
         Self::insert_event(&mut *tx, event).await?;
         tx.commit().await?;
-        Ok(Admission::Admitted)
+        Ok(HoldOutcome::Placed)
     }
 
     async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {

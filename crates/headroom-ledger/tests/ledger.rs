@@ -9,7 +9,7 @@ use headroom_core::{
     RefusalReason, RequestState, Timestamp,
 };
 use headroom_ledger::{
-    Admission, Ledger, LedgerError, NewCapacityRequest, NodeEvent, PostgresLedger, RefusalRecord,
+    HoldOutcome, Ledger, LedgerError, NewCapacityRequest, NodeEvent, PostgresLedger, RefusalRecord,
     SqliteLedger,
 };
 
@@ -433,15 +433,15 @@ async fn concurrent_admissions_never_overspend(ledger: Arc<dyn Ledger>) {
                 "launch",
             );
             e.hold = "1".parse().unwrap();
-            ledger.admit_node_event(&e).await.unwrap()
+            ledger.place_hold(&e).await.unwrap()
         });
     }
     let mut admitted = 0;
     let mut over_budget = 0;
     while let Some(result) = tasks.join_next().await {
         match result.unwrap() {
-            Admission::Admitted => admitted += 1,
-            Admission::OverBudget(standing) => {
+            HoldOutcome::Placed => admitted += 1,
+            HoldOutcome::OverBudget(standing) => {
                 assert_eq!(
                     standing.held,
                     "50".parse().unwrap(),
@@ -554,24 +554,10 @@ async fn sqlite_ledger() -> (tempfile::TempDir, Arc<dyn Ledger>) {
     (dir, Arc::new(ledger))
 }
 
-/// A fresh database on the PostgreSQL server `DATABASE_URL` names (`./scripts/test` starts a
-/// throwaway cluster and sets it).
+/// A ledger on a fresh database of the PostgreSQL server `DATABASE_URL` names
+/// (`./scripts/test` starts a throwaway cluster and sets it).
 async fn postgres_ledger() -> (String, Arc<dyn Ledger>) {
-    let url = std::env::var("DATABASE_URL")
-        .expect("DATABASE_URL is not set: run ./scripts/test, which starts a throwaway PostgreSQL");
-    let admin = sqlx::PgPool::connect(&url)
-        .await
-        .expect("cannot reach DATABASE_URL");
-    let name = format!("headroom_test_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let (base, _) = url
-        .rsplit_once('/')
-        .expect("DATABASE_URL ends in /DATABASE");
-    let db_url = format!("{base}/{name}");
+    let db_url = headroom_testkit::fresh_postgres_database("headroom_test").await;
     let ledger = PostgresLedger::connect(&db_url).await.unwrap();
     (db_url, Arc::new(ledger))
 }
@@ -783,7 +769,7 @@ async fn faults_keep_the_invariants(ledger: Arc<dyn Ledger>, backdoor: Backdoor,
                 );
                 e.at = now;
                 e.hold = Money::from_micros(rng.i64(500_000..3_000_000));
-                if let Admission::Admitted = retried!(ledger.admit_node_event(&e)) {
+                if let HoldOutcome::Placed = retried!(ledger.place_hold(&e)) {
                     nodes.push(e.clone());
                     *launched.entry(id).or_default() += 1;
                 }
@@ -826,7 +812,7 @@ async fn faults_keep_the_invariants(ledger: Arc<dyn Ledger>, backdoor: Backdoor,
                 // The acknowledgement of the last write was lost: write it again.
                 if let Some(e) = &last_event {
                     retried!(ledger.append_node_event(e));
-                    retried!(ledger.admit_node_event(e));
+                    retried!(ledger.place_hold(e));
                 }
             }
             8 => backdoor.drop_connections().await,

@@ -89,7 +89,7 @@ struct AdmissionView {
     /// Ready replicas measured demand calls for.
     demand: u32,
     /// Lowest tier first: `{priority, admit, retry_after_s}`.
-    tiers: Vec<headroom_core::admission::TierAdmission>,
+    tiers: Vec<headroom_core::shedding::TierAdmission>,
 }
 
 #[utoipa::path(

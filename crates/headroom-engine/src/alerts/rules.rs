@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use headroom_cloud::InstanceId;
 use headroom_core::budget::BudgetStanding;
-use headroom_core::controller::HoldReason;
+use headroom_core::controller::ScalingHold;
 use headroom_core::{Budget, ErrorClass, OfferingId, PoolName, RefusalReason, Timestamp};
 use headroom_ledger::RefusalRecord;
 
@@ -71,14 +71,14 @@ fn pool_conditions(status: &PoolStatus) -> Vec<Alert> {
     let labels = [("pool", pool.clone())];
     let mut out = Vec::new();
     let reason = status.reason.clone().unwrap_or_default();
-    match status.hold {
-        Some(HoldReason::SignalMissing | HoldReason::SignalStale) => out.push(Alert::new(
+    match status.scaling_hold {
+        Some(ScalingHold::SignalMissing | ScalingHold::SignalStale) => out.push(Alert::new(
             "PoolSignalsMissing",
             "warning",
             &labels,
             format!("pool {pool} is holding: {reason}"),
         )),
-        Some(HoldReason::DispatchFailure) => out.push(Alert::new(
+        Some(ScalingHold::DispatchFailure) => out.push(Alert::new(
             "PoolDeparturesStalled",
             "critical",
             &labels,

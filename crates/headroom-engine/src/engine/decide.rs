@@ -117,9 +117,12 @@ impl Engine {
                     ..ControllerMemory::default()
                 });
             let decision = controller::decide(pool, signal.as_ref(), counts, memory, now);
-            let previous_hold = control.decisions.get(&pool.name).and_then(|d| d.hold);
-            if decision.hold.is_some() && decision.hold != previous_hold {
-                tracing::warn!(pool = %pool.name, hold = ?decision.hold, reason = %decision.reason, "pool is holding");
+            let previous_hold = control
+                .decisions
+                .get(&pool.name)
+                .and_then(|d| d.scaling_hold);
+            if decision.scaling_hold.is_some() && decision.scaling_hold != previous_hold {
+                tracing::warn!(pool = %pool.name, hold = ?decision.scaling_hold, reason = %decision.reason, "pool is holding");
             }
             control
                 .memory

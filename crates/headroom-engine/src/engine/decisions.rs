@@ -41,11 +41,11 @@ impl DecisionLog {
     ) -> Option<DecisionRecord> {
         if let Some(open) = self.0.get_mut(&pool.name) {
             let d = &open.decision;
-            if (d.target, d.rule, d.hold, d.limited)
+            if (d.target, d.rule, d.scaling_hold, d.limited)
                 == (
                     decision.target,
                     decision.rule,
-                    decision.hold,
+                    decision.scaling_hold,
                     decision.limited,
                 )
             {

@@ -34,7 +34,7 @@ pub(super) struct Applied {
 
 impl Engine {
     /// Writes a node event and applies it to the tick's input. Every node event the tick writes
-    /// goes through here (or [`Engine::admit`]), so the input stays what the ledger says.
+    /// goes through here (or [`Engine::place_hold`]), so the input stays what the ledger says.
     pub(super) async fn record(
         &self,
         input: &mut TickInput,
@@ -47,20 +47,20 @@ impl Engine {
 
     /// Writes an event that places a hold if its budget can carry it (one transaction, the
     /// ledger's guard), and applies it to the input when admitted.
-    async fn admit(
+    async fn place_hold(
         &self,
         input: &mut TickInput,
         event: &NodeEvent,
-    ) -> Result<Admission, EngineError> {
-        let admitted = self
+    ) -> Result<HoldOutcome, EngineError> {
+        let outcome = self
             .ledger
-            .admit_node_event(event)
-            .instrument(tracing::info_span!("ledger.admit", node = %event.node))
+            .place_hold(event)
+            .instrument(tracing::info_span!("ledger.place_hold", node = %event.node))
             .await?;
-        if admitted == Admission::Admitted {
+        if outcome == HoldOutcome::Placed {
             input.apply(event);
         }
-        Ok(admitted)
+        Ok(outcome)
     }
 
     /// Applies a plan's actions in order. `previous_refusal` is the pool-level refusal the
@@ -167,7 +167,7 @@ impl Engine {
         // Intent first, with its hold: if we die after the cloud call, the restart finds it.
         let span = self.action_span("launch", pool, launch.request, &intent.node);
         if !self
-            .admit_or_refuse(input, pool, &intent, applied)
+            .hold_or_refuse(input, pool, &intent, applied)
             .instrument(span.clone())
             .await?
         {
@@ -221,13 +221,13 @@ impl Engine {
         } else {
             NodeState::Booting
         };
-        let mut e = last.next(next, "wake", now);
+        let mut e = last.next(next, headroom_ledger::WAKE, now);
         e.request = request.cloned();
         e.destination = Destination::Serve;
         e.hold = hold;
         let span = self.action_span("wake", pool, request, node);
         if !self
-            .admit_or_refuse(input, pool, &e, applied)
+            .hold_or_refuse(input, pool, &e, applied)
             .instrument(span.clone())
             .await?
         {
@@ -474,16 +474,16 @@ impl Engine {
 
     /// Writes an event that places a hold if its budget can carry it (one transaction), or
     /// records a budget refusal. Returns whether it was admitted.
-    async fn admit_or_refuse(
+    async fn hold_or_refuse(
         &self,
         input: &mut TickInput,
         pool: &PoolSpec,
         event: &NodeEvent,
         applied: &mut Applied,
     ) -> Result<bool, EngineError> {
-        match self.admit(input, event).await? {
-            Admission::Admitted => Ok(true),
-            Admission::OverBudget(standing) => {
+        match self.place_hold(input, event).await? {
+            HoldOutcome::Placed => Ok(true),
+            HoldOutcome::OverBudget(standing) => {
                 let refusal = Refusal {
                     request: event.request.as_ref(),
                     count: 1,

@@ -29,7 +29,7 @@ use headroom_core::{
     CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
     PoolSpec, RefusalReason, RequestId, Timestamp, WarmMode,
 };
-use headroom_ledger::{Admission, Ledger, LedgerError, NodeEvent, RefusalRecord};
+use headroom_ledger::{HoldOutcome, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
 use thiserror::Error;
 use tokio::sync::Notify;

@@ -2,9 +2,9 @@
 //! and the decide phase's memory once the plans are applied, and the pool gauges of `/metrics`.
 
 use super::*;
-use headroom_core::admission::{self, AdmissionInput, TierAdmission};
-use headroom_core::controller::{Classification, HoldReason, Limit, Rule, Signals};
+use headroom_core::controller::{Classification, Limit, Rule, ScalingHold, Signals};
 use headroom_core::planner::Destination;
+use headroom_core::shedding::{self, SheddingInput, TierAdmission};
 
 /// What `GET /v1/pools` shows for one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,8 +30,9 @@ pub struct PoolStatus {
     /// sharing a database, each pool has exactly one owner at a time.
     pub reconciled_here: bool,
     /// Set when the controller is holding the pool instead of scaling it (the HPA's
-    /// ScalingActive=False, with the reason).
-    pub hold: Option<HoldReason>,
+    /// ScalingActive=False, with the reason). A scaling hold, not money held for a budget.
+    #[serde(rename = "hold")]
+    pub scaling_hold: Option<ScalingHold>,
     /// Set when the target is below what the rules asked for (the HPA's ScalingLimited).
     pub limited: Option<Limit>,
     /// The rule behind the controller's last answer, and why.
@@ -87,7 +88,7 @@ impl PoolStatus {
             max_replicas: pool.max_replicas,
             warm_pool_size: pool.warm_pool_size,
             reconciled_here: false,
-            hold: Some(HoldReason::SignalMissing),
+            scaling_hold: Some(ScalingHold::SignalMissing),
             limited: None,
             rule: None,
             reason: None,
@@ -154,7 +155,7 @@ impl Engine {
         if let Some(decision) = decision {
             s.desired = (decision.target + requested_by_clients).min(pool.max_replicas);
             s.unclamped_desired = decision.unclamped.max(pool.min_replicas) + requested_by_clients;
-            s.hold = decision.hold;
+            s.scaling_hold = decision.scaling_hold;
             s.limited = decision.limited;
             s.rule = Some(decision.rule);
             s.reason = Some(decision.reason.clone());
@@ -174,7 +175,7 @@ impl Engine {
         // Shedding follows measured demand only: with no usable signal the pool holds and
         // admits everything (its own alert says the signal is missing).
         s.demand = decision
-            .filter(|d| d.hold.is_none())
+            .filter(|d| d.scaling_hold.is_none())
             .map_or(0, |d| d.unclamped);
         drop(control);
         // A shed client should come back when capacity is due; with none on its way, when a
@@ -187,7 +188,7 @@ impl Engine {
             })
             .and_then(|d| d.to_std().ok())
             .unwrap_or(pool.ladder.cold_total());
-        s.admission = admission::admission(&AdmissionInput {
+        s.admission = shedding::tier_answers(&SheddingInput {
             wanted: s.demand.saturating_sub(s.handed_to_fallback),
             ready: s.ready,
             arriving_in_time: arriving.in_time,
@@ -271,7 +272,7 @@ fn count_nodes(s: &mut PoolStatus, input: &TickInput, pool: &PoolSpec, now: Time
 /// the whole ladder, a woken stopped node only the rungs after its disk.
 fn remaining_ladder(pool: &PoolSpec, e: &NodeEvent, now: Timestamp) -> chrono::Duration {
     let total = match (e.state, e.reason.as_deref()) {
-        (NodeState::Booting, Some("wake")) => pool.ladder.from_stopped_total(),
+        (NodeState::Booting, Some(headroom_ledger::WAKE)) => pool.ladder.from_stopped_total(),
         (NodeState::Booting, _) => pool
             .ladder
             .cold_total()

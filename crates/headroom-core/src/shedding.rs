@@ -1,4 +1,6 @@
-//! Load shedding: what the serving layer should admit while capacity is short.
+//! Load shedding: what the serving layer should admit, per priority tier, while capacity is
+//! short (`GET /v1/pools/{name}/admission`). Not the budget check (`Ledger::place_hold`) nor
+//! the recording of a capacity request.
 //!
 //! When the replicas that are ready, plus those that will be ready within the pool's drain
 //! objective, cover less than the demand, lower priority tiers are turned away with a
@@ -14,7 +16,7 @@ use crate::Priority;
 
 /// What the pool can deliver against what it needs.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdmissionInput {
+pub struct SheddingInput {
     /// Ready replicas demand calls for, before any clamp (max replicas, budget, ceiling).
     pub wanted: u32,
     /// Replicas serving now.
@@ -45,7 +47,7 @@ const SHED_BELOW: [(Priority, f64); 4] = [
 ];
 
 /// Share of the demand the pool can serve in time (1 when nothing is wanted).
-pub fn coverage(input: &AdmissionInput) -> f64 {
+pub fn coverage(input: &SheddingInput) -> f64 {
     if input.wanted == 0 {
         return 1.0;
     }
@@ -53,7 +55,7 @@ pub fn coverage(input: &AdmissionInput) -> f64 {
 }
 
 /// Admit or shed, per tier, lowest tier first in the answer.
-pub fn admission(input: &AdmissionInput) -> Vec<TierAdmission> {
+pub fn tier_answers(input: &SheddingInput) -> Vec<TierAdmission> {
     let covered = coverage(input);
     let retry = input.next_capacity_in.as_secs().clamp(1, 900);
     SHED_BELOW
@@ -74,7 +76,7 @@ mod tests {
     use super::*;
 
     fn shed(wanted: u32, ready: u32, arriving: u32) -> Vec<Priority> {
-        admission(&AdmissionInput {
+        tier_answers(&SheddingInput {
             wanted,
             ready,
             arriving_in_time: arriving,
@@ -109,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_shed_tier_is_told_when_to_retry() {
-        let answer = admission(&AdmissionInput {
+        let answer = tier_answers(&SheddingInput {
             wanted: 24,
             ready: 12,
             arriving_in_time: 0,

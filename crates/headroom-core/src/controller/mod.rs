@@ -125,7 +125,7 @@ pub enum Rule {
 /// Why the controller is not scaling at all (the HPA's ScalingActive=False, made visible).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum HoldReason {
+pub enum ScalingHold {
     /// No signal has ever been received for this pool.
     SignalMissing,
     /// The last signal is older than the policy's `signal_max_age`.
@@ -171,7 +171,9 @@ pub struct Decision {
     pub rule: Rule,
     /// One sentence: the numbers behind the rule that won.
     pub reason: String,
-    pub hold: Option<HoldReason>,
+    /// Set when the controller will not scale at all (a scaling hold, not a budget hold).
+    #[serde(rename = "hold")]
+    pub scaling_hold: Option<ScalingHold>,
     pub limited: Option<Limit>,
     pub classification: Option<Classification>,
     /// Every rule's answer, so a reader sees what lost as well as what won.
@@ -271,7 +273,7 @@ pub fn decide(
     };
     let classification = classify(&pool.scaling, s, counts.ready);
     if let Some(why) = step.dispatch_failure(s, counts) {
-        return step.held(memory, HoldReason::DispatchFailure, why, classification);
+        return step.held(memory, ScalingHold::DispatchFailure, why, classification);
     }
     let proposals = step.proposals(s, counts, &mut memory);
     let winner = Winner::largest(&step, proposals, classification);
@@ -331,7 +333,7 @@ impl Activation<'_> {
     fn held(
         &self,
         memory: ControllerMemory,
-        reason: HoldReason,
+        reason: ScalingHold,
         why: String,
         classification: Option<Classification>,
     ) -> Decision {
@@ -340,7 +342,7 @@ impl Activation<'_> {
             unclamped: self.current,
             rule: Rule::Hold,
             reason: why,
-            hold: Some(reason),
+            scaling_hold: Some(reason),
             limited: None,
             classification,
             proposals: Vec::new(),
@@ -359,11 +361,11 @@ impl Activation<'_> {
     fn fresh_signal<'s>(
         &self,
         signals: Option<&'s Signals>,
-    ) -> Result<&'s Signals, (HoldReason, String)> {
+    ) -> Result<&'s Signals, (ScalingHold, String)> {
         let current = self.current;
         let Some(s) = signals else {
             let why = format!("no signal has been received; holding at {current}");
-            return Err((HoldReason::SignalMissing, why));
+            return Err((ScalingHold::SignalMissing, why));
         };
         let age = elapsed(s.received_at, self.now);
         if age > self.policy.signal_max_age {
@@ -372,7 +374,7 @@ impl Activation<'_> {
                 age.as_secs(),
                 self.policy.signal_max_age.as_secs()
             );
-            return Err((HoldReason::SignalStale, why));
+            return Err((ScalingHold::SignalStale, why));
         }
         Ok(s)
     }
@@ -532,7 +534,7 @@ impl Activation<'_> {
                 "{why}; but the pool scaled down less than {}s ago",
                 policy.direction_cooldown.as_secs()
             );
-            let reason = HoldReason::DirectionCooldown;
+            let reason = ScalingHold::DirectionCooldown;
             return self.held(memory, reason, why, winner.classification);
         }
         memory
@@ -604,7 +606,7 @@ impl Activation<'_> {
                 "{why}; but the pool scaled up less than {}s ago",
                 policy.direction_cooldown.as_secs()
             );
-            let reason = HoldReason::DirectionCooldown;
+            let reason = ScalingHold::DirectionCooldown;
             return self.held(memory, reason, why, winner.classification);
         }
         let target = current - 1;
@@ -664,7 +666,7 @@ impl Winner {
             unclamped: self.unclamped,
             rule,
             reason,
-            hold: None,
+            scaling_hold: None,
             limited,
             classification: self.classification,
             proposals: self.proposals.clone(),
@@ -674,436 +676,4 @@ impl Winner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pool::ColdStartLadder;
-
-    fn at(s: &str) -> Timestamp {
-        s.parse().unwrap()
-    }
-
-    fn t0() -> Timestamp {
-        at("2026-11-30T09:00:00Z")
-    }
-
-    fn secs(n: i64) -> Timestamp {
-        t0() + chrono::Duration::seconds(n)
-    }
-
-    fn pool(min: u32, max: u32, scaling: ScalingPolicy) -> PoolSpec {
-        PoolSpec {
-            name: "p".parse().unwrap(),
-            account: "a".parse().unwrap(),
-            offerings: vec![],
-            min_replicas: min,
-            max_replicas: max,
-            max_scale_up_per_step: 100,
-            warm_pool_size: 0,
-            ladder: ColdStartLadder {
-                node_acquisition: Duration::from_secs(60),
-                image_pull: Duration::from_secs(30),
-                weight_load: Duration::from_secs(60),
-                compile: Duration::from_secs(30),
-                warmup: Duration::from_secs(10),
-            },
-            scaling,
-            supply: crate::pool::SupplyPolicy::default(),
-        }
-    }
-
-    /// Immediate policy: one breach scales up, no direction cooldown.
-    fn quick(policy: ScalingPolicy) -> ScalingPolicy {
-        ScalingPolicy {
-            scale_up_breaches: 1,
-            direction_cooldown: Duration::ZERO,
-            ..policy
-        }
-    }
-
-    fn ready(n: u32) -> ReplicaCounts {
-        ReplicaCounts {
-            ready: n,
-            ..ReplicaCounts::default()
-        }
-    }
-
-    fn memory(target: u32) -> ControllerMemory {
-        ControllerMemory {
-            target,
-            ..ControllerMemory::default()
-        }
-    }
-
-    /// Seed 000: 8 workers at 2.5 req/s serve 20 req/s; a 30 s burst at 32 req/s leaves 360
-    /// queued; draining it within 60 s needs three more workers, so eleven.
-    #[test]
-    fn seed_000_backlog_needs_three_more_workers() {
-        let p = pool(
-            1,
-            50,
-            quick(ScalingPolicy {
-                replica_throughput_rps: 2.5,
-                ..ScalingPolicy::default()
-            }),
-        );
-        let d = decide(
-            &p,
-            Some(&Signals::queue(360, 20.0, t0())),
-            ready(8),
-            memory(8),
-            t0(),
-        );
-        assert_eq!((d.target, d.rule), (11, Rule::BacklogDrain));
-        assert_eq!(drain_rule(20.0, 360.0, Duration::from_secs(60), 2.5) - 8, 3);
-    }
-
-    /// Seed 004 (the HPA notes): 4 replicas averaging 8 waiting against a target of 4 → 8;
-    /// against 1 → 32; a metric of 1.1 against 1 → no change (tolerance 0.1).
-    #[test]
-    fn hpa_rule_reproduces_the_worked_numbers() {
-        assert_eq!(hpa_rule(4, 8.0, 4.0, 0.1), 8);
-        assert_eq!(hpa_rule(4, 8.0, 1.0, 0.1), 32);
-        assert_eq!(hpa_rule(4, 1.1, 1.0, 0.1), 4);
-        let hpa = |target| {
-            let p = pool(
-                1,
-                100,
-                quick(ScalingPolicy {
-                    target_queue_per_replica: Some(target),
-                    ..ScalingPolicy::default()
-                }),
-            );
-            let s = Signals {
-                arrival_rate_rps: None,
-                ..Signals::queue(32, 0.0, t0())
-            };
-            decide(&p, Some(&s), ready(4), memory(4), t0())
-        };
-        assert_eq!((hpa(4.0).target, hpa(4.0).rule), (8, Rule::Hpa));
-        assert_eq!(hpa(1.0).target, 32);
-    }
-
-    #[test]
-    fn starting_replicas_count_as_capacity_on_the_way() {
-        // 4 ready with 8 waiting each against 4: the rule wants 8. Four more are already
-        // starting (target 8): nothing new is asked for.
-        let p = pool(
-            1,
-            100,
-            quick(ScalingPolicy {
-                target_queue_per_replica: Some(4.0),
-                ..ScalingPolicy::default()
-            }),
-        );
-        let s = Signals {
-            arrival_rate_rps: None,
-            ..Signals::queue(32, 0.0, t0())
-        };
-        let counts = ReplicaCounts {
-            starting: 4,
-            ready: 4,
-            ..ReplicaCounts::default()
-        };
-        let d = decide(&p, Some(&s), counts, memory(8), t0());
-        assert_eq!((d.target, d.rule), (8, Rule::Steady));
-    }
-
-    #[test]
-    fn missing_or_stale_signals_hold_the_pool() {
-        let p = pool(1, 50, ScalingPolicy::default());
-        let missing = decide(&p, None, ready(8), memory(8), t0());
-        assert_eq!(
-            (missing.target, missing.hold),
-            (8, Some(HoldReason::SignalMissing))
-        );
-        let old = Signals::queue(10_000, 500.0, secs(-60));
-        let stale = decide(&p, Some(&old), ready(8), memory(8), t0());
-        assert_eq!(
-            (stale.target, stale.hold),
-            (8, Some(HoldReason::SignalStale))
-        );
-        // Also never down: an idle but stale signal keeps 8.
-        let idle = Signals::queue(0, 0.0, secs(-60));
-        assert_eq!(decide(&p, Some(&idle), ready(8), memory(8), t0()).target, 8);
-    }
-
-    #[test]
-    fn scale_up_waits_for_two_breaching_windows() {
-        let p = pool(
-            1,
-            50,
-            ScalingPolicy {
-                replica_throughput_rps: 10.0,
-                ..ScalingPolicy::default()
-            },
-        );
-        let burst = |t| Signals::queue(40, 200.0, t);
-        let first = decide(&p, Some(&burst(t0())), ready(8), memory(8), t0());
-        assert_eq!(
-            (first.target, first.limited),
-            (8, Some(Limit::BreachWindow))
-        );
-        let early = decide(&p, Some(&burst(secs(5))), ready(8), first.memory, secs(5));
-        assert_eq!(early.target, 8, "still inside the first window");
-        let second = decide(&p, Some(&burst(secs(15))), ready(8), early.memory, secs(15));
-        assert_eq!((second.target, second.rule), (21, Rule::BacklogDrain));
-    }
-
-    #[test]
-    fn a_two_per_minute_limit_is_respected() {
-        let p = pool(
-            1,
-            50,
-            quick(ScalingPolicy {
-                replica_throughput_rps: 10.0,
-                scale_up_limit: 2,
-                scale_up_period: Duration::from_secs(60),
-                ..ScalingPolicy::default()
-            }),
-        );
-        let mut m = memory(8);
-        let mut targets = vec![];
-        for t in [0, 10, 20, 59, 60, 61, 121] {
-            let d = decide(
-                &p,
-                Some(&Signals::queue(40, 200.0, secs(t))),
-                ready(8),
-                m,
-                secs(t),
-            );
-            targets.push(d.target);
-            m = d.memory;
-        }
-        assert_eq!(targets, [10, 10, 10, 10, 12, 12, 14]);
-    }
-
-    #[test]
-    fn scale_down_waits_out_the_stabilisation_then_goes_one_per_period() {
-        let p = pool(
-            2,
-            50,
-            quick(ScalingPolicy {
-                replica_throughput_rps: 10.0,
-                scale_down_stabilization: Duration::from_secs(600),
-                scale_down_period: Duration::from_secs(60),
-                ..ScalingPolicy::default()
-            }),
-        );
-        let mut m = memory(20);
-        let mut target_at = std::collections::BTreeMap::new();
-        for t in (0..=780).step_by(30) {
-            let d = decide(
-                &p,
-                Some(&Signals::queue(0, 20.0, secs(t))),
-                ready(20),
-                m,
-                secs(t),
-            );
-            target_at.insert(t, d.target);
-            m = d.memory;
-        }
-        assert_eq!(target_at[&570], 20, "nothing within ten minutes");
-        assert_eq!(target_at[&600], 19);
-        assert_eq!(target_at[&630], 19, "one per minute");
-        assert_eq!(target_at[&660], 18);
-        assert_eq!(target_at[&780], 16);
-    }
-
-    #[test]
-    fn oldest_age_scales_out_after_two_windows_but_a_poisoned_request_does_not() {
-        let p = pool(
-            1,
-            50,
-            quick(ScalingPolicy {
-                oldest_age_threshold: Some(Duration::from_secs(5)),
-                replica_throughput_rps: 2.5,
-                ..ScalingPolicy::default()
-            }),
-        );
-        let signals = |age, arrivals, departures, t| Signals {
-            queue_depth: 2,
-            oldest_age_s: Some(age),
-            arrival_rate_rps: Some(arrivals),
-            departure_rate_rps: Some(departures),
-            ..Signals::queue(2, arrivals, t)
-        };
-        // A poisoned request: very old, tiny queue, departures keep up with arrivals.
-        let mut m = memory(8);
-        for t in [0, 15, 30, 45] {
-            let d = decide(
-                &p,
-                Some(&signals(120.0, 20.0, 20.0, secs(t))),
-                ready(8),
-                m,
-                secs(t),
-            );
-            assert_eq!(
-                d.target, 8,
-                "a poisoned request must not scale the pool out"
-            );
-            m = d.memory;
-        }
-        // Real pressure: arrivals exceed departures; the age rule answers from the second window.
-        let age_answer = |d: &Decision| {
-            d.proposals
-                .iter()
-                .find(|p| p.rule == Rule::OldestAge)
-                .map(|p| p.replicas)
-        };
-        let first = decide(
-            &p,
-            Some(&signals(8.0, 30.0, 20.0, t0())),
-            ready(8),
-            memory(8),
-            t0(),
-        );
-        assert_eq!(age_answer(&first), None);
-        let m = ControllerMemory {
-            target: 8,
-            ..first.memory
-        };
-        let second = decide(
-            &p,
-            Some(&signals(9.0, 30.0, 20.0, secs(15))),
-            ready(8),
-            m,
-            secs(15),
-        );
-        // 10 req/s more than departs, at 2.5 per replica: four more than the target of 8.
-        assert_eq!(age_answer(&second), Some(12));
-    }
-
-    #[test]
-    fn work_waiting_with_nothing_departing_is_a_failure_not_a_scale_up() {
-        let p = pool(
-            1,
-            50,
-            quick(ScalingPolicy {
-                replica_throughput_rps: 2.5,
-                ..ScalingPolicy::default()
-            }),
-        );
-        let s = Signals {
-            departure_rate_rps: Some(0.0),
-            gpu_utilization: Some(0.05),
-            ..Signals::queue(500, 20.0, t0())
-        };
-        let d = decide(&p, Some(&s), ready(8), memory(8), t0());
-        assert_eq!((d.target, d.hold), (8, Some(HoldReason::DispatchFailure)));
-        assert_eq!(d.classification, Some(Classification::DispatchOrDependency));
-    }
-
-    #[test]
-    fn classification_reads_age_against_utilisation() {
-        let p = pool(
-            1,
-            50,
-            quick(ScalingPolicy {
-                oldest_age_threshold: Some(Duration::from_secs(5)),
-                replica_throughput_rps: 2.5,
-                ..ScalingPolicy::default()
-            }),
-        );
-        let class = |age, util| {
-            let s = Signals {
-                oldest_age_s: Some(age),
-                gpu_utilization: Some(util),
-                ..Signals::queue(0, 20.0, t0())
-            };
-            decide(&p, Some(&s), ready(8), memory(8), t0()).classification
-        };
-        assert_eq!(class(9.0, 0.95), Some(Classification::CapacityPressure));
-        assert_eq!(class(9.0, 0.20), Some(Classification::DispatchOrDependency));
-        assert_eq!(class(0.5, 0.95), Some(Classification::Healthy));
-        assert_eq!(class(0.5, 0.10), Some(Classification::Idle));
-    }
-
-    #[test]
-    fn one_change_of_direction_per_cooldown() {
-        let p = pool(
-            2,
-            50,
-            ScalingPolicy {
-                replica_throughput_rps: 10.0,
-                scale_up_breaches: 1,
-                scale_down_stabilization: Duration::ZERO,
-                scale_down_period: Duration::ZERO,
-                direction_cooldown: Duration::from_secs(120),
-                ..ScalingPolicy::default()
-            },
-        );
-        let down = decide(
-            &p,
-            Some(&Signals::queue(0, 20.0, t0())),
-            ready(10),
-            memory(10),
-            t0(),
-        );
-        assert_eq!(down.target, 9);
-        let up = decide(
-            &p,
-            Some(&Signals::queue(0, 150.0, secs(30))),
-            ready(9),
-            down.memory,
-            secs(30),
-        );
-        assert_eq!(
-            (up.target, up.hold),
-            (9, Some(HoldReason::DirectionCooldown))
-        );
-        let later = decide(
-            &p,
-            Some(&Signals::queue(0, 150.0, secs(130))),
-            ready(9),
-            up.memory,
-            secs(130),
-        );
-        assert_eq!(later.target, 15);
-    }
-
-    #[test]
-    fn clamps_to_max_and_reports_unmet_demand() {
-        let p = pool(
-            1,
-            10,
-            quick(ScalingPolicy {
-                replica_throughput_rps: 2.5,
-                ..ScalingPolicy::default()
-            }),
-        );
-        let d = decide(
-            &p,
-            Some(&Signals::queue(0, 200.0, t0())),
-            ready(1),
-            memory(1),
-            t0(),
-        );
-        assert_eq!(
-            (d.target, d.unclamped, d.limited),
-            (10, 80, Some(Limit::MaxReplicas))
-        );
-    }
-
-    #[test]
-    fn measured_throughput_replaces_the_configured_one_under_saturation() {
-        // Configured 2.5/s, but 8 saturated replicas complete only 8/s: 1/s each.
-        let p = pool(
-            1,
-            100,
-            quick(ScalingPolicy {
-                replica_throughput_rps: 2.5,
-                ..ScalingPolicy::default()
-            }),
-        );
-        let s = Signals {
-            departure_rate_rps: Some(8.0),
-            ..Signals::queue(60, 10.0, t0())
-        };
-        let d = decide(&p, Some(&s), ready(8), memory(8), t0());
-        assert_eq!(
-            d.target, 11,
-            "10/s at 1/s each plus 60 queued over 60 s: {}",
-            d.reason
-        );
-    }
-}
+mod tests;
