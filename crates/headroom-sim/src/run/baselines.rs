@@ -1,0 +1,485 @@
+//! The baselines users run today: the Kubernetes HPA (on GPU utilisation, or on queue depth as
+//! an external metric) over a cluster autoscaler, and static capacity. They drive [`SimCloud`]
+//! directly as a cluster autoscaler would: one node per replica, the cheapest allowed offering
+//! first, the next one after a refusal.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use headroom_cloud::{
+    CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
+    OwnershipTags, SimCloud,
+};
+use headroom_core::{Offering, OfferingId};
+
+use super::Policy;
+use super::driver::{Books, Control, PolicyDriver, cloud_paying};
+use crate::error::SimError;
+use crate::model::{Model, UtilMeter};
+use crate::scenario::Scenario;
+
+/// A launch or a cloud refusal of one, for counting fallbacks.
+#[derive(Debug, Clone)]
+struct LaunchRecord {
+    t_s: f64,
+    offering: OfferingId,
+    refused: bool,
+}
+
+/// A baseline's node layer: one node per replica, as a cluster autoscaler provisions them for
+/// pending pods. The cheapest allowed offering first; after a capacity, quota or price refusal,
+/// the next one, and the refused one is skipped for the engine's offering cooldown (the cluster
+/// autoscaler's backoff). Interrupted or vanished nodes are replaced (the ReplicaSet's pods go
+/// pending again).
+struct Fleet {
+    cloud: Arc<SimCloud>,
+    order: Vec<Offering>,
+    offerings: HashMap<OfferingId, Offering>,
+    cooldown_s: f64,
+    backoff: HashMap<OfferingId, f64>,
+    nodes: Vec<InstanceId>,
+    phases: HashMap<InstanceId, (InstancePhase, u32)>,
+    seq: u64,
+    name: &'static str,
+    pool: String,
+    refusals: BTreeMap<String, u64>,
+    log: Vec<LaunchRecord>,
+}
+
+impl Fleet {
+    fn new(sc: &Scenario, cloud: Arc<SimCloud>, policy: Policy) -> Fleet {
+        let mut order: Vec<Offering> = sc
+            .pool
+            .offerings
+            .iter()
+            .filter_map(|id| sc.config.offering(id).cloned())
+            .collect();
+        order.sort_by_key(|o| o.price_usd_per_hour);
+        Fleet {
+            cloud,
+            order,
+            offerings: super::offerings_of(&sc.config),
+            cooldown_s: sc.config.engine.offering_cooldown.as_secs_f64(),
+            backoff: HashMap::new(),
+            nodes: Vec::new(),
+            phases: HashMap::new(),
+            seq: 0,
+            name: policy.as_str(),
+            pool: sc.pool.name.to_string(),
+            refusals: BTreeMap::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// Launches `n` nodes and skips time until they are ready (before the run starts).
+    async fn fill(&mut self, n: u32, clock: &ManualClock) {
+        self.reconcile(n, -1.0).await;
+        for _ in 0..60 {
+            self.refresh();
+            if self.counts().0 >= n {
+                break;
+            }
+            clock.advance(Duration::from_secs(30));
+        }
+        self.refusals.clear();
+        self.log.clear();
+    }
+
+    fn refresh(&mut self) {
+        let by_id: HashMap<InstanceId, Instance> = self
+            .cloud
+            .all_instances()
+            .into_iter()
+            .map(|i| (i.id.clone(), i))
+            .collect();
+        let gpus = |o: &OfferingId| self.offerings.get(o).map_or(1, |x| x.gpus_per_node);
+        self.phases = self
+            .nodes
+            .iter()
+            .filter_map(|id| {
+                by_id
+                    .get(id)
+                    .map(|i| (id.clone(), (i.phase, gpus(&i.offering))))
+            })
+            .collect();
+        // Gone (interrupted, terminated): the pod is pending again and needs a new node.
+        self.nodes.retain(|id| {
+            self.phases.get(id).is_some_and(|(p, _)| {
+                !matches!(p, InstancePhase::Terminated | InstancePhase::Interrupted)
+            })
+        });
+    }
+
+    /// (ready, not yet ready) nodes.
+    fn counts(&self) -> (u32, u32) {
+        let ready = self
+            .nodes
+            .iter()
+            .filter(|id| matches!(self.phases.get(*id), Some((InstancePhase::Ready, _))))
+            .count() as u32;
+        (ready, self.nodes.len() as u32 - ready)
+    }
+
+    async fn reconcile(&mut self, want: u32, t: f64) {
+        self.refresh();
+        let have = self.nodes.len() as u32;
+        if have > want {
+            // Remove nodes that are not ready yet first (the newest), then the newest ready ones.
+            let mut order: Vec<InstanceId> = self.nodes.clone();
+            order.sort_by_key(|id| {
+                let ready = matches!(self.phases.get(id), Some((InstancePhase::Ready, _)));
+                (ready, std::cmp::Reverse(id.clone()))
+            });
+            for id in order.into_iter().take((have - want) as usize) {
+                let _ = self.cloud.terminate(&id).await;
+                self.nodes.retain(|n| n != &id);
+            }
+        }
+        for _ in have..want {
+            if !self.launch_one(t).await {
+                break;
+            }
+        }
+        self.refresh();
+    }
+
+    async fn launch_one(&mut self, t: f64) -> bool {
+        for offering in self.order.clone() {
+            if self
+                .backoff
+                .get(&offering.id)
+                .is_some_and(|until| *until > t)
+            {
+                continue;
+            }
+            self.seq += 1;
+            let spec = LaunchSpec {
+                offering: offering.clone(),
+                client_token: format!("{}-{}", self.name, self.seq),
+                tags: OwnershipTags {
+                    cluster: self.name.to_string(),
+                    pool: self.pool.clone(),
+                    node: format!("{}-{}", self.name, self.seq),
+                    request: None,
+                },
+                user_data: None,
+            };
+            match self.cloud.launch(&spec).await {
+                Ok(i) => {
+                    self.nodes.push(i.id);
+                    self.log.push(LaunchRecord {
+                        t_s: t,
+                        offering: offering.id.clone(),
+                        refused: false,
+                    });
+                    return true;
+                }
+                Err(e) => {
+                    let class = e.class();
+                    *self
+                        .refusals
+                        .entry(format!("cloud_{}", class.as_str()))
+                        .or_insert(0) += 1;
+                    if let CloudError::Refused { .. } = e
+                        && class.falls_back()
+                    {
+                        self.log.push(LaunchRecord {
+                            t_s: t,
+                            offering: offering.id.clone(),
+                            refused: true,
+                        });
+                        self.backoff
+                            .insert(offering.id.clone(), t + self.cooldown_s);
+                        continue;
+                    }
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    fn control(&self, desired: u32) -> Control {
+        let (_, unready) = self.counts();
+        Control {
+            desired,
+            starting: unready,
+            ready: self
+                .nodes
+                .iter()
+                .filter_map(|id| match self.phases.get(id) {
+                    Some((InstancePhase::Ready, gpus)) => Some((id.0.clone(), *gpus)),
+                    _ => None,
+                })
+                .collect(),
+            shed: Vec::new(),
+        }
+    }
+
+    fn paying(&self) -> (f64, f64) {
+        cloud_paying(&self.cloud, &self.pool, &self.offerings)
+    }
+
+    fn books(&self) -> Books {
+        Books {
+            refusals: self.refusals.clone(),
+            fallbacks: fallbacks(&self.log, &self.offerings, self.cooldown_s),
+        }
+    }
+}
+
+/// Launches that landed on another offering within `cooldown` of a cloud refusal, by the biggest
+/// thing that changed: region, then instance type, then zone (or market, when only that did).
+fn fallbacks(
+    log: &[LaunchRecord],
+    offerings: &HashMap<OfferingId, Offering>,
+    cooldown_s: f64,
+) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for launch in log.iter().filter(|l| !l.refused) {
+        let refused = log.iter().rev().find(|r| {
+            r.refused
+                && r.offering != launch.offering
+                && r.t_s <= launch.t_s + 1e-9
+                && launch.t_s - r.t_s <= cooldown_s
+        });
+        let (Some(r), Some(to)) = (refused, offerings.get(&launch.offering)) else {
+            continue;
+        };
+        let Some(from) = offerings.get(&r.offering) else {
+            continue;
+        };
+        let kind = if from.region != to.region {
+            "region"
+        } else if from.instance_type != to.instance_type {
+            "instance_type"
+        } else if from.zone != to.zone {
+            "zone"
+        } else {
+            "market"
+        };
+        *out.entry(kind.to_string()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Static capacity: the pool's floor, always.
+pub struct StaticDriver {
+    fleet: Fleet,
+    replicas: u32,
+}
+
+impl StaticDriver {
+    pub async fn start(sc: &Scenario, cloud: Arc<SimCloud>, clock: &ManualClock) -> StaticDriver {
+        let mut fleet = Fleet::new(sc, cloud, Policy::Static);
+        fleet.fill(sc.pool.min_replicas, clock).await;
+        StaticDriver {
+            fleet,
+            replicas: sc.pool.min_replicas,
+        }
+    }
+}
+
+impl PolicyDriver for StaticDriver {
+    fn cloud(&self) -> Option<&SimCloud> {
+        Some(&self.fleet.cloud)
+    }
+
+    async fn control(&mut self, t: f64, _model: &Model<'_>) -> Result<Control, SimError> {
+        self.fleet.reconcile(self.replicas, t).await;
+        Ok(self.fleet.control(self.replicas))
+    }
+
+    fn paying(&self, _t: f64) -> (f64, f64) {
+        self.fleet.paying()
+    }
+
+    async fn books(&self, _end_s: f64) -> Result<Books, SimError> {
+        Ok(self.fleet.books())
+    }
+}
+
+/// The Kubernetes HPA with its default behaviour: a sync every 15 s; `ceil(current × metric /
+/// target)` unless within the 10 % tolerance; scale-up of at most max(100 %, 4 pods) per sync;
+/// scale-down to the highest recommendation of the last 300 s.
+pub struct HpaDriver {
+    fleet: Fleet,
+    policy: Policy,
+    spec: u32,
+    min: u32,
+    max: u32,
+    target: f64,
+    tolerance: f64,
+    sync_s: f64,
+    down_window_s: f64,
+    next_sync: f64,
+    recommendations: VecDeque<(f64, u32)>,
+    meter: UtilMeter,
+}
+
+impl HpaDriver {
+    pub async fn start(
+        sc: &Scenario,
+        cloud: Arc<SimCloud>,
+        clock: &ManualClock,
+        policy: Policy,
+    ) -> HpaDriver {
+        let mut fleet = Fleet::new(sc, cloud, policy);
+        fleet.fill(sc.pool.min_replicas, clock).await;
+        HpaDriver {
+            fleet,
+            policy,
+            spec: sc.pool.min_replicas,
+            min: sc.pool.min_replicas,
+            max: sc.pool.max_replicas,
+            target: if policy == Policy::HpaUtilization {
+                sc.hpa.target_utilization
+            } else {
+                sc.hpa.target_queue_per_pod
+            },
+            tolerance: sc.hpa.tolerance,
+            sync_s: sc.hpa.sync.as_secs_f64(),
+            down_window_s: sc.hpa.scale_down_stabilization.as_secs_f64(),
+            // The first sync reads a full window.
+            next_sync: sc.hpa.sync.as_secs_f64(),
+            recommendations: VecDeque::new(),
+            meter: UtilMeter::default(),
+        }
+    }
+
+    fn due(&self, t: f64) -> bool {
+        // At t = 0 the exporter's window starts with the run.
+        t == 0.0 || t + 1e-9 >= self.next_sync
+    }
+
+    fn sync(&mut self, t: f64, model: &Model<'_>, unready: u32) {
+        let utils = self.meter.read(model, t);
+        if t + 1e-9 < self.next_sync {
+            return;
+        }
+        self.next_sync = t + self.sync_s;
+        let current = self.spec;
+        let desired = match self.policy {
+            Policy::HpaUtilization => {
+                utilization_replicas(current, &utils, unready, self.target, self.tolerance)
+            }
+            _ => {
+                // An External metric with an AverageValue target: the total over the target.
+                let usage = model.waiting() as f64;
+                let ratio = usage / (self.target * current.max(1) as f64);
+                if (ratio - 1.0).abs() <= self.tolerance {
+                    current
+                } else {
+                    (usage / self.target).ceil() as u32
+                }
+            }
+        };
+        self.recommendations.push_back((t, desired));
+        while self
+            .recommendations
+            .front()
+            .is_some_and(|(at, _)| t - at > self.down_window_s)
+        {
+            self.recommendations.pop_front();
+        }
+        let next = if desired > current {
+            desired.min((current * 2).max(current + 4))
+        } else {
+            let stabilized = self
+                .recommendations
+                .iter()
+                .map(|r| r.1)
+                .max()
+                .unwrap_or(desired);
+            stabilized.min(current)
+        };
+        self.spec = next.clamp(self.min, self.max);
+    }
+}
+
+impl PolicyDriver for HpaDriver {
+    fn cloud(&self) -> Option<&SimCloud> {
+        Some(&self.fleet.cloud)
+    }
+
+    async fn control(&mut self, t: f64, model: &Model<'_>) -> Result<Control, SimError> {
+        if self.due(t) {
+            let unready = self.fleet.counts().1;
+            self.sync(t, model, unready);
+        }
+        self.fleet.reconcile(self.spec, t).await;
+        Ok(self.fleet.control(self.spec))
+    }
+
+    fn paying(&self, _t: f64) -> (f64, f64) {
+        self.fleet.paying()
+    }
+
+    async fn books(&self, _end_s: f64) -> Result<Books, SimError> {
+        Ok(self.fleet.books())
+    }
+}
+
+/// The HPA's resource-metric algorithm: the average over ready pods with a sample; when scaling
+/// up, pods not ready yet and pods without a sample count as 0 %, when scaling down pods without
+/// a sample count as 100 %; no change if that flips the direction or lands within tolerance.
+pub fn utilization_replicas(
+    current: u32,
+    ready_samples: &[Option<f64>],
+    unready: u32,
+    target: f64,
+    tolerance: f64,
+) -> u32 {
+    let samples: Vec<f64> = ready_samples.iter().flatten().copied().collect();
+    let missing = (ready_samples.len() - samples.len()) as u32;
+    if samples.is_empty() {
+        return current;
+    }
+    let sum: f64 = samples.iter().sum();
+    let ratio = sum / samples.len() as f64 / target;
+    let up_with_unready = unready > 0 && ratio > 1.0;
+    if !up_with_unready && missing == 0 {
+        if (ratio - 1.0).abs() <= tolerance {
+            return current;
+        }
+        return (ratio * samples.len() as f64).ceil() as u32;
+    }
+    let mut n = samples.len() as f64 + missing as f64;
+    let mut new_sum = sum;
+    if ratio < 1.0 {
+        new_sum += missing as f64;
+    }
+    if up_with_unready {
+        n += unready as f64;
+    }
+    let new_ratio = new_sum / n / target;
+    if (new_ratio - 1.0).abs() <= tolerance
+        || (ratio < 1.0 && new_ratio > 1.0)
+        || (ratio > 1.0 && new_ratio < 1.0)
+    {
+        return current;
+    }
+    let replicas = (new_ratio * n).ceil() as u32;
+    if (new_ratio < 1.0 && replicas > current) || (new_ratio > 1.0 && replicas < current) {
+        return current;
+    }
+    replicas
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utilisation_hpa_counts_unready_pods_as_idle_when_scaling_up() {
+        // Eight saturated pods and nothing starting: 8 × 1.0 / 0.7 → 12.
+        let busy = vec![Some(1.0); 8];
+        assert_eq!(utilization_replicas(8, &busy, 0, 0.7, 0.1), 12);
+        // The four asked for are booting: they count as 0 %, so 12 × (8/12) / 0.7 → 12 again.
+        assert_eq!(utilization_replicas(12, &busy, 4, 0.7, 0.1), 12);
+        // Within tolerance: no change.
+        let ok = vec![Some(0.72); 8];
+        assert_eq!(utilization_replicas(8, &ok, 0, 0.7, 0.1), 8);
+    }
+}

@@ -1,0 +1,214 @@
+//! `headroom`: the real [`Engine`] — controller, planner, governor, executor and a SQLite
+//! ledger — ticked on a [`ManualClock`] with signals pushed from the model, exactly as
+//! `headroom demo` drives it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use headroom_cloud::{Clock, ManualClock, SimCloud};
+use headroom_core::{NodeState, Offering, OfferingId, Timestamp};
+use headroom_engine::{Config, Engine, SignalInput};
+use headroom_ledger::{Ledger, SqliteLedger};
+
+use super::driver::{Books, Control, PolicyDriver, cloud_paying};
+use crate::arrivals::Request;
+use crate::error::SimError;
+use crate::model::{Model, UtilMeter};
+use crate::scenario::Scenario;
+
+/// The window exporters' rates are computed over.
+const RATE_WINDOW_S: f64 = 10.0;
+
+/// Arrivals and departures over a sliding window, as an exporter's `rate()` reports them.
+#[derive(Debug, Default)]
+struct Rates {
+    window: VecDeque<(f64, u64, u64)>,
+}
+
+impl Rates {
+    fn read(&mut self, t: f64, arrivals: u64, departures: u64) -> (f64, f64) {
+        self.window.push_back((t, arrivals, departures));
+        while self
+            .window
+            .front()
+            .is_some_and(|(t0, _, _)| t - t0 > RATE_WINDOW_S + 1e-9)
+        {
+            self.window.pop_front();
+        }
+        match self.window.front() {
+            Some(&(t0, a0, d0)) if t > t0 => (
+                (arrivals - a0) as f64 / (t - t0),
+                (departures - d0) as f64 / (t - t0),
+            ),
+            _ => (0.0, 0.0),
+        }
+    }
+}
+
+fn engine_err(e: impl std::fmt::Display) -> SimError {
+    SimError::Engine(e.to_string())
+}
+
+/// The real engine, its ledger (a temporary SQLite file) and the signals it is fed.
+pub struct EngineDriver<'s> {
+    sc: &'s Scenario,
+    engine: Arc<Engine>,
+    ledger: Arc<SqliteLedger>,
+    cloud: Arc<SimCloud>,
+    offerings: HashMap<OfferingId, Offering>,
+    /// The ledger's instant of the run's t = 0 (after the pool was filled).
+    start: Timestamp,
+    _dir: tempfile::TempDir,
+    meter: UtilMeter,
+    rates: Rates,
+}
+
+impl<'s> EngineDriver<'s> {
+    /// An engine on `cloud`, its pool filled to its floor and warm pool before the traffic
+    /// starts (skipping through the cold-start ladder as `headroom demo` does).
+    pub async fn start(
+        sc: &'s Scenario,
+        config: &Config,
+        cloud: Arc<SimCloud>,
+        clock: Arc<ManualClock>,
+        requests: &[Request],
+    ) -> Result<EngineDriver<'s>, SimError> {
+        let dir =
+            tempfile::tempdir().map_err(|e| SimError::Io(format!("temporary ledger: {e}")))?;
+        let ledger = Arc::new(
+            SqliteLedger::open_path(&dir.path().join("sim-ledger.db"))
+                .await
+                .map_err(engine_err)?,
+        );
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let engine = Engine::new(
+            Arc::new(config.clone()),
+            ledger.clone(),
+            cloud.clone(),
+            dyn_clock,
+        );
+        // The arrival rate the run opens with, so the pool is filled for it.
+        let opening = requests
+            .iter()
+            .take_while(|r| r.at_s < RATE_WINDOW_S)
+            .count() as f64
+            / RATE_WINDOW_S;
+        for _ in 0..60 {
+            engine.push_signal(
+                &sc.pool.name,
+                SignalInput {
+                    queue_depth: 0,
+                    arrival_rate_rps: Some(opening),
+                    ..SignalInput::default()
+                },
+            );
+            engine.tick().await.map_err(engine_err)?;
+            let filled = engine.pool_status(&sc.pool.name).is_some_and(|s| {
+                s.ready >= s.min_replicas
+                    && s.warm >= s.warm_pool_size
+                    && s.requested + s.starting == 0
+            });
+            if filled {
+                break;
+            }
+            clock.advance(Duration::from_secs(30));
+        }
+        Ok(EngineDriver {
+            sc,
+            engine,
+            ledger,
+            offerings: super::offerings_of(config),
+            cloud,
+            start: clock.now(),
+            _dir: dir,
+            meter: UtilMeter::default(),
+            rates: Rates::default(),
+        })
+    }
+
+    fn signal(&mut self, t: f64, model: &Model<'_>) -> SignalInput {
+        let (arrivals, departures) =
+            self.rates
+                .read(t, model.totals.arrivals, model.totals.departures);
+        let utils: Vec<f64> = self.meter.read(model, t).into_iter().flatten().collect();
+        let ready = model.ready();
+        SignalInput {
+            queue_depth: model.waiting(),
+            oldest_age_s: model.oldest_age_s(t),
+            arrival_rate_rps: Some(arrivals),
+            departure_rate_rps: (t >= RATE_WINDOW_S).then_some(departures),
+            batch_occupancy: (ready > 0).then(|| {
+                model.in_service() as f64 / (ready as f64 * self.sc.service.max_batch as f64)
+            }),
+            gpu_utilization: (!utils.is_empty())
+                .then(|| utils.iter().sum::<f64>() / utils.len() as f64),
+            ..SignalInput::default()
+        }
+    }
+}
+
+impl PolicyDriver for EngineDriver<'_> {
+    fn sheds(&self) -> bool {
+        true
+    }
+
+    fn cloud(&self) -> Option<&SimCloud> {
+        Some(&self.cloud)
+    }
+
+    async fn control(&mut self, t: f64, model: &Model<'_>) -> Result<Control, SimError> {
+        let signal = self.signal(t, model);
+        let pool = &self.sc.pool.name;
+        self.engine.push_signal(pool, signal);
+        self.engine.tick().await.map_err(engine_err)?;
+        let status = self.engine.pool_status(pool);
+        let ready: BTreeMap<String, u32> = self
+            .ledger
+            .live_nodes()
+            .await
+            .map_err(engine_err)?
+            .into_iter()
+            .filter(|e| &e.pool == pool && e.state == NodeState::Serving)
+            .filter_map(|e| e.instance.map(|i| (i, e.gpus)))
+            .collect();
+        Ok(Control {
+            desired: status.as_ref().map_or(0, |s| s.desired),
+            starting: status.as_ref().map_or(0, |s| s.requested + s.starting),
+            shed: status.map_or_else(Vec::new, |s| {
+                s.admission
+                    .iter()
+                    .filter(|t| !t.admit)
+                    .map(|t| t.priority)
+                    .collect()
+            }),
+            ready,
+        })
+    }
+
+    fn paying(&self, _t: f64) -> (f64, f64) {
+        cloud_paying(&self.cloud, self.sc.pool.name.as_str(), &self.offerings)
+    }
+
+    /// Refusals by reason from the ledger for the run's window; fallbacks as the planner named
+    /// them.
+    async fn books(&self, end_s: f64) -> Result<Books, SimError> {
+        let to = self.start + super::duration(end_s) + chrono::Duration::seconds(1);
+        let mut refusals = BTreeMap::new();
+        for r in self
+            .ledger
+            .refusals_between(self.start, to)
+            .await
+            .map_err(engine_err)?
+        {
+            *refusals.entry(r.reason.code()).or_insert(0) += r.replicas as u64;
+        }
+        Ok(Books {
+            refusals,
+            fallbacks: self
+                .engine
+                .metrics()
+                .fallbacks_of(self.sc.pool.name.as_str()),
+        })
+    }
+}
