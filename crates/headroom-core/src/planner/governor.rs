@@ -23,12 +23,13 @@ impl Builder<'_> {
         }
     }
 
-    /// The governor's limits on one more node, in the order an operator reads them.
-    pub(super) fn governor(&self, counts_as_replica: bool) -> Option<Supply> {
+    /// The governor's limits on one more node, in the order an operator reads them. The global
+    /// ceiling counts nodes, so it limits launches only: a warm node woken is already counted.
+    pub(super) fn governor(&self, counts_as_replica: bool, launches: bool) -> Option<Supply> {
         if counts_as_replica && self.replica_room == 0 {
             return Some(Supply::Refused(RefusalReason::MaxReplicas));
         }
-        if self.global_room == Some(0) {
+        if launches && self.global_room == Some(0) {
             return Some(Supply::Refused(RefusalReason::GlobalCeiling));
         }
         if self.step_left == 0 {

@@ -40,7 +40,7 @@ impl Builder<'_> {
             }
             // Replacements may go past max_replicas while they boot (as an auto scaling group's
             // capacity rebalancing does): the pool ends where it was. The other limits hold.
-            if self.governor(false).is_some() || self.period_left == 0 {
+            if self.governor(false, true).is_some() || self.period_left == 0 {
                 return;
             }
             let hold = self.hold_for(spot.offering.price_usd_per_hour);

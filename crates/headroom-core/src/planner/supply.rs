@@ -172,7 +172,8 @@ impl<'a> Builder<'a> {
 
     /// Supplies one ready replica for `request`, or says why not.
     fn supply_one(&mut self, request: Option<&RequestId>) -> Supply {
-        if let Some(stop) = self.governor(true) {
+        let wakes = !self.warm.is_empty();
+        if let Some(stop) = self.governor(true, !wakes) {
             return stop;
         }
         if let Some(node) = self.warm.last().copied() {

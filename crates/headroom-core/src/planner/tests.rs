@@ -582,6 +582,41 @@ mod supply_tests {
     }
 
     #[test]
+    fn at_the_global_ceiling_warm_nodes_still_wake() {
+        // Warm nodes already count against engine.global_max_nodes: waking one adds no node.
+        let offerings = [offering("r1/z1/p4d/on-demand", "20")];
+        let mut nodes = [
+            node("w1", NodeState::Warm, Market::OnDemand, "20"),
+            node("w2", NodeState::Warm, Market::OnDemand, "20"),
+        ];
+        for n in &mut nodes {
+            n.offering = offerings[0].offering.id.clone();
+        }
+        let p = pool(&ids(&offerings), SupplyPolicy::default());
+        let planned = plan(&PlanInput {
+            pool: &p,
+            offerings: &offerings,
+            nodes: &nodes,
+            controller_target: 3,
+            borrowed: 0,
+            requests: &[],
+            budget: None,
+            budget_action: HardAction::Clamp,
+            hold_horizon: Duration::from_secs(3600),
+            launches_in_period: 0,
+            global_room: Some(0),
+        });
+        let woken = planned
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Wake { .. }))
+            .count();
+        assert_eq!(woken, 2, "{:?}", planned.actions);
+        assert!(launched(&planned).is_empty());
+        assert_eq!(refused(&planned, RefusalReason::GlobalCeiling), 1);
+    }
+
+    #[test]
     fn running_warm_nodes_wake_before_stopped_ones() {
         let offerings = [offering("r1/z1/p4d/on-demand", "20")];
         let mut nodes = [

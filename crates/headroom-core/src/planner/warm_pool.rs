@@ -42,7 +42,7 @@ impl Builder<'_> {
     /// Refills the warm pool with whatever the limits leave. Warm nodes do not count as replicas.
     pub(super) fn refill_warm_pool(&mut self, mut warm_have: u32) {
         let floor = self.input.pool.warm_pool_size;
-        while warm_have < floor && self.governor(false).is_none() && self.period_left > 0 {
+        while warm_have < floor && self.governor(false, true).is_none() && self.period_left > 0 {
             if !matches!(self.launch(None, Destination::Warm), Supply::Supplied) {
                 break;
             }

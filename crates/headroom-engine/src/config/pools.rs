@@ -41,6 +41,15 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
             );
         }
         known.check_offerings(&key, &raw.offerings, p);
+        let mut listed = BTreeSet::new();
+        for offering in raw.offerings.iter().filter(|o| !listed.insert(*o)) {
+            // Listed twice, a reservation would be offered twice its free slots in one plan.
+            p.add(
+                &format!("{key}.offerings"),
+                format!("lists offering {offering} twice"),
+                "list each offering once",
+            );
+        }
         replica_bounds(&key, &raw, p);
         known.check_account(&key, &raw.account, p);
         let scaling = scaling::scaling(&format!("{key}.scaling"), &raw.scaling, p);

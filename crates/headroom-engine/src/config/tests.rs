@@ -172,3 +172,18 @@ fn bad_money_and_names_are_rejected() {
     let e = errors(&EXAMPLE.replace("name = \"mistral-7b-batch\"", "name = \"Mistral 7B\""));
     assert!(e[0].contains("pool name"), "{}", e[0]);
 }
+
+#[test]
+fn an_offering_listed_twice_in_a_pool_is_refused() {
+    let text = EXAMPLE.replace(
+        "\"use1-p4d-od\", \"use2-p4d-od\"",
+        "\"use1-p4d-od\", \"use1-p4d-od\"",
+    );
+    let e = errors(&text);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].contains("key `pools[0].offerings`") && e[0].contains("use1-p4d-od twice"),
+        "{}",
+        e[0]
+    );
+}
