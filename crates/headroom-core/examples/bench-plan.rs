@@ -175,6 +175,7 @@ fn tick(fleet: &Fleet, now: headroom_core::Timestamp) -> usize {
             hold_horizon: Duration::from_secs(3600),
             launches_in_period: 0,
             global_room: Some(1_000_000),
+            warm_target: None,
         });
         actions += plan.actions.len();
     }

@@ -72,11 +72,16 @@ pub struct ScalingPolicy {
     /// At most this many replicas added per `scale_up_period`.
     pub scale_up_limit: u32,
     pub scale_up_period: Duration,
-    /// Load must stay below `scale_down_fraction` of the thresholds this long before the first
-    /// replica goes...
+    /// The longest a replica above demand is kept before it goes. Within it, scale-in waits
+    /// the break-even of getting the replica back: a wake (the rungs after the disk) before it
+    /// parks one in the warm pool, a cold start before it releases one.
     pub scale_down_stabilization: Duration,
+    /// Nothing goes while the queue per replica or the oldest age is at or above this fraction
+    /// of its threshold.
     pub scale_down_fraction: f64,
-    /// ...and then one replica goes per period while it stays low.
+    /// Replicas kept above what the rules want, as a share of it, when scaling in.
+    pub scale_down_margin: f64,
+    /// At least this long between two scale-in steps (each step takes the whole surplus).
     pub scale_down_period: Duration,
     /// At most one change of direction (up after down, down after up) per cooldown.
     pub direction_cooldown: Duration,
@@ -104,7 +109,8 @@ impl Default for ScalingPolicy {
             scale_up_period: Duration::from_secs(60),
             scale_down_stabilization: Duration::from_secs(600),
             scale_down_fraction: 0.2,
-            scale_down_period: Duration::from_secs(60),
+            scale_down_margin: 0.1,
+            scale_down_period: Duration::ZERO,
             direction_cooldown: Duration::from_secs(60),
             min_capacity: 0,
             utilization_high: 0.7,
@@ -131,6 +137,22 @@ pub struct PoolSpec {
     pub ladder: ColdStartLadder,
     pub scaling: ScalingPolicy,
     pub supply: SupplyPolicy,
+}
+
+impl PoolSpec {
+    /// The most nodes the warm pool may hold: `warm_pool_max`, by default the pool's room above
+    /// its floor, never below `warm_pool_size`. A pool whose warm nodes keep running pays for
+    /// each by the hour, so it never grows past its floor.
+    pub fn warm_ceiling(&self) -> u32 {
+        if self.supply.warm_mode == WarmMode::Running {
+            return self.warm_pool_size;
+        }
+        let room = self.max_replicas.saturating_sub(self.min_replicas);
+        self.supply
+            .warm_pool_max
+            .unwrap_or(room)
+            .max(self.warm_pool_size)
+    }
 }
 
 /// How a warm node waits.
@@ -177,6 +199,13 @@ pub struct SupplyPolicy {
     /// cheaper again (after a stockout or a price spike pushed the pool to on-demand): make
     /// before break, a quarter of the pool at a time.
     pub rebalance_to_spot: bool,
+    /// The most nodes the warm pool grows to by parking what scale-in releases; `None`: the
+    /// pool's room above its floor (`max_replicas - min_replicas`). See
+    /// [`PoolSpec::warm_ceiling`].
+    pub warm_pool_max: Option<u32>,
+    /// How far back the warm pool is sized from: the largest rise in demand within a cold start
+    /// over this long is what a burst needs parked.
+    pub warm_history: Duration,
 }
 
 impl Default for SupplyPolicy {
@@ -191,6 +220,8 @@ impl Default for SupplyPolicy {
             max_launches_per_period: None,
             launch_period: Duration::from_secs(60),
             rebalance_to_spot: false,
+            warm_pool_max: None,
+            warm_history: Duration::from_secs(24 * 3600),
         }
     }
 }

@@ -1200,13 +1200,20 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
 
     h.cloud.set_capacity(&"od".parse().unwrap(), 8);
     // The queue drains as the new replicas serve.
+    let mut most_provisioned = 0;
     for i in 0..80u64 {
         push(1200u64.saturating_sub(i * 40), 40.0);
         h.clock.advance(Duration::from_secs(5));
         h.engine.tick().await.unwrap();
+        let status = h.engine.pool_status(&pool).unwrap();
+        most_provisioned = most_provisioned.max(status.ready + status.starting + status.requested);
     }
-    assert_eq!(h.engine.pool_status(&pool).unwrap().ready, 8);
+    assert_eq!(most_provisioned, 8, "the capacity asked for was launched");
     assert!(shed(&h).is_empty(), "capacity landed: everyone is admitted");
+    // The queue drained (in this drill, by itself) before the launches landed: 20 req/s needs
+    // four at 5 each, so the pool came down to demand and its 10 % margin as they did.
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!((status.ready, status.desired), (5, 5), "{status:?}");
 }
 
 #[tokio::test]

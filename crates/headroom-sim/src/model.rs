@@ -46,11 +46,34 @@ pub struct QueuePolicy {
     pub shed_depth: Option<u64>,
 }
 
-/// Totals over a run.
+/// One tier's totals over a run.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TierTotals {
+    pub requests: u64,
+    pub within_slo: u64,
+    pub shed: u64,
+    pub timed_out: u64,
+}
+
+/// What the serving layer admits of one priority tier, from the policy's admission answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gate {
+    pub priority: headroom_core::Priority,
+    /// False: every arrival of the tier is shed (while the queue is at least `shed_depth`,
+    /// when the scenario sets one).
+    pub admit: bool,
+    /// Admitted, but only while fewer than this many of the tier wait: the part of the backlog
+    /// beyond it could not be served within the tier's deadline.
+    pub max_queued: Option<u64>,
+}
+
+/// Totals over a run.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Totals {
     pub requests: u64,
     pub within_slo: u64,
+    /// Requests counted as missing their objective (late, timed out or shed).
+    pub missed: u64,
     pub shed: u64,
     pub timed_out: u64,
     pub served: u64,
@@ -62,6 +85,16 @@ pub struct Totals {
     pub busy_gpu_s: f64,
     /// The deepest the queue was at the end of any step.
     pub peak_waiting: u64,
+    /// Per tier, highest priority first.
+    pub by_tier: Vec<TierTotals>,
+}
+
+/// A request waiting in its tier's queue; `counted` once its wait was measured (a request
+/// requeued after its replica vanished is not counted twice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Queued {
+    index: usize,
+    counted: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -80,15 +113,33 @@ pub struct Model<'a> {
     service: Service,
     policy: QueuePolicy,
     shedding: bool,
-    /// Priorities the admission answer sheds right now.
-    shed_now: Vec<headroom_core::Priority>,
+    /// The admission answer in force, per priority.
+    gates: Vec<Gate>,
     next: usize,
-    queue: Vec<VecDeque<usize>>,
-    /// Whether a request's wait was already counted (a request requeued after its replica
-    /// vanished is not counted twice).
-    counted: Vec<bool>,
+    queue: Vec<VecDeque<Queued>>,
     replicas: BTreeMap<String, Replica>,
     pub totals: Totals,
+    /// Arrivals so far per tier (the exporter's counters).
+    arrivals_by_tier: Vec<u64>,
+}
+
+/// A model is cloned by the oracle's search, once per probe: everything in it is small but the
+/// queue, and the requests are borrowed.
+impl Clone for Model<'_> {
+    fn clone(&self) -> Self {
+        Model {
+            requests: self.requests,
+            service: self.service,
+            policy: self.policy.clone(),
+            shedding: self.shedding,
+            gates: self.gates.clone(),
+            next: self.next,
+            queue: self.queue.clone(),
+            replicas: self.replicas.clone(),
+            totals: self.totals.clone(),
+            arrivals_by_tier: self.arrivals_by_tier.clone(),
+        }
+    }
 }
 
 impl<'a> Model<'a> {
@@ -105,13 +156,66 @@ impl<'a> Model<'a> {
             service,
             policy,
             shedding,
-            shed_now: Vec::new(),
+            gates: Vec::new(),
             next: 0,
             queue: vec![VecDeque::new(); tiers],
-            counted: vec![false; requests.len()],
             replicas: BTreeMap::new(),
-            totals: Totals::default(),
+            totals: Totals {
+                by_tier: vec![TierTotals::default(); tiers],
+                ..Totals::default()
+            },
+            arrivals_by_tier: vec![0; tiers],
         }
+    }
+
+    /// Requests waiting in each tier, highest priority first.
+    pub fn waiting_by_tier(&self) -> impl Iterator<Item = u64> + '_ {
+        self.queue.iter().map(|q| q.len() as u64)
+    }
+
+    /// Arrivals so far per tier, highest priority first.
+    pub fn arrivals_by_tier(&self) -> &[u64] {
+        &self.arrivals_by_tier
+    }
+
+    /// Waiting requests, not yet counted, whose wait at `now` is already past their objective:
+    /// misses the model will count when they start.
+    pub fn overdue(&self, now: f64) -> u64 {
+        self.queue
+            .iter()
+            .enumerate()
+            .map(|(tier, q)| {
+                let objective = self.objective(tier);
+                // Oldest first: count from the front while the wait is past the objective.
+                q.iter()
+                    .take_while(|e| now - self.requests[e.index].at_s > objective + 1e-9)
+                    .filter(|e| !e.counted)
+                    .count() as u64
+            })
+            .sum()
+    }
+
+    /// The requests waiting to start (indices into [`Model::requests`]), highest tier first,
+    /// oldest first within a tier.
+    pub fn queued_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.queue.iter().flat_map(|q| q.iter().map(|e| e.index))
+    }
+
+    /// Every request of the run, in arrival order.
+    pub fn requests(&self) -> &'a [Request] {
+        self.requests
+    }
+
+    /// The requests in service (indices into [`Model::requests`]) with the work each has left.
+    pub fn in_service_work(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        self.replicas
+            .values()
+            .flat_map(|r| r.active.iter().copied())
+    }
+
+    /// The index of the next request to arrive.
+    pub fn next_arrival(&self) -> usize {
+        self.next
     }
 
     pub fn waiting(&self) -> u64 {
@@ -126,11 +230,7 @@ impl<'a> Model<'a> {
     pub fn oldest_age_s(&self, now: f64) -> Option<f64> {
         self.queue
             .iter()
-            .filter_map(|q| {
-                q.iter()
-                    .map(|&i| now - self.requests[i].at_s)
-                    .reduce(f64::max)
-            })
+            .filter_map(|q| q.front().map(|e| now - self.requests[e.index].at_s))
             .reduce(f64::max)
     }
 
@@ -143,9 +243,9 @@ impl<'a> Model<'a> {
         self.replicas.iter().map(|(id, r)| (id.as_str(), r.busy_s))
     }
 
-    /// Applies the latest admission answer: the priorities to shed until the next one.
-    pub fn set_shed(&mut self, priorities: &[headroom_core::Priority]) {
-        self.shed_now = priorities.to_vec();
+    /// Applies the latest admission answer, per priority, until the next one.
+    pub fn set_admission(&mut self, gates: &[Gate]) {
+        self.gates = gates.to_vec();
     }
 
     /// Makes exactly these replicas (id → GPUs) ready. Requests on a replica that vanished go
@@ -161,9 +261,12 @@ impl<'a> Model<'a> {
             if let Some(r) = self.replicas.remove(&id) {
                 let mut back: Vec<usize> = r.active.into_iter().map(|(i, _)| i).collect();
                 back.sort_unstable_by(|a, b| b.cmp(a));
-                for i in back {
-                    let tier = self.tier(i);
-                    self.queue[tier].push_front(i);
+                for index in back {
+                    let tier = self.tier(index);
+                    self.queue[tier].push_front(Queued {
+                        index,
+                        counted: true,
+                    });
                 }
             }
         }
@@ -187,19 +290,41 @@ impl<'a> Model<'a> {
             .unwrap_or(f64::INFINITY)
     }
 
-    fn count_wait(&mut self, i: usize, wait: f64) {
-        if self.counted[i] {
+    /// Counts a request's wait once: within its objective or missed.
+    fn count_wait(&mut self, e: Queued, wait: f64) {
+        if e.counted {
             return;
         }
-        self.counted[i] = true;
+        let tier = self.tier(e.index);
         self.totals.queue_delay_s += wait.max(0.0);
-        if wait <= self.objective(self.tier(i)) + 1e-9 {
+        if wait <= self.objective(tier) + 1e-9 {
             self.totals.within_slo += 1;
+            self.totals.by_tier[tier].within_slo += 1;
+        } else {
+            self.totals.missed += 1;
         }
     }
 
-    fn pop(&mut self) -> Option<usize> {
+    fn pop(&mut self) -> Option<Queued> {
         self.queue.iter_mut().find_map(|q| q.pop_front())
+    }
+
+    /// Whether the serving layer sheds an arrival of `tier` now, by the admission answer.
+    fn sheds(&self, tier: usize, r: &Request) -> bool {
+        if !self.shedding || !self.policy.shed_tiers.contains(&r.tier) {
+            return false;
+        }
+        let Some(priority) = self.policy.priorities.get(tier) else {
+            return false;
+        };
+        let Some(gate) = self.gates.iter().find(|g| &g.priority == priority) else {
+            return false;
+        };
+        let waiting = self.queue[tier].len() as u64;
+        match gate.max_queued {
+            Some(cap) => waiting >= cap,
+            None => !gate.admit && self.policy.shed_depth.is_none_or(|d| self.waiting() >= d),
+        }
     }
 
     /// Moves the model from `from` to `to` in steps of at most `step`.
@@ -216,38 +341,37 @@ impl<'a> Model<'a> {
     fn step(&mut self, t0: f64, t1: f64) {
         // Arrivals up to the end of the step join now: waits are measured from their own arrival.
         while let Some(r) = self.requests.get(self.next).filter(|r| r.at_s < t1) {
-            let i = self.next;
-            let tier = self.tier(i);
+            let index = self.next;
+            let tier = self.tier(index);
             self.next += 1;
             self.totals.requests += 1;
             self.totals.arrivals += 1;
-            let shed = self.shedding
-                && self.policy.shed_tiers.contains(&r.tier)
-                && self
-                    .policy
-                    .priorities
-                    .get(r.tier as usize)
-                    .is_some_and(|p| self.shed_now.contains(p))
-                && self.policy.shed_depth.is_none_or(|d| self.waiting() >= d);
-            if shed {
+            self.totals.by_tier[tier].requests += 1;
+            self.arrivals_by_tier[tier] += 1;
+            if self.sheds(tier, r) {
                 self.totals.shed += 1;
-                self.counted[i] = true;
+                self.totals.missed += 1;
+                self.totals.by_tier[tier].shed += 1;
                 continue;
             }
-            self.queue[tier].push_back(i);
+            self.queue[tier].push_back(Queued {
+                index,
+                counted: false,
+            });
         }
         // Deadlines: the oldest of each tier are at its front.
         for tier in 0..self.queue.len() {
             let Some(Some(deadline)) = self.policy.deadline_s.get(tier).copied() else {
                 continue;
             };
-            while let Some(&i) = self.queue[tier].front() {
-                if t0 - self.requests[i].at_s <= deadline {
+            while let Some(&e) = self.queue[tier].front() {
+                if t0 - self.requests[e.index].at_s <= deadline {
                     break;
                 }
                 self.queue[tier].pop_front();
                 self.totals.timed_out += 1;
-                self.count_wait(i, deadline + 1e-6);
+                self.totals.by_tier[tier].timed_out += 1;
+                self.count_wait(e, deadline + 1e-6);
             }
         }
         let dt = t1 - t0;
@@ -265,10 +389,11 @@ impl<'a> Model<'a> {
 
     fn fill(&mut self, rep: &mut Replica, now: f64) {
         while rep.active.len() < self.service.max_batch as usize {
-            let Some(i) = self.pop() else { break };
-            let wait = now - self.requests[i].at_s;
-            self.count_wait(i, wait);
-            rep.active.push((i, self.service.work(&self.requests[i])));
+            let Some(e) = self.pop() else { break };
+            let wait = now - self.requests[e.index].at_s;
+            self.count_wait(e, wait);
+            rep.active
+                .push((e.index, self.service.work(&self.requests[e.index])));
         }
     }
 
@@ -314,10 +439,10 @@ impl<'a> Model<'a> {
 
     /// Counts the requests still waiting at the end of the run.
     pub fn finish(&mut self, now: f64) {
-        let waiting: Vec<usize> = self.queue.iter().flatten().copied().collect();
-        for i in waiting {
-            let wait = now - self.requests[i].at_s;
-            self.count_wait(i, wait);
+        let waiting: Vec<Queued> = self.queue.iter().flatten().copied().collect();
+        for e in waiting {
+            let wait = now - self.requests[e.index].at_s;
+            self.count_wait(e, wait);
         }
         // Requests never dispatched because the run ended before they arrived do not exist.
     }
@@ -378,6 +503,14 @@ mod tests {
         }
     }
 
+    fn shed_low() -> Gate {
+        Gate {
+            priority: headroom_core::Priority::Low,
+            admit: false,
+            max_queued: None,
+        }
+    }
+
     fn req(at_s: f64, tier: u8) -> Request {
         Request {
             at_s,
@@ -406,14 +539,14 @@ mod tests {
         let mut m = Model::new(&reqs, service(), policy(), true);
         m.advance(0.0, 0.5, 0.1);
         assert_eq!(m.totals.shed, 0, "admission sheds nothing yet");
-        m.set_shed(&[headroom_core::Priority::Low]);
+        m.set_admission(&[shed_low()]);
         m.advance(0.5, 1.0, 0.1);
         assert_eq!(
             m.totals.shed, 0,
             "all ten arrived in the first step, before the answer"
         );
         let mut m = Model::new(&reqs, service(), policy(), true);
-        m.set_shed(&[headroom_core::Priority::Low]);
+        m.set_admission(&[shed_low()]);
         m.advance(0.0, 1.0, 0.1);
         assert_eq!(m.totals.shed, 5, "batch is shed once five wait");
         m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));

@@ -22,11 +22,20 @@ pub fn table(report: &Report) -> String {
         "scenario {} (seed {}): oracle lower bound ${:.2}",
         report.scenario, report.seed, report.oracle.cost_usd
     );
+    let tier_rows: Vec<String> = report
+        .policies
+        .first()
+        .map(|p| {
+            p.tiers
+                .iter()
+                .map(|t| format!("  slo_attainment[{}]", t.tier))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut rows: Vec<(&str, Vec<String>)> = vec![("policy", Vec::new())];
-    let names = [
-        "requests_total",
-        "requests_within_slo",
-        "slo_attainment",
+    let mut names = vec!["requests_total", "requests_within_slo", "slo_attainment"];
+    names.extend(tier_rows.iter().map(String::as_str));
+    names.extend([
         "queue_delay_minutes",
         "shed",
         "gpu_hours",
@@ -38,16 +47,19 @@ pub fn table(report: &Report) -> String {
         "scale_direction_changes",
         "peak_queue_depth",
         "peak_ready_replicas",
-    ];
+    ]);
     for n in names {
         rows.push((n, Vec::new()));
     }
     for p in &report.policies {
-        let cells = [
+        let mut cells = vec![
             p.policy.clone(),
             p.requests_total.to_string(),
             p.requests_within_slo.to_string(),
             format!("{:.4}", p.slo_attainment),
+        ];
+        cells.extend(p.tiers.iter().map(|t| format!("{:.4}", t.slo_attainment)));
+        cells.extend([
             format!("{:.1}", p.queue_delay_minutes),
             p.shed.to_string(),
             format!("{:.2}", p.gpu_hours),
@@ -59,7 +71,7 @@ pub fn table(report: &Report) -> String {
             p.scale_direction_changes.to_string(),
             p.peak_queue_depth.to_string(),
             p.peak_ready_replicas.to_string(),
-        ];
+        ]);
         for (row, cell) in rows.iter_mut().zip(cells) {
             row.1.push(cell);
         }

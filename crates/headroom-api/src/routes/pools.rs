@@ -119,7 +119,7 @@ async fn pool_admission(
         .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))?;
     Ok(Json(AdmissionView {
         pool: name,
-        shedding: status.admission.iter().any(|t| !t.admit),
+        shedding: status.admission.iter().any(|t| t.sheds()),
         ready: status.ready,
         demand: status.demand,
         tiers: status.admission,

@@ -69,6 +69,10 @@ pub struct ReplicaCounts {
     pub starting: u32,
     pub ready: u32,
     pub draining: u32,
+    /// Replicas the warm pool would take now if they were released (its room below its
+    /// target size): scale-in parks these sooner than it releases the rest.
+    #[serde(default)]
+    pub parkable: u32,
 }
 
 impl ReplicaCounts {
@@ -103,6 +107,37 @@ pub struct ControllerMemory {
     pub last_change: Option<(Timestamp, Direction)>,
     /// Scale-ups within the current period: bounded by `scale_up_limit` entries.
     pub scale_ups: Vec<(Timestamp, u32)>,
+    /// The recent levels scale-in compares with (what the rules wanted plus the margin),
+    /// within the release wait, at most [`MAX_LEVELS`].
+    pub levels: std::collections::VecDeque<(Timestamp, u32)>,
+}
+
+/// Levels remembered at most: an hour of one-second activations.
+pub const MAX_LEVELS: usize = 3600;
+
+impl ControllerMemory {
+    /// Records `level` at `now`, forgetting what is older than `keep`.
+    fn remember_level(&mut self, now: Timestamp, level: u32, keep: Duration) {
+        self.levels.push_back((now, level));
+        while self
+            .levels
+            .front()
+            .is_some_and(|(at, _)| elapsed(*at, now) > keep)
+            || self.levels.len() > MAX_LEVELS
+        {
+            self.levels.pop_front();
+        }
+    }
+
+    /// The highest level within `window` of `now`.
+    fn level_over(&self, now: Timestamp, window: Duration) -> u32 {
+        self.levels
+            .iter()
+            .filter(|(at, _)| elapsed(*at, now) <= window)
+            .map(|(_, l)| *l)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// Which rule set the target.
@@ -178,6 +213,8 @@ pub struct Decision {
     pub classification: Option<Classification>,
     /// Every rule's answer, so a reader sees what lost as well as what won.
     pub proposals: Vec<Proposal>,
+    /// Replicas kept above demand (and its margin) while scale-in waits: what waiting costs.
+    pub idle_replicas: u32,
     #[serde(skip)]
     pub memory: ControllerMemory,
 }
@@ -346,6 +383,7 @@ impl Activation<'_> {
             limited: None,
             classification,
             proposals: Vec::new(),
+            idle_replicas: 0,
             memory: ControllerMemory {
                 target: self.current,
                 breach_windows: 0,
@@ -562,9 +600,14 @@ impl Activation<'_> {
         winner.answer(target, winner.rule, reason, limited, memory)
     }
 
-    /// One replica down, once load has stayed below a fraction of every threshold in use for
-    /// the stabilisation window and a period has passed since the last one went, never against a
-    /// recent scale-up; otherwise the target stays.
+    /// Scale-in sized by the surplus. The level is what the rules want plus a safety margin;
+    /// replicas above the highest level of the last `park_after` go to the warm pool (as many
+    /// as it has room for), those above the highest level of the last `release_after` go
+    /// altogether. The waits are the ski-rental break-even: an idle replica is kept as long as
+    /// getting it back would cost — a wake for a parked one, a cold start for a released one —
+    /// and never longer than `scale_down_stabilization`. Nothing goes while requests are old or
+    /// the queue per replica is above its fraction of the target, nor against a recent
+    /// scale-up.
     fn scale_down(
         &self,
         winner: &Winner,
@@ -575,31 +618,46 @@ impl Activation<'_> {
         let (policy, current, why) = (self.policy, self.current, &winner.why);
         memory.breach_windows = 0;
         memory.breach_window_at = None;
-        let fraction = policy.scale_down_fraction;
-        let hpa_low = policy.target_queue_per_replica.is_none_or(|target| {
-            (s.queue_depth as f64 / counts.ready.max(1) as f64) < fraction * target
-        });
-        let age_low = match (policy.oldest_age_threshold, s.oldest_age_s) {
-            (Some(threshold), Some(age)) => age < fraction * threshold.as_secs_f64(),
-            _ => true,
-        };
-        if !(winner.wanted < current && hpa_low && age_low) {
+        let level = self.safe_level(winner.wanted);
+        let waits = self.scale_in_waits();
+        memory.remember_level(self.now, level, waits.1);
+        if level >= current || !self.quiet(s, counts) {
             memory.low_since = None;
             let reason = format!("{why}; target stays {current}");
             return winner.answer(current, Rule::Steady, reason, winner.max_limited, memory);
         }
         let since = *memory.low_since.get_or_insert(self.now);
-        let stabilized = elapsed(since, self.now) >= policy.scale_down_stabilization;
+        let low_for = elapsed(since, self.now);
+        // A replica goes only once the surplus has lasted the whole wait, and then only down to
+        // the highest level seen within it.
+        let level_after = |wait: Duration| {
+            if low_for >= wait {
+                memory.level_over(self.now, wait).max(self.floor)
+            } else {
+                current
+            }
+        };
+        let parked_level = level_after(waits.0);
+        let released_level = level_after(waits.1);
+        let parkable = counts
+            .parkable
+            .min(released_level.saturating_sub(parked_level));
+        let target = released_level.saturating_sub(parkable).max(self.floor);
+        let idle = current - level;
         let period_passed = memory
             .last_scale_down_at
             .is_none_or(|at| elapsed(at, self.now) >= policy.scale_down_period);
-        if !(stabilized && period_passed) {
+        if target >= current || !period_passed {
             let reason = format!(
-                "{why}; low for {}s of the {}s stabilisation window, target stays {current}",
-                elapsed(since, self.now).as_secs(),
-                policy.scale_down_stabilization.as_secs()
+                "{why}; {idle} above demand with a {:.0} % margin for {}s: parked after {}s (a wake to get back), released after {}s (a cold start); target stays {current}",
+                policy.scale_down_margin * 100.0,
+                low_for.as_secs(),
+                waits.0.as_secs(),
+                waits.1.as_secs()
             );
-            return winner.answer(current, Rule::Steady, reason, None, memory);
+            let mut answer = winner.answer(current, Rule::Steady, reason, None, memory);
+            answer.idle_replicas = idle;
+            return answer;
         }
         if self.recent_change(&memory, Direction::Down) {
             let why = format!(
@@ -609,14 +667,51 @@ impl Activation<'_> {
             let reason = ScalingHold::DirectionCooldown;
             return self.held(memory, reason, why, winner.classification);
         }
-        let target = current - 1;
         memory.last_scale_down_at = Some(self.now);
         memory.last_change = Some((self.now, Direction::Down));
+        let parked = parkable.min(current - target);
         let reason = format!(
-            "{why}; low for {}s, one replica goes: target {current} → {target}",
-            elapsed(since, self.now).as_secs()
+            "{why}; {idle} above demand with a {:.0} % margin for {}s: target {current} → {target} ({parked} to the warm pool, {} released)",
+            policy.scale_down_margin * 100.0,
+            low_for.as_secs(),
+            current - target - parked
         );
-        winner.answer(target, Rule::ScaleDown, reason, None, memory)
+        let mut answer = winner.answer(target, Rule::ScaleDown, reason, None, memory);
+        answer.idle_replicas = target.saturating_sub(level);
+        answer
+    }
+
+    /// What the rules want plus the safety margin, within the floor and the current target.
+    fn safe_level(&self, wanted: u32) -> u32 {
+        let margin = 1.0 + self.policy.scale_down_margin.max(0.0);
+        clamp_u32((wanted as f64 * margin).ceil())
+            .max(self.floor)
+            .min(self.current.max(self.floor))
+    }
+
+    /// How long a surplus replica is kept before it is parked warm, and before it is released:
+    /// what getting it back costs in time, at most the stabilisation window.
+    fn scale_in_waits(&self) -> (Duration, Duration) {
+        let most = self.policy.scale_down_stabilization;
+        let ladder = &self.pool.ladder;
+        (
+            ladder.from_stopped_total().min(most),
+            ladder.cold_total().min(most),
+        )
+    }
+
+    /// Whether load is low enough to let replicas go: the oldest request young and the queue
+    /// per ready replica small, each against its fraction of the threshold in use.
+    fn quiet(&self, s: &Signals, counts: ReplicaCounts) -> bool {
+        let fraction = self.policy.scale_down_fraction;
+        let hpa_low = self.policy.target_queue_per_replica.is_none_or(|target| {
+            (s.queue_depth as f64 / counts.ready.max(1) as f64) < fraction * target
+        });
+        let age_low = match (self.policy.oldest_age_threshold, s.oldest_age_s) {
+            (Some(threshold), Some(age)) => age < fraction * threshold.as_secs_f64(),
+            _ => true,
+        };
+        hpa_low && age_low
     }
 }
 
@@ -670,6 +765,7 @@ impl Winner {
             limited,
             classification: self.classification,
             proposals: self.proposals.clone(),
+            idle_replicas: 0,
             memory: ControllerMemory { target, ..memory },
         }
     }

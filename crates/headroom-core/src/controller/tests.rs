@@ -200,36 +200,82 @@ fn a_two_per_minute_limit_is_respected() {
     assert_eq!(targets, [10, 10, 10, 10, 12, 12, 14]);
 }
 
-#[test]
-fn scale_down_waits_out_the_stabilisation_then_goes_one_per_period() {
+/// Twenty replicas, demand for two (20 req/s at 10 each) on a floor of two: the level is
+/// three (a 10 % margin). The pool's ladder climbs 190 s cold, 100 s from the disk.
+fn scale_in_run(parkable: u32, stabilization_s: u64) -> Vec<(i64, Decision)> {
     let p = pool(
         2,
         50,
         quick(ScalingPolicy {
             replica_throughput_rps: 10.0,
-            scale_down_stabilization: Duration::from_secs(600),
-            scale_down_period: Duration::from_secs(60),
+            scale_down_stabilization: Duration::from_secs(stabilization_s),
             ..ScalingPolicy::default()
         }),
     );
     let mut m = memory(20);
-    let mut target_at = std::collections::BTreeMap::new();
-    for t in (0..=780).step_by(30) {
+    let mut out = Vec::new();
+    for t in (0..=300).step_by(30) {
+        let counts = ReplicaCounts {
+            parkable,
+            ..ready(m.target)
+        };
         let d = decide(
             &p,
             Some(&Signals::queue(0, 20.0, secs(t))),
-            ready(20),
+            counts,
             m,
             secs(t),
         );
-        target_at.insert(t, d.target);
-        m = d.memory;
+        m = d.memory.clone();
+        out.push((t, d));
     }
-    assert_eq!(target_at[&570], 20, "nothing within ten minutes");
-    assert_eq!(target_at[&600], 19);
-    assert_eq!(target_at[&630], 19, "one per minute");
-    assert_eq!(target_at[&660], 18);
-    assert_eq!(target_at[&780], 16);
+    out
+}
+
+fn targets(run: &[(i64, Decision)]) -> Vec<(i64, u32)> {
+    run.iter().map(|(t, d)| (*t, d.target)).collect()
+}
+
+#[test]
+fn scale_in_waits_a_cold_start_then_releases_the_whole_surplus() {
+    let run = scale_in_run(0, 600);
+    let t = targets(&run);
+    assert!(
+        t.iter().filter(|(at, _)| *at < 190).all(|(_, n)| *n == 20),
+        "{t:?}"
+    );
+    assert_eq!(
+        t[7],
+        (210, 3),
+        "down to demand plus the margin in one step: {t:?}"
+    );
+    assert!(t[7..].iter().all(|(_, n)| *n == 3));
+    // While it waits, the decision says what the wait keeps idle and for how long.
+    let waiting = &run[3].1;
+    assert_eq!((waiting.rule, waiting.idle_replicas), (Rule::Steady, 17));
+    assert!(
+        waiting.reason.contains("released after 190s"),
+        "{}",
+        waiting.reason
+    );
+}
+
+#[test]
+fn surplus_the_warm_pool_can_take_is_parked_after_a_wake_and_the_rest_released_later() {
+    let t = targets(&scale_in_run(4, 600));
+    assert_eq!(t[3], (90, 20));
+    assert_eq!(
+        t[4],
+        (120, 16),
+        "four parked once a wake's worth (100 s) has passed: {t:?}"
+    );
+    assert_eq!(t[7], (210, 3), "the rest after a cold start's worth: {t:?}");
+}
+
+#[test]
+fn the_stabilisation_window_caps_both_waits() {
+    let t = targets(&scale_in_run(0, 60));
+    assert_eq!((t[1], t[2]), ((30, 20), (60, 3)), "{t:?}");
 }
 
 #[test]
@@ -365,22 +411,25 @@ fn one_change_of_direction_per_cooldown() {
         memory(10),
         t0(),
     );
-    assert_eq!(down.target, 9);
+    assert_eq!(
+        down.target, 3,
+        "no stabilisation: down to demand plus the margin at once"
+    );
     let up = decide(
         &p,
         Some(&Signals::queue(0, 150.0, secs(30))),
-        ready(9),
+        ready(3),
         down.memory,
         secs(30),
     );
     assert_eq!(
         (up.target, up.scaling_hold),
-        (9, Some(ScalingHold::DirectionCooldown))
+        (3, Some(ScalingHold::DirectionCooldown))
     );
     let later = decide(
         &p,
         Some(&Signals::queue(0, 150.0, secs(130))),
-        ready(9),
+        ready(3),
         up.memory,
         secs(130),
     );

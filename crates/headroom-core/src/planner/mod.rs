@@ -160,6 +160,18 @@ pub struct PlanInput<'a> {
     pub launches_in_period: u32,
     /// Nodes the deployment-wide ceiling still allows, if there is one.
     pub global_room: Option<u32>,
+    /// The warm pool's size now, sized by the engine from the pool's recent bursts between its
+    /// floor (`warm_pool_size`) and its ceiling; `None`: the floor.
+    pub warm_target: Option<u32>,
+}
+
+impl PlanInput<'_> {
+    /// The warm pool's size this plan keeps: the target, never below the floor.
+    pub fn warm_size(&self) -> u32 {
+        self.warm_target
+            .unwrap_or(self.pool.warm_pool_size)
+            .max(self.pool.warm_pool_size)
+    }
 }
 
 /// Why a launch went somewhere other than the pool's first choice.
@@ -310,7 +322,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     if pool.supply.rebalance_to_spot && organic_have == organic_target {
         b.rebalance_to_spot(&organic);
     }
-    b.give_back_warm_above_floor(&mut warm_have);
+    b.give_back_warm_above_target(&mut warm_have);
     b.refill_warm_pool(warm_have);
 
     if cfg!(debug_assertions) {

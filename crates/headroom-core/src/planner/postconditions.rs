@@ -241,18 +241,21 @@ fn warm_floor(
         .iter()
         .filter(|n| n.is_warm_or_warming())
         .count() as u32;
-    let floor = pool.warm_pool_size;
+    let floor = input.warm_size();
     // Warm and warming nodes after the wakes and the releases that park.
     let kept = warm_before - tally.wakes + to_warm;
     debug_assert!(to_warm == 0 || pool.supply.reuse_on_scale_in);
-    debug_assert!(to_warm == 0 || kept <= floor, "parked up to the floor");
     debug_assert!(
-        given_back == 0 || kept >= given_back + floor,
-        "given back down to the floor"
+        to_warm == 0 || kept <= floor,
+        "parked up to the warm pool's size"
     );
     debug_assert!(
-        tally.warm_launches == 0 || kept + tally.warm_launches <= floor + given_back,
-        "refilled up to the floor"
+        given_back == 0 || kept >= given_back + floor,
+        "given back down to the warm pool's size"
+    );
+    debug_assert!(
+        tally.warm_launches == 0 || kept + tally.warm_launches <= pool.warm_pool_size + given_back,
+        "new warm nodes refill up to the floor only"
     );
 }
 

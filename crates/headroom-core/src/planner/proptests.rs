@@ -215,6 +215,7 @@ struct Case {
     hold_horizon_min: u64,
     launches_in_period: u32,
     global_room: Option<u32>,
+    warm_target: Option<u32>,
 }
 
 /// Random inputs rarely land on the organic target exactly, where scale-in stops and
@@ -248,13 +249,14 @@ fn case() -> impl Strategy<Value = Case> {
                 1 => Just(Shape::AtTarget),
                 2 => Just(Shape::Steady),
                 1 => Just(Shape::Shrinking),],
+            proptest::option::weighted(0.5, 0..6u32),
         ),
     )
         .prop_map(
             |(
                 (mut pool, offerings, mut nodes, requests),
                 (mut controller_target, mut borrowed, budget, budget_action),
-                (hold_horizon_min, launches_in_period, global_room, shape),
+                (hold_horizon_min, launches_in_period, global_room, shape, warm_target),
             )| {
                 if shape == Shape::Steady {
                     pool.supply.rebalance_to_spot = true;
@@ -291,6 +293,7 @@ fn case() -> impl Strategy<Value = Case> {
                     hold_horizon_min,
                     launches_in_period,
                     global_room,
+                    warm_target,
                 }
             },
         )
@@ -315,6 +318,7 @@ proptest! {
             hold_horizon: Duration::from_secs(case.hold_horizon_min * 60),
             launches_in_period: case.launches_in_period,
             global_room: case.global_room,
+            warm_target: case.warm_target,
         });
     }
 }

@@ -7,8 +7,9 @@ use crate::{Market, Money, NodeState};
 
 impl Builder<'_> {
     /// Releases the organic surplus: only serving nodes go (a node still climbing the ladder
-    /// finishes first), the dearest first; into the warm pool while it is below its floor, if
-    /// the pool reuses them.
+    /// finishes first), the dearest first; into the warm pool while it is below its size, if
+    /// the pool reuses them (a parked node costs its disk only, and wakes in the rungs after
+    /// it).
     pub(super) fn scale_in(
         &mut self,
         organic: &[&NodeView],
@@ -28,7 +29,7 @@ impl Builder<'_> {
         let surplus = ((organic_have - organic_target) as usize)
             .min(releasable.len().saturating_sub(organic_target as usize));
         for node in releasable.into_iter().take(surplus) {
-            let to_warm = pool.supply.reuse_on_scale_in && *warm_have < pool.warm_pool_size;
+            let to_warm = pool.supply.reuse_on_scale_in && *warm_have < self.input.warm_size();
             if to_warm {
                 *warm_have += 1;
             }

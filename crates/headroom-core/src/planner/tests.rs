@@ -77,6 +77,7 @@ fn input<'a>(
         hold_horizon: Duration::from_secs(3600),
         launches_in_period: 0,
         global_room: None,
+        warm_target: None,
     }
 }
 
@@ -293,6 +294,7 @@ mod budget_action_tests {
             hold_horizon: Duration::from_secs(3600),
             launches_in_period: 0,
             global_room: None,
+            warm_target: None,
         })
     }
 
@@ -397,6 +399,7 @@ mod supply_tests {
             hold_horizon: Duration::from_secs(3600),
             launches_in_period: 0,
             global_room: None,
+            warm_target: None,
         })
     }
 
@@ -552,6 +555,7 @@ mod supply_tests {
             hold_horizon: Duration::from_secs(3600),
             launches_in_period: 0,
             global_room: Some(2),
+            warm_target: None,
         };
         let ceiling = plan(&input);
         assert_eq!(launched(&ceiling).len(), 2);
@@ -570,6 +574,7 @@ mod supply_tests {
         input = PlanInput {
             launches_in_period: 3,
             global_room: None,
+            warm_target: None,
             ..limited
         };
         let period = plan(&input);
@@ -605,6 +610,7 @@ mod supply_tests {
             hold_horizon: Duration::from_secs(3600),
             launches_in_period: 0,
             global_room: Some(0),
+            warm_target: None,
         });
         let woken = planned
             .actions

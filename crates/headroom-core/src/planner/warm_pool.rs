@@ -1,5 +1,5 @@
-//! The warm pool's floor: what is left after the plan's wakes, parked nodes given back when the
-//! floor was lowered, and new warm nodes to refill it.
+//! The warm pool's size: what is left after the plan's wakes, parked nodes given back when the
+//! size came down, and new warm nodes to refill it.
 
 use super::scale_in::release_rank;
 use super::{Action, Builder, Destination, NodeView, Supply};
@@ -22,9 +22,10 @@ impl Builder<'_> {
             .saturating_sub(woken)
     }
 
-    /// A warm pool above its floor (the floor was lowered) gives back its dearest nodes.
-    pub(super) fn give_back_warm_above_floor(&mut self, warm_have: &mut u32) {
-        let floor = self.input.pool.warm_pool_size;
+    /// A warm pool above its size (the recent bursts no longer call for it, or the floor was
+    /// lowered) gives back its dearest nodes.
+    pub(super) fn give_back_warm_above_target(&mut self, warm_have: &mut u32) {
+        let floor = self.input.warm_size();
         if *warm_have <= floor {
             return;
         }
@@ -39,7 +40,10 @@ impl Builder<'_> {
         }
     }
 
-    /// Refills the warm pool with whatever the limits leave. Warm nodes do not count as replicas.
+    /// Refills the warm pool to its floor with whatever the limits leave; above the floor it
+    /// grows only by parking serving nodes scale-in releases (they are already up, so parking
+    /// costs nothing but a disk, while a new warm node pays a whole cold climb). Warm nodes do
+    /// not count as replicas.
     pub(super) fn refill_warm_pool(&mut self, mut warm_have: u32) {
         let floor = self.input.pool.warm_pool_size;
         while warm_have < floor && self.governor(false, true).is_none() && self.period_left > 0 {

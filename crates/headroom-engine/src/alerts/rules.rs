@@ -105,7 +105,7 @@ fn pool_conditions(status: &PoolStatus) -> Vec<Alert> {
     let shed: Vec<&str> = status
         .admission
         .iter()
-        .filter(|t| !t.admit)
+        .filter(|t| t.sheds())
         .map(|t| t.priority.as_str())
         .collect();
     if !shed.is_empty() {

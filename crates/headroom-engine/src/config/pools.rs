@@ -60,6 +60,15 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
             let target = scrape::target(&format!("{key}.scrape"), target, p);
             pools.scrape.insert(raw.name.clone(), target);
         }
+        if let Some(max) = raw.supply.warm_pool_max
+            && max < raw.warm_pool_size
+        {
+            p.add(
+                &format!("{key}.supply.warm_pool_max"),
+                format!("{max} is below warm_pool_size {}", raw.warm_pool_size),
+                "raise warm_pool_max to at least warm_pool_size, or remove it",
+            );
+        }
         let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
         let supply = supply::supply(&format!("{key}.supply"), &raw.supply, &raw.name, p);
         pools.specs.push(PoolSpec {

@@ -171,6 +171,7 @@ pub(super) struct RawScaling {
     pub(super) scale_up_period: Option<String>,
     pub(super) scale_down_stabilization: Option<String>,
     pub(super) scale_down_fraction: Option<f64>,
+    pub(super) scale_down_margin: Option<f64>,
     pub(super) scale_down_period: Option<String>,
     pub(super) direction_cooldown: Option<String>,
     pub(super) min_capacity: Option<u32>,
@@ -215,6 +216,8 @@ pub(super) struct RawSupply {
     pub(super) max_launches_per_period: Option<u32>,
     pub(super) launch_period: Option<String>,
     pub(super) rebalance_to_spot: Option<bool>,
+    pub(super) warm_pool_max: Option<u32>,
+    pub(super) warm_history: Option<String>,
 }
 
 /// `[pools.scrape]`: where to read the pool's signals, and `[pools.scrape.series]`: which series.

@@ -36,6 +36,7 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
             d.scale_down_stabilization,
         ),
         scale_down_fraction: s.scale_down_fraction.unwrap_or(d.scale_down_fraction),
+        scale_down_margin: s.scale_down_margin.unwrap_or(d.scale_down_margin),
         scale_down_period: duration(
             "scale_down_period",
             &s.scale_down_period,
@@ -88,6 +89,13 @@ fn check(key: &str, policy: &ScalingPolicy, p: &mut Problems) {
             &format!("{key}.scale_down_fraction"),
             "must be between 0 and 1",
             "use e.g. 0.2",
+        );
+    }
+    if !fraction(policy.scale_down_margin) {
+        p.add(
+            &format!("{key}.scale_down_margin"),
+            "must be between 0 and 1",
+            "use e.g. 0.1 to keep a tenth above demand when scaling in",
         );
     }
     if !fraction(policy.utilization_high) {

@@ -59,6 +59,10 @@ pub(super) fn supply(
             "use e.g. \"60s\"",
         );
     }
+    let warm_history = match &raw.warm_history {
+        Some(text) => p.duration(&format!("{key}.warm_history"), text),
+        None => d.warm_history,
+    };
     SupplyPolicy {
         on_demand_base: raw.on_demand_base.unwrap_or(d.on_demand_base),
         spot_percent_above_base: percent.min(100),
@@ -69,5 +73,7 @@ pub(super) fn supply(
         max_launches_per_period: raw.max_launches_per_period,
         launch_period,
         rebalance_to_spot: raw.rebalance_to_spot.unwrap_or(d.rebalance_to_spot),
+        warm_pool_max: raw.warm_pool_max,
+        warm_history,
     }
 }

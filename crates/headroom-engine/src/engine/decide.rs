@@ -28,6 +28,8 @@ pub(super) struct ControlMemory {
     pub last_pool_refusal: HashMap<PoolName, (RefusalReason, u32)>,
     /// Unschedulable model-server pods last seen per pool (logged when the count changes).
     pub pending_pods: HashMap<PoolName, u32>,
+    /// Each pool's recent demand, which sizes its warm pool.
+    pub demand: HashMap<PoolName, super::warm_pool::DemandHistory>,
 }
 
 impl ControlMemory {
@@ -57,7 +59,9 @@ impl Engine {
         pool: &PoolSpec,
     ) -> Result<(), EngineError> {
         let now = self.clock.now();
-        let counts = organic_counts(input, &pool.name);
+        let warm = self.warm_size(pool);
+        let mut counts = organic_counts(input, &pool.name);
+        counts.parkable = warm.size.saturating_sub(warm_count(input, &pool.name));
         let target = self.control_step(pool, counts, now).await?;
         let target = self
             .floor_for_pending_pods(pool, counts, target, now)
@@ -68,7 +72,7 @@ impl Engine {
         }
         let mut unserved = 0;
         for _round in 0..MAX_FALLBACK_ROUNDS {
-            let plan = self.plan(input, pool, target, now).await?;
+            let plan = self.plan(input, pool, target, warm.size, now).await?;
             unserved = plan.unserved;
             let previous = lock(&self.control)
                 .last_pool_refusal
@@ -127,6 +131,10 @@ impl Engine {
             control
                 .memory
                 .insert(pool.name.clone(), decision.memory.clone());
+            if decision.scaling_hold.is_none() {
+                let demand = decision.unclamped.max(pool.min_replicas);
+                super::warm_pool::note_demand(&mut control.demand, pool, demand, now);
+            }
             self.count_decision(pool, &decision);
             let closed = control.log.record(pool, &decision, signal, counts, now);
             let target = if pool.scaling.shadow {
@@ -168,6 +176,7 @@ impl Engine {
         input: &mut TickInput,
         pool: &PoolSpec,
         controller_target: u32,
+        warm_target: u32,
         now: Timestamp,
     ) -> Result<planner::Plan, EngineError> {
         let nodes = node_views(input, &pool.name);
@@ -216,6 +225,7 @@ impl Engine {
             hold_horizon: self.config.engine.hold_horizon,
             launches_in_period,
             global_room,
+            warm_target: Some(warm_target),
         }))
     }
 
@@ -260,6 +270,16 @@ fn organic_counts(input: &TickInput, pool: &PoolName) -> ReplicaCounts {
         }
     }
     counts
+}
+
+/// The pool's warm nodes, parked or climbing to park.
+fn warm_count(input: &TickInput, pool: &PoolName) -> u32 {
+    input
+        .pool_nodes(pool)
+        .filter(|e| {
+            e.state.is_warm() || (e.state.is_starting() && e.destination == Destination::Warm)
+        })
+        .count() as u32
 }
 
 /// The planner's view of the pool's live nodes. Nodes of a cancelled request go back to organic

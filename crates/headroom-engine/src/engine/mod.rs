@@ -53,11 +53,13 @@ mod restore;
 mod signals;
 mod spans;
 mod status;
+mod warm_pool;
 
 pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
 pub use offerings::OfferingPrice;
 pub use signals::SignalInput;
 pub use status::{Clamp, PoolStatus};
+pub use warm_pool::WarmPoolSize;
 
 use input::TickInput;
 

@@ -26,6 +26,8 @@ pub struct PoolStatus {
     pub min_replicas: u32,
     pub max_replicas: u32,
     pub warm_pool_size: u32,
+    /// The warm pool's size now, between its floor and ceiling, and why.
+    pub warm_pool: Option<super::WarmPoolSize>,
     /// Whether this process holds the pool's lease and reconciles it. With several replicas
     /// sharing a database, each pool has exactly one owner at a time.
     pub reconciled_here: bool,
@@ -87,6 +89,7 @@ impl PoolStatus {
             min_replicas: pool.min_replicas,
             max_replicas: pool.max_replicas,
             warm_pool_size: pool.warm_pool_size,
+            warm_pool: None,
             reconciled_here: false,
             scaling_hold: Some(ScalingHold::SignalMissing),
             limited: None,
@@ -114,6 +117,8 @@ struct Arriving {
     in_time: u32,
     /// How long until the soonest of them serves.
     next_in: Option<chrono::Duration>,
+    /// How long until each of them serves.
+    etas: Vec<chrono::Duration>,
 }
 
 impl Engine {
@@ -150,6 +155,7 @@ impl Engine {
             .filter(|r| r.pool == pool.name)
             .map(|r| r.replicas)
             .sum();
+        s.warm_pool = Some(self.warm_size(pool));
         let control = lock(&self.control);
         let decision = control.decisions.get(&pool.name);
         if let Some(decision) = decision {
@@ -193,6 +199,13 @@ impl Engine {
             ready: s.ready,
             arriving_in_time: arriving.in_time,
             next_capacity_in: retry,
+            per_replica_rps: pool.scaling.replica_throughput_rps,
+            arriving: arriving
+                .etas
+                .iter()
+                .filter_map(|d| d.to_std().ok())
+                .collect(),
+            tiers: Vec::new(),
         });
         s
     }
@@ -263,6 +276,7 @@ fn count_nodes(s: &mut PoolStatus, input: &TickInput, pool: &PoolSpec, now: Time
                 arriving.in_time += 1;
             }
             arriving.next_in = Some(arriving.next_in.map_or(remaining, |n| n.min(remaining)));
+            arriving.etas.push(remaining);
         }
     }
     arriving

@@ -213,7 +213,7 @@ impl Fleet {
                     _ => None,
                 })
                 .collect(),
-            shed: Vec::new(),
+            admission: Vec::new(),
         }
     }
 

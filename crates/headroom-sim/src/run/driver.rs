@@ -3,10 +3,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use headroom_cloud::{InstancePhase, SimCloud};
-use headroom_core::{Offering, OfferingId, Priority};
+use headroom_core::{Offering, OfferingId};
 
 use crate::error::SimError;
-use crate::model::Model;
+use crate::model::{Gate, Model};
 
 /// What a policy's control step leaves for the model and the books.
 #[derive(Debug, Clone, Default)]
@@ -17,8 +17,8 @@ pub struct Control {
     pub starting: u32,
     /// The replicas serving now: instance id → GPUs.
     pub ready: BTreeMap<String, u32>,
-    /// Priorities the policy's admission answer sheds now (baselines have no shedder).
-    pub shed: Vec<Priority>,
+    /// The policy's admission answer now, per priority (baselines have no shedder).
+    pub admission: Vec<Gate>,
 }
 
 /// What a policy did over the run besides serving: the cloud's refusals by reason and its

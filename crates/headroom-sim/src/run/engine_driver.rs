@@ -14,7 +14,7 @@ use headroom_ledger::{Ledger, SqliteLedger};
 use super::driver::{Books, Control, PolicyDriver, cloud_paying};
 use crate::arrivals::Request;
 use crate::error::SimError;
-use crate::model::{Model, UtilMeter};
+use crate::model::{Gate, Model, UtilMeter};
 use crate::scenario::Scenario;
 
 /// The window exporters' rates are computed over.
@@ -175,11 +175,14 @@ impl PolicyDriver for EngineDriver<'_> {
         Ok(Control {
             desired: status.as_ref().map_or(0, |s| s.desired),
             starting: status.as_ref().map_or(0, |s| s.requested + s.starting),
-            shed: status.map_or_else(Vec::new, |s| {
+            admission: status.map_or_else(Vec::new, |s| {
                 s.admission
                     .iter()
-                    .filter(|t| !t.admit)
-                    .map(|t| t.priority)
+                    .map(|t| Gate {
+                        priority: t.priority,
+                        admit: t.admit,
+                        max_queued: t.max_queued,
+                    })
                     .collect()
             }),
             ready,

@@ -28,7 +28,7 @@ mod oracle;
 
 pub use baselines::utilization_replicas;
 use driver::PolicyDriver;
-pub use oracle::OraclePlan;
+pub use oracle::Oracle;
 
 /// The policies a run compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,13 +67,28 @@ impl Policy {
     }
 }
 
+/// One tier's results under one policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierReport {
+    pub tier: String,
+    pub requests: u64,
+    pub within_slo: u64,
+    pub slo_attainment: f64,
+    pub shed: u64,
+    pub timed_out: u64,
+}
+
 /// One policy's results, in the shape `headroom simulate` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PolicyReport {
     pub policy: String,
     pub requests_total: u64,
     pub requests_within_slo: u64,
+    /// Requests that started within their tier's objective, over all requests (a shed or
+    /// timed-out request misses).
     pub slo_attainment: f64,
+    /// The same per tier, highest priority first.
+    pub tiers: Vec<TierReport>,
     pub queue_delay_minutes: f64,
     pub shed: u64,
     pub gpu_hours: f64,
@@ -162,7 +177,7 @@ pub async fn run(
 ) -> Result<Report, SimError> {
     let seed = seed.unwrap_or(sc.seed);
     let (requests, duration_s) = requests_for(sc, trace, seed);
-    let oracle = OraclePlan::new(sc, &requests, duration_s);
+    let oracle = Oracle::new(sc, &requests, duration_s);
     let oracle_cost = oracle.cost_usd();
     let mut reports = Vec::new();
     let mut series = Vec::new();
@@ -210,7 +225,7 @@ async fn run_policy(
     duration_s: f64,
     policy: Policy,
     seed: u64,
-    oracle: &OraclePlan,
+    oracle: &Oracle,
 ) -> Result<(PolicyReport, Vec<Sample>), SimError> {
     let clock = Arc::new(ManualClock::new(epoch()));
     let mut config = sc.config.clone();
@@ -280,7 +295,7 @@ impl Run<'_> {
             }
             let control = driver.control(t, &model).await?;
             model.set_ready(&control.ready);
-            model.set_shed(&control.shed);
+            model.set_admission(&control.admission);
             model.advance(t, t + sc.tick_s, sc.step_s);
             let (usd_per_hour, gpus) = driver.paying(t);
             cost += usd_per_hour * hours;
@@ -300,16 +315,26 @@ impl Run<'_> {
         }
         model.finish(t);
         let books = driver.books(t).await?;
-        let totals = model.totals;
+        let totals = model.totals.clone();
         let report = PolicyReport {
             policy: self.policy.as_str().to_string(),
             requests_total: totals.requests,
             requests_within_slo: totals.within_slo,
-            slo_attainment: if totals.requests > 0 {
-                round6(totals.within_slo as f64 / totals.requests as f64)
-            } else {
-                1.0
-            },
+            slo_attainment: attainment(totals.within_slo, totals.requests),
+            tiers: sc
+                .queue
+                .tiers
+                .iter()
+                .zip(&totals.by_tier)
+                .map(|(name, t)| TierReport {
+                    tier: name.clone(),
+                    requests: t.requests,
+                    within_slo: t.within_slo,
+                    slo_attainment: attainment(t.within_slo, t.requests),
+                    shed: t.shed,
+                    timed_out: t.timed_out,
+                })
+                .collect(),
             queue_delay_minutes: round6(totals.queue_delay_s / 60.0),
             shed: totals.shed,
             gpu_hours: round6(gpu_s / 3600.0),
@@ -323,6 +348,15 @@ impl Run<'_> {
             peak_ready_replicas: peak_ready,
         };
         Ok((report, samples))
+    }
+}
+
+/// Within the SLO over all (1 when there was nothing to serve).
+fn attainment(within: u64, total: u64) -> f64 {
+    if total > 0 {
+        round6(within as f64 / total as f64)
+    } else {
+        1.0
     }
 }
 
