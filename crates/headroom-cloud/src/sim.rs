@@ -388,6 +388,11 @@ fn running_phase(
     for rung in rungs {
         climbed += ladder.rung(*rung);
         if elapsed < climbed {
+            // Like EC2, an instance is pending until the node is acquired, then running (the
+            // rest of the ladder is the node's own boot).
+            if *rung == LadderRung::NodeAcquisition {
+                return InstancePhase::Pending;
+            }
             return InstancePhase::Booting(*rung);
         }
     }

@@ -65,6 +65,9 @@ pub struct ScalingPolicy {
     pub replica_throughput_rps: f64,
     /// Backlog-drain rule: the queue should be drained within this long.
     pub backlog_drain: Duration,
+    /// Backlog-drain rule: the arrivals are served at this share of the replicas' throughput,
+    /// leaving the rest for variance (1 runs them flat out, where any burst queues at once).
+    pub target_utilization: f64,
     /// A scale-up needs this many breaching windows in a row...
     pub scale_up_breaches: u32,
     /// ...of this length (two 15 s breaches by default).
@@ -93,6 +96,18 @@ pub struct ScalingPolicy {
     pub signal_max_age: Duration,
     /// Decisions are computed and recorded but not executed.
     pub shadow: bool,
+    /// Per priority tier (low, normal, high, critical): how long its requests stay useful.
+    /// A tier with a deadline is shed only for the part of its backlog the capacity ready and
+    /// on its way cannot start within it (`headroom_core::shedding`), when signals count the
+    /// tier's queue.
+    pub shed_deadlines: [Option<Duration>; 4],
+}
+
+impl ScalingPolicy {
+    /// The deadline set for `priority`, if any.
+    pub fn shed_deadline(&self, priority: crate::Priority) -> Option<Duration> {
+        self.shed_deadlines[priority as usize]
+    }
 }
 
 impl Default for ScalingPolicy {
@@ -103,19 +118,21 @@ impl Default for ScalingPolicy {
             oldest_age_threshold: None,
             replica_throughput_rps: 1.0,
             backlog_drain: Duration::from_secs(60),
+            target_utilization: 0.85,
             scale_up_breaches: 2,
             breach_window: Duration::from_secs(15),
             scale_up_limit: 100,
             scale_up_period: Duration::from_secs(60),
             scale_down_stabilization: Duration::from_secs(600),
             scale_down_fraction: 0.2,
-            scale_down_margin: 0.1,
+            scale_down_margin: 0.05,
             scale_down_period: Duration::ZERO,
             direction_cooldown: Duration::from_secs(60),
             min_capacity: 0,
             utilization_high: 0.7,
             signal_max_age: Duration::from_secs(30),
             shadow: false,
+            shed_deadlines: [None; 4],
         }
     }
 }

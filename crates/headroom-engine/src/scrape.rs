@@ -259,6 +259,8 @@ impl Scraper {
                 .map(|b| b.clamp(0.0, 1.0)),
             gpu_utilization: utilization.map(|u| u.clamp(0.0, 1.0)),
             oldest_age_by_class_s: Default::default(),
+            queue_depth_by_priority: Default::default(),
+            arrival_rate_by_priority_rps: Default::default(),
         })
     }
 }

@@ -55,6 +55,8 @@ compile = "30s"
 warmup = "15s"
 [pools.scaling]
 replica_throughput_rps = 5.0
+# The worked numbers below serve arrivals at full throughput.
+target_utilization = 1.0
 "#;
 
 struct Harness {
@@ -1152,7 +1154,8 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
     )
     .replace(
         "[pools.scaling]\n",
-        "[pools.scaling]\nbreach_window = \"5s\"\n",
+        // The worked numbers serve arrivals at full throughput.
+        "[pools.scaling]\nbreach_window = \"5s\"\ntarget_utilization = 1.0\n",
     );
     let h = harness(&config).await;
     let pool: headroom_core::PoolName = "llm".parse().unwrap();
@@ -1211,9 +1214,12 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
     assert_eq!(most_provisioned, 8, "the capacity asked for was launched");
     assert!(shed(&h).is_empty(), "capacity landed: everyone is admitted");
     // The queue drained (in this drill, by itself) before the launches landed: 20 req/s needs
-    // four at 5 each, so the pool came down to demand and its 10 % margin as they did.
+    // four at 5 each, so the pool came down to demand (its 5 % margin rounds down to nothing),
+    // parking in the warm pool what the rise it saw calls for and releasing the rest.
     let status = h.engine.pool_status(&pool).unwrap();
-    assert_eq!((status.ready, status.desired), (5, 5), "{status:?}");
+    assert_eq!((status.ready, status.desired), (4, 4), "{status:?}");
+    let warm = status.warm_pool.as_ref().unwrap();
+    assert_eq!((status.warm, warm.size, warm.floor), (2, 2, 0), "{warm:?}");
 }
 
 #[tokio::test]

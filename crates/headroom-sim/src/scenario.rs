@@ -238,7 +238,7 @@ fn positive(origin: &str, key: &str, x: f64) -> Result<f64, SimError> {
 pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
     let raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e, text, origin))?;
     let clock = clock(origin, &raw)?;
-    let (config, pool) = headroom(origin, &raw)?;
+    let (mut config, mut pool) = headroom(origin, &raw)?;
     if raw.tiers.is_empty() {
         return Err(SimError::scenario(
             origin,
@@ -246,6 +246,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         ));
     }
     let queue = queue(origin, &raw.tiers, raw.shed_depth)?;
+    tell_pool_the_deadlines(&queue, &mut config, &mut pool);
     let service = service(origin, &raw.service)?;
     let streams = raw
         .traffic
@@ -415,6 +416,27 @@ fn queue(
         priorities,
         shed_depth,
     })
+}
+
+/// The serving layer the scenario stands for knows its sheddable tiers' deadlines and tells
+/// Headroom (`[pools.scaling] shed_deadlines`), unless the pool's configuration says otherwise.
+fn tell_pool_the_deadlines(queue: &QueuePolicy, config: &mut Config, pool: &mut PoolSpec) {
+    if pool.scaling.shed_deadlines.iter().any(Option::is_some) {
+        return;
+    }
+    for &tier in &queue.shed_tiers {
+        let tier = tier as usize;
+        if let (Some(priority), Some(Some(deadline))) = (
+            queue.priorities.get(tier),
+            queue.objective_s.get(tier).map(|o| Some(*o)),
+        ) {
+            pool.scaling.shed_deadlines[*priority as usize] =
+                Some(Duration::from_secs_f64(deadline));
+        }
+    }
+    if let Some(p) = config.pools.iter_mut().find(|p| p.name == pool.name) {
+        p.scaling.shed_deadlines = pool.scaling.shed_deadlines;
+    }
 }
 
 /// `[service]`: the serving model's token rates and batch.

@@ -139,6 +139,32 @@ struct SignalBody {
     error_rate_rps: Option<f64>,
     batch_occupancy: Option<f64>,
     gpu_utilization: Option<f64>,
+    /// Requests waiting per priority tier (`low`, `normal`, `high`, `critical`): with the pool's
+    /// `shed_deadlines`, shedding caps each tier's queue at what can start within its deadline.
+    #[serde(default)]
+    queue_depth_by_priority: std::collections::BTreeMap<String, u64>,
+    /// Arrivals per second per priority tier.
+    #[serde(default)]
+    arrival_rate_by_priority_rps: std::collections::BTreeMap<String, f64>,
+}
+
+/// A map keyed by priority tier, each key checked and each value by `value`.
+fn by_priority<T, U>(
+    field: &str,
+    raw: std::collections::BTreeMap<String, T>,
+    value: impl Fn(T) -> Result<U, ApiError>,
+) -> Result<std::collections::BTreeMap<headroom_core::Priority, U>, ApiError> {
+    raw.into_iter()
+        .map(|(tier, v)| {
+            let priority = headroom_core::Priority::parse(&tier).map_err(|_| {
+                ApiError::bad(
+                    "invalid-signal",
+                    format!("{field}: {tier:?} is not a priority tier; use low, normal, high or critical"),
+                )
+            })?;
+            Ok((priority, value(v)?))
+        })
+        .collect()
 }
 
 /// A non-negative finite number, or a one-line problem naming the field.
@@ -199,6 +225,19 @@ async fn push_signal(
                     .map(|a| (class.chars().take(63).collect(), a.unwrap_or(0.0)))
             })
             .collect::<Result<_, _>>()?,
+        queue_depth_by_priority: by_priority(
+            "queue_depth_by_priority",
+            input.queue_depth_by_priority,
+            Ok,
+        )?,
+        arrival_rate_by_priority_rps: by_priority(
+            "arrival_rate_by_priority_rps",
+            input.arrival_rate_by_priority_rps,
+            |r| {
+                non_negative("arrival_rate_by_priority_rps", Some(r), LARGE)
+                    .map(|r| r.unwrap_or(0.0))
+            },
+        )?,
     };
     state.engine.push_signal(&name, signal);
     Ok(StatusCode::ACCEPTED)

@@ -484,9 +484,13 @@ impl Activation<'_> {
             s.queue_depth as f64
         };
         let drain = self.policy.backlog_drain;
-        let desired = drain_rule(arrivals, backlog, drain, per_replica_rps);
+        // A pool run at full throughput has no room for the next second's variance: size the
+        // steady part for the target utilisation.
+        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        let desired = drain_rule(arrivals / utilization, backlog, drain, per_replica_rps);
         let why = format!(
-            "{arrivals:.1} req/s at {per_replica_rps:.2} req/s per replica plus {} queued drained within {}s gives {desired}",
+            "{arrivals:.1} req/s at {per_replica_rps:.2} req/s per replica and {:.0} % utilisation plus {} queued drained within {}s gives {desired}",
+            utilization * 100.0,
             s.queue_depth,
             drain.as_secs()
         );
@@ -681,10 +685,12 @@ impl Activation<'_> {
         answer
     }
 
-    /// What the rules want plus the safety margin, within the floor and the current target.
+    /// What the rules want plus the safety margin (its share of them, rounded down), within the
+    /// floor and the current target.
     fn safe_level(&self, wanted: u32) -> u32 {
-        let margin = 1.0 + self.policy.scale_down_margin.max(0.0);
-        clamp_u32((wanted as f64 * margin).ceil())
+        let margin = self.policy.scale_down_margin.max(0.0);
+        wanted
+            .saturating_add(clamp_u32((wanted as f64 * margin).floor()))
             .max(self.floor)
             .min(self.current.max(self.floor))
     }

@@ -34,6 +34,14 @@ fn pool(min: u32, max: u32, scaling: ScalingPolicy) -> PoolSpec {
     }
 }
 
+/// The defaults, with arrivals served at full throughput (the worked numbers' arithmetic).
+fn base() -> ScalingPolicy {
+    ScalingPolicy {
+        target_utilization: 1.0,
+        ..ScalingPolicy::default()
+    }
+}
+
 /// Immediate policy: one breach scales up, no direction cooldown.
 fn quick(policy: ScalingPolicy) -> ScalingPolicy {
     ScalingPolicy {
@@ -66,7 +74,7 @@ fn seed_000_backlog_needs_three_more_workers() {
         50,
         quick(ScalingPolicy {
             replica_throughput_rps: 2.5,
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let d = decide(
@@ -93,7 +101,7 @@ fn hpa_rule_reproduces_the_worked_numbers() {
             100,
             quick(ScalingPolicy {
                 target_queue_per_replica: Some(target),
-                ..ScalingPolicy::default()
+                ..base()
             }),
         );
         let s = Signals {
@@ -115,7 +123,7 @@ fn starting_replicas_count_as_capacity_on_the_way() {
         100,
         quick(ScalingPolicy {
             target_queue_per_replica: Some(4.0),
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let s = Signals {
@@ -157,7 +165,7 @@ fn scale_up_waits_for_two_breaching_windows() {
         50,
         ScalingPolicy {
             replica_throughput_rps: 10.0,
-            ..ScalingPolicy::default()
+            ..base()
         },
     );
     let burst = |t| Signals::queue(40, 200.0, t);
@@ -181,7 +189,7 @@ fn a_two_per_minute_limit_is_respected() {
             replica_throughput_rps: 10.0,
             scale_up_limit: 2,
             scale_up_period: Duration::from_secs(60),
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let mut m = memory(8);
@@ -200,8 +208,8 @@ fn a_two_per_minute_limit_is_respected() {
     assert_eq!(targets, [10, 10, 10, 10, 12, 12, 14]);
 }
 
-/// Twenty replicas, demand for two (20 req/s at 10 each) on a floor of two: the level is
-/// three (a 10 % margin). The pool's ladder climbs 190 s cold, 100 s from the disk.
+/// Twenty replicas, demand for three (30 req/s at 10 each) on a floor of two: the level is
+/// three (a 10 % margin rounds down to nothing). The pool's ladder climbs 190 s cold, 100 s from the disk.
 fn scale_in_run(parkable: u32, stabilization_s: u64) -> Vec<(i64, Decision)> {
     let p = pool(
         2,
@@ -209,19 +217,21 @@ fn scale_in_run(parkable: u32, stabilization_s: u64) -> Vec<(i64, Decision)> {
         quick(ScalingPolicy {
             replica_throughput_rps: 10.0,
             scale_down_stabilization: Duration::from_secs(stabilization_s),
-            ..ScalingPolicy::default()
+            scale_down_margin: 0.1,
+            ..base()
         }),
     );
     let mut m = memory(20);
     let mut out = Vec::new();
     for t in (0..=300).step_by(30) {
+        // The warm pool's room shrinks by what has been parked already (it goes first).
         let counts = ReplicaCounts {
-            parkable,
+            parkable: parkable.saturating_sub(20 - m.target),
             ..ready(m.target)
         };
         let d = decide(
             &p,
-            Some(&Signals::queue(0, 20.0, secs(t))),
+            Some(&Signals::queue(0, 30.0, secs(t))),
             counts,
             m,
             secs(t),
@@ -286,7 +296,7 @@ fn oldest_age_scales_out_after_two_windows_but_a_poisoned_request_does_not() {
         quick(ScalingPolicy {
             oldest_age_threshold: Some(Duration::from_secs(5)),
             replica_throughput_rps: 2.5,
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let signals = |age, arrivals, departures, t| Signals {
@@ -349,7 +359,7 @@ fn work_waiting_with_nothing_departing_is_a_failure_not_a_scale_up() {
         50,
         quick(ScalingPolicy {
             replica_throughput_rps: 2.5,
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let s = Signals {
@@ -373,7 +383,7 @@ fn classification_reads_age_against_utilisation() {
         quick(ScalingPolicy {
             oldest_age_threshold: Some(Duration::from_secs(5)),
             replica_throughput_rps: 2.5,
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let class = |age, util| {
@@ -401,7 +411,7 @@ fn one_change_of_direction_per_cooldown() {
             scale_down_stabilization: Duration::ZERO,
             scale_down_period: Duration::ZERO,
             direction_cooldown: Duration::from_secs(120),
-            ..ScalingPolicy::default()
+            ..base()
         },
     );
     let down = decide(
@@ -412,24 +422,24 @@ fn one_change_of_direction_per_cooldown() {
         t0(),
     );
     assert_eq!(
-        down.target, 3,
-        "no stabilisation: down to demand plus the margin at once"
+        down.target, 2,
+        "no stabilisation: down to demand (and its margin) at once"
     );
     let up = decide(
         &p,
         Some(&Signals::queue(0, 150.0, secs(30))),
-        ready(3),
+        ready(2),
         down.memory,
         secs(30),
     );
     assert_eq!(
         (up.target, up.scaling_hold),
-        (3, Some(ScalingHold::DirectionCooldown))
+        (2, Some(ScalingHold::DirectionCooldown))
     );
     let later = decide(
         &p,
         Some(&Signals::queue(0, 150.0, secs(130))),
-        ready(3),
+        ready(2),
         up.memory,
         secs(130),
     );
@@ -443,7 +453,7 @@ fn clamps_to_max_and_reports_unmet_demand() {
         10,
         quick(ScalingPolicy {
             replica_throughput_rps: 2.5,
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let d = decide(
@@ -467,7 +477,7 @@ fn measured_throughput_replaces_the_configured_one_under_saturation() {
         100,
         quick(ScalingPolicy {
             replica_throughput_rps: 2.5,
-            ..ScalingPolicy::default()
+            ..base()
         }),
     );
     let s = Signals {
@@ -480,4 +490,27 @@ fn measured_throughput_replaces_the_configured_one_under_saturation() {
         "10/s at 1/s each plus 60 queued over 60 s: {}",
         d.reason
     );
+}
+
+/// The defaults serve arrivals at 85 % of the replicas' throughput: seed 000's steady 20 req/s
+/// at 2.5 each wants ten, not the eight that would run flat out.
+#[test]
+fn the_drain_rule_leaves_room_at_the_target_utilisation() {
+    let p = pool(
+        1,
+        16,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 2.5,
+            ..ScalingPolicy::default()
+        }),
+    );
+    let d = decide(
+        &p,
+        Some(&Signals::queue(0, 20.0, t0())),
+        ready(8),
+        memory(8),
+        t0(),
+    );
+    assert_eq!((d.target, d.rule), (10, Rule::BacklogDrain), "{}", d.reason);
+    assert!(d.reason.contains("85 % utilisation"), "{}", d.reason);
 }

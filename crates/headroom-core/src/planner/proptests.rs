@@ -143,6 +143,7 @@ fn supply_policy() -> impl Strategy<Value = SupplyPolicy> {
                 max_launches_per_period: per_period,
                 launch_period: Duration::from_secs(60),
                 rebalance_to_spot: rebalance,
+                ..SupplyPolicy::default()
             },
         )
 }

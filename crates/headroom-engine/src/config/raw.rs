@@ -165,6 +165,7 @@ pub(super) struct RawScaling {
     pub(super) tolerance: Option<f64>,
     pub(super) oldest_age_threshold: Option<String>,
     pub(super) backlog_drain: Option<String>,
+    pub(super) target_utilization: Option<f64>,
     pub(super) scale_up_breaches: Option<u32>,
     pub(super) breach_window: Option<String>,
     pub(super) scale_up_limit: Option<u32>,
@@ -180,6 +181,9 @@ pub(super) struct RawScaling {
     pub(super) age_classes: Option<Vec<String>>,
     #[serde(default)]
     pub(super) shadow: bool,
+    /// Priority → duration text.
+    #[serde(default)]
+    pub(super) shed_deadlines: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]

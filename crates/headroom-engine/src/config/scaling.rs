@@ -26,6 +26,7 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
         }),
         replica_throughput_rps: s.replica_throughput_rps,
         backlog_drain: duration("backlog_drain", &s.backlog_drain, d.backlog_drain),
+        target_utilization: s.target_utilization.unwrap_or(d.target_utilization),
         scale_up_breaches: s.scale_up_breaches.unwrap_or(d.scale_up_breaches),
         breach_window: duration("breach_window", &s.breach_window, d.breach_window),
         scale_up_limit: s.scale_up_limit.unwrap_or(d.scale_up_limit),
@@ -51,7 +52,22 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
         utilization_high: s.utilization_high.unwrap_or(d.utilization_high),
         signal_max_age: duration("signal_max_age", &s.signal_max_age, d.signal_max_age),
         shadow: s.shadow,
+        shed_deadlines: [None; 4],
     };
+    let mut policy = policy;
+    for (tier, text) in &s.shed_deadlines {
+        let field = format!("{key}.shed_deadlines.{tier}");
+        match headroom_core::Priority::parse(tier) {
+            Ok(priority) => {
+                policy.shed_deadlines[priority as usize] = Some(p.duration(&field, text));
+            }
+            Err(_) => p.add(
+                &field,
+                format!("{tier:?} is not a priority tier"),
+                "use low, normal, high or critical",
+            ),
+        }
+    }
     check(key, &policy, p);
     policy
 }
@@ -89,6 +105,16 @@ fn check(key: &str, policy: &ScalingPolicy, p: &mut Problems) {
             &format!("{key}.scale_down_fraction"),
             "must be between 0 and 1",
             "use e.g. 0.2",
+        );
+    }
+    if !(policy.target_utilization.is_finite()
+        && policy.target_utilization > 0.0
+        && policy.target_utilization <= 1.0)
+    {
+        p.add(
+            &format!("{key}.target_utilization"),
+            "must be above 0 and at most 1",
+            "use e.g. 0.85 to serve arrivals at 85 % of the replicas' throughput",
         );
     }
     if !fraction(policy.scale_down_margin) {

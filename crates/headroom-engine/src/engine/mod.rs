@@ -87,7 +87,7 @@ pub struct Engine {
     wake: Notify,
     /// Whether the configuration's budgets have been written to the ledger.
     budgets_seeded: AtomicBool,
-    signals: Mutex<HashMap<PoolName, headroom_core::controller::Signals>>,
+    signals: Mutex<HashMap<PoolName, (headroom_core::controller::Signals, signals::TierSignal)>>,
     observed: Mutex<observe::ObserveMemory>,
     control: Mutex<decide::ControlMemory>,
     offerings: Mutex<offerings::OfferingBook>,

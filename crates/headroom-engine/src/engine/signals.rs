@@ -2,6 +2,7 @@
 //! ([`crate::scrape`]), stamped on receipt, the latest kept per pool for the controller.
 
 use super::*;
+use headroom_core::Priority;
 use headroom_core::controller::Signals;
 
 /// A sample pushed for a pool; the engine stamps it on receipt.
@@ -17,6 +18,18 @@ pub struct SignalInput {
     pub error_rate_rps: Option<f64>,
     pub batch_occupancy: Option<f64>,
     pub gpu_utilization: Option<f64>,
+    /// Requests waiting per priority tier, when the serving layer counts them: deadline-aware
+    /// shedding needs them (see `[pools.scaling] shed_deadlines`).
+    pub queue_depth_by_priority: BTreeMap<Priority, u64>,
+    /// Arrivals per second per priority tier.
+    pub arrival_rate_by_priority_rps: BTreeMap<Priority, f64>,
+}
+
+/// The per-tier part of a pool's latest signal.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct TierSignal {
+    pub queued: BTreeMap<Priority, u64>,
+    pub arrival_rps: BTreeMap<Priority, f64>,
 }
 
 impl Engine {
@@ -43,12 +56,24 @@ impl Engine {
             gpu_utilization: input.gpu_utilization,
             received_at: self.clock.now(),
         };
-        lock(&self.signals).insert(pool.clone(), signal);
+        let tiers = TierSignal {
+            queued: input.queue_depth_by_priority,
+            arrival_rps: input.arrival_rate_by_priority_rps,
+        };
+        lock(&self.signals).insert(pool.clone(), (signal, tiers));
     }
 
     /// The latest signal of `pool`, if any arrived.
     pub(super) fn signal(&self, pool: &PoolName) -> Option<Signals> {
-        lock(&self.signals).get(pool).copied()
+        lock(&self.signals).get(pool).map(|(s, _)| *s)
+    }
+
+    /// The per-tier counts of the latest signal of `pool`, if it had any.
+    pub(super) fn tier_signal(&self, pool: &PoolName) -> Option<TierSignal> {
+        lock(&self.signals)
+            .get(pool)
+            .map(|(_, t)| t.clone())
+            .filter(|t| !t.queued.is_empty())
     }
 
     /// Scrapes every pool that has a `[pools.scrape]` target until `shutdown` resolves (see

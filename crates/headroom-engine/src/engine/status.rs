@@ -2,9 +2,10 @@
 //! and the decide phase's memory once the plans are applied, and the pool gauges of `/metrics`.
 
 use super::*;
+use headroom_core::Priority;
 use headroom_core::controller::{Classification, Limit, Rule, ScalingHold, Signals};
 use headroom_core::planner::Destination;
-use headroom_core::shedding::{self, SheddingInput, TierAdmission};
+use headroom_core::shedding::{self, SheddingInput, TierAdmission, TierLoad};
 
 /// What `GET /v1/pools` shows for one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -199,15 +200,45 @@ impl Engine {
             ready: s.ready,
             arriving_in_time: arriving.in_time,
             next_capacity_in: retry,
-            per_replica_rps: pool.scaling.replica_throughput_rps,
+            // Planned at the utilisation the pool is sized for: a tier whose queue is capped at
+            // exactly what full throughput starts in time would miss by noise.
+            per_replica_rps: pool.scaling.replica_throughput_rps * pool.scaling.target_utilization,
             arriving: arriving
                 .etas
                 .iter()
                 .filter_map(|d| d.to_std().ok())
                 .collect(),
-            tiers: Vec::new(),
+            tiers: self.tier_loads(pool),
         });
         s
+    }
+
+    /// Per-tier load for deadline-aware shedding: when the pool sets a deadline for some tier
+    /// and the latest signal counts the tiers' queues; otherwise none (the coverage rule).
+    fn tier_loads(&self, pool: &PoolSpec) -> Vec<TierLoad> {
+        let deadlines = &pool.scaling.shed_deadlines;
+        if deadlines.iter().all(Option::is_none) {
+            return Vec::new();
+        }
+        let Some(tiers) = self.tier_signal(&pool.name) else {
+            return Vec::new();
+        };
+        let mut loads: Vec<TierLoad> = [
+            Priority::Critical,
+            Priority::High,
+            Priority::Normal,
+            Priority::Low,
+        ]
+        .into_iter()
+        .map(|priority| TierLoad {
+            priority,
+            queued: tiers.queued.get(&priority).copied().unwrap_or(0),
+            arrival_rps: tiers.arrival_rps.get(&priority).copied().unwrap_or(0.0),
+            deadline: pool.scaling.shed_deadline(priority),
+        })
+        .collect();
+        loads.retain(|t| t.queued > 0 || t.arrival_rps > 0.0 || t.deadline.is_some());
+        loads
     }
 
     fn export_pool_metrics(&self, s: &PoolStatus) {

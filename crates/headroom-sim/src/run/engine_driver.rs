@@ -12,7 +12,6 @@ use headroom_engine::{Config, Engine, SignalInput};
 use headroom_ledger::{Ledger, SqliteLedger};
 
 use super::driver::{Books, Control, PolicyDriver, cloud_paying};
-use crate::arrivals::Request;
 use crate::error::SimError;
 use crate::model::{Gate, Model, UtilMeter};
 use crate::scenario::Scenario;
@@ -20,13 +19,35 @@ use crate::scenario::Scenario;
 /// The window exporters' rates are computed over.
 const RATE_WINDOW_S: f64 = 10.0;
 
-/// Arrivals and departures over a sliding window, as an exporter's `rate()` reports them.
+/// Arrivals (in all and per tier) and departures over a sliding window, as an exporter's
+/// `rate()` reports them.
 #[derive(Debug, Default)]
 struct Rates {
     window: VecDeque<(f64, u64, u64)>,
+    tiers: VecDeque<(f64, Vec<u64>)>,
 }
 
 impl Rates {
+    /// Arrivals per second per tier over the window.
+    fn read_tiers(&mut self, t: f64, arrivals: &[u64]) -> Vec<f64> {
+        self.tiers.push_back((t, arrivals.to_vec()));
+        while self
+            .tiers
+            .front()
+            .is_some_and(|(t0, _)| t - t0 > RATE_WINDOW_S + 1e-9)
+        {
+            self.tiers.pop_front();
+        }
+        match self.tiers.front() {
+            Some((t0, a0)) if t > *t0 => arrivals
+                .iter()
+                .zip(a0)
+                .map(|(a, b)| (a - b) as f64 / (t - t0))
+                .collect(),
+            _ => vec![0.0; arrivals.len()],
+        }
+    }
+
     fn read(&mut self, t: f64, arrivals: u64, departures: u64) -> (f64, f64) {
         self.window.push_back((t, arrivals, departures));
         while self
@@ -72,7 +93,6 @@ impl<'s> EngineDriver<'s> {
         config: &Config,
         cloud: Arc<SimCloud>,
         clock: Arc<ManualClock>,
-        requests: &[Request],
     ) -> Result<EngineDriver<'s>, SimError> {
         let dir =
             tempfile::tempdir().map_err(|e| SimError::Io(format!("temporary ledger: {e}")))?;
@@ -88,18 +108,14 @@ impl<'s> EngineDriver<'s> {
             cloud.clone(),
             dyn_clock,
         );
-        // The arrival rate the run opens with, so the pool is filled for it.
-        let opening = requests
-            .iter()
-            .take_while(|r| r.at_s < RATE_WINDOW_S)
-            .count() as f64
-            / RATE_WINDOW_S;
         for _ in 0..60 {
             engine.push_signal(
                 &sc.pool.name,
+                // No traffic yet: the pool is filled to its floor and warm pool, as every policy
+                // starts; what the traffic needs it meets from t = 0.
                 SignalInput {
                     queue_depth: 0,
-                    arrival_rate_rps: Some(opening),
+                    arrival_rate_rps: Some(0.0),
                     ..SignalInput::default()
                 },
             );
@@ -133,7 +149,21 @@ impl<'s> EngineDriver<'s> {
                 .read(t, model.totals.arrivals, model.totals.departures);
         let utils: Vec<f64> = self.meter.read(model, t).into_iter().flatten().collect();
         let ready = model.ready();
+        let tier_rates = self.rates.read_tiers(t, model.arrivals_by_tier());
+        let priorities = &self.sc.queue.priorities;
+        let mut queue_depth_by_priority = BTreeMap::new();
+        let mut arrival_rate_by_priority_rps = BTreeMap::new();
+        for ((priority, queued), rate) in priorities
+            .iter()
+            .zip(model.waiting_by_tier())
+            .zip(tier_rates)
+        {
+            *queue_depth_by_priority.entry(*priority).or_insert(0) += queued;
+            *arrival_rate_by_priority_rps.entry(*priority).or_insert(0.0) += rate;
+        }
         SignalInput {
+            queue_depth_by_priority,
+            arrival_rate_by_priority_rps,
             queue_depth: model.waiting(),
             oldest_age_s: model.oldest_age_s(t),
             arrival_rate_rps: Some(arrivals),
@@ -163,6 +193,9 @@ impl PolicyDriver for EngineDriver<'_> {
         self.engine.push_signal(pool, signal);
         self.engine.tick().await.map_err(engine_err)?;
         let status = self.engine.pool_status(pool);
+        if std::env::var_os("SHED_DEBUG").is_some() && (t as u64) % 30 == 0 {
+            eprintln!("{t} {:?}", status.as_ref().map(|s| &s.admission));
+        }
         let ready: BTreeMap<String, u32> = self
             .ledger
             .live_nodes()

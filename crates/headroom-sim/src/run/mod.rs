@@ -242,8 +242,7 @@ async fn run_policy(
     match policy {
         Policy::Headroom => {
             let driver =
-                engine_driver::EngineDriver::start(sc, &config, cloud, clock.clone(), requests)
-                    .await?;
+                engine_driver::EngineDriver::start(sc, &config, cloud, clock.clone()).await?;
             run.with(driver).await
         }
         Policy::HpaUtilization | Policy::HpaQueue => {
