@@ -12,10 +12,19 @@ use crate::BadInput;
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// A built-in scenario (seed-000-backlog, seed-001-burst, stockout-fallback,
-    /// spot-interruptions, spot-price-spike, budget-clamp, azure-code-trace) or a scenario TOML
-    /// file.
-    #[arg(long, value_name = "NAME_OR_FILE")]
-    scenario: String,
+    /// spot-interruptions, spot-price-spike, budget-clamp, azure-code-trace, flash-burst,
+    /// slow-ramp, compressed-day) or a scenario TOML file.
+    #[arg(
+        long,
+        value_name = "NAME_OR_FILE",
+        required_unless_present = "suite",
+        conflicts_with = "suite"
+    )]
+    scenario: Option<String>,
+    /// Run every built-in scenario under every policy (or those given with --policy) and print
+    /// one scoreboard.
+    #[arg(long, conflicts_with_all = ["trace", "timeseries", "plot"])]
+    suite: bool,
     /// Replay this trace (CSV TIMESTAMP,ContextTokens,GeneratedTokens or JSONL) instead of the
     /// scenario's synthetic traffic, with the scenario's pools.
     #[arg(long, value_name = "FILE")]
@@ -51,6 +60,33 @@ fn stopwatch() -> std::time::Instant {
     std::time::Instant::now()
 }
 
+/// Runs a simulation with the engine's logs silenced (alerts firing in virtual time would bury
+/// the table); RUST_LOG brings them back.
+async fn quietly<T>(simulation: impl std::future::Future<Output = T>) -> T {
+    if std::env::var_os("RUST_LOG").is_some() {
+        simulation.await
+    } else {
+        use tracing::instrument::WithSubscriber;
+        simulation
+            .with_subscriber(tracing::subscriber::NoSubscriber::default())
+            .await
+    }
+}
+
+fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<Policy>> {
+    let mut policies = Vec::new();
+    for p in &args.policies {
+        let p = Policy::parse(p).map_err(|e| bad("--policy", e))?;
+        if !policies.contains(&p) {
+            policies.push(p);
+        }
+    }
+    if policies.is_empty() {
+        policies = Policy::ALL.to_vec();
+    }
+    Ok(policies)
+}
+
 pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let json = match args.format.as_str() {
         "table" => false,
@@ -62,18 +98,12 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             .into());
         }
     };
-    let scenario =
-        headroom_sim::scenario::load(&args.scenario).map_err(|e| bad("--scenario", e))?;
-    let mut policies = Vec::new();
-    for p in &args.policies {
-        let p = Policy::parse(p).map_err(|e| bad("--policy", e))?;
-        if !policies.contains(&p) {
-            policies.push(p);
-        }
+    let policies = policies(&args)?;
+    if args.suite {
+        return suite(&policies, args.seed, json).await;
     }
-    if policies.is_empty() {
-        policies = Policy::ALL.to_vec();
-    }
+    let name = args.scenario.as_deref().unwrap_or_default();
+    let scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--scenario", e))?;
     let trace = match &args.trace {
         Some(path) => Some(
             headroom_sim::arrivals::read_trace(path, scenario.trace_tier)
@@ -82,18 +112,9 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let started = stopwatch();
-    let simulation = headroom_sim::run(&scenario, trace, &policies, args.seed);
-    // The engine's warnings (alerts firing in virtual time) would bury the table; RUST_LOG
-    // brings them back.
-    let mut report = if std::env::var_os("RUST_LOG").is_some() {
-        simulation.await
-    } else {
-        use tracing::instrument::WithSubscriber;
-        simulation
-            .with_subscriber(tracing::subscriber::NoSubscriber::default())
-            .await
-    }
-    .map_err(|e| bad("--scenario", e))?;
+    let mut report = quietly(headroom_sim::run(&scenario, trace, &policies, args.seed))
+        .await
+        .map_err(|e| bad("--scenario", e))?;
     report.wall_time_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     report.simulated_requests_per_s =
         (report.simulated_requests() as f64 / report.wall_time_s.max(1e-3)).round();
@@ -124,6 +145,28 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             report.wall_time_s,
             report.simulated_requests_per_s
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every built-in scenario under `policies`: one scoreboard.
+async fn suite(policies: &[Policy], seed: Option<u64>, json: bool) -> anyhow::Result<ExitCode> {
+    let mut reports = Vec::new();
+    for name in headroom_sim::scenario::built_in_names() {
+        let scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--suite", e))?;
+        let started = stopwatch();
+        let mut report = quietly(headroom_sim::run(&scenario, None, policies, seed))
+            .await
+            .map_err(|e| bad("--suite", e))?;
+        report.wall_time_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+        report.simulated_requests_per_s =
+            (report.simulated_requests() as f64 / report.wall_time_s.max(1e-3)).round();
+        reports.push(report);
+    }
+    if json {
+        println!("{}", headroom_sim::render::suite_json(&reports));
+    } else {
+        print!("{}", headroom_sim::render::suite_table(&reports));
     }
     Ok(ExitCode::SUCCESS)
 }

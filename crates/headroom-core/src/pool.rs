@@ -118,7 +118,7 @@ impl Default for ScalingPolicy {
             oldest_age_threshold: None,
             replica_throughput_rps: 1.0,
             backlog_drain: Duration::from_secs(60),
-            target_utilization: 0.85,
+            target_utilization: 0.9,
             scale_up_breaches: 2,
             breach_window: Duration::from_secs(15),
             scale_up_limit: 100,

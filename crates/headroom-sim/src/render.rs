@@ -14,6 +14,92 @@ fn refusals_cell(map: &std::collections::BTreeMap<String, u64>) -> String {
         .join(",")
 }
 
+/// The scoreboard: one row per scenario and policy — SLO attainment (and the highest tier's),
+/// cost, cost against the oracle, idle GPU-hours, shed — then the simulator's speed.
+pub fn suite_table(reports: &[Report]) -> String {
+    let mut out = String::new();
+    let header = [
+        "scenario",
+        "policy",
+        "slo",
+        "slo_top_tier",
+        "slo_by_tier",
+        "cost_usd",
+        "vs_oracle",
+        "idle_gpu_h",
+        "shed",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for r in reports {
+        for p in &r.policies {
+            let top = p.tiers.first().map_or(p.slo_attainment, |t| t.slo_attainment);
+            let by_tier = p
+                .tiers
+                .iter()
+                .map(|t| format!("{}={:.4}", t.tier, t.slo_attainment))
+                .collect::<Vec<_>>()
+                .join(",");
+            rows.push(vec![
+                r.scenario.clone(),
+                p.policy.clone(),
+                format!("{:.4}", p.slo_attainment),
+                format!("{top:.4}"),
+                by_tier,
+                format!("{:.2}", p.cost_usd),
+                format!("{:.2}", p.cost_vs_oracle),
+                format!("{:.2}", p.idle_gpu_hours),
+                p.shed.to_string(),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                if i < 2 || i == 4 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    let requests: u64 = reports.iter().map(Report::simulated_requests).sum();
+    let wall: f64 = reports.iter().map(|r| r.wall_time_s).sum();
+    let _ = writeln!(
+        out,
+        "simulated {requests} requests in {wall:.2} s of wall time ({:.0} requests/s over the suite; slowest scenario {})",
+        requests as f64 / wall.max(1e-3),
+        reports
+            .iter()
+            .min_by(|a, b| a.simulated_requests_per_s.total_cmp(&b.simulated_requests_per_s))
+            .map_or(String::new(), |r| format!(
+                "{} at {:.0} requests/s",
+                r.scenario, r.simulated_requests_per_s
+            ))
+    );
+    out
+}
+
+/// The scoreboard as JSON: every scenario's report, and the suite's speed.
+pub fn suite_json(reports: &[Report]) -> String {
+    let requests: u64 = reports.iter().map(Report::simulated_requests).sum();
+    let wall: f64 = reports.iter().map(|r| r.wall_time_s).sum();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "scenarios": reports,
+        "simulated_requests": requests,
+        "wall_time_s": wall,
+        "simulated_requests_per_s": (requests as f64 / wall.max(1e-3)).round(),
+    }))
+    .unwrap_or_default()
+}
+
 /// One column per policy, one row per measure.
 pub fn table(report: &Report) -> String {
     let mut out = String::new();

@@ -42,6 +42,12 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "azure-code-trace",
         include_str!("../scenarios/azure-code-trace.toml"),
     ),
+    ("flash-burst", include_str!("../scenarios/flash-burst.toml")),
+    ("slow-ramp", include_str!("../scenarios/slow-ramp.toml")),
+    (
+        "compressed-day",
+        include_str!("../scenarios/compressed-day.toml"),
+    ),
 ];
 
 /// The built-in scenarios' names, for messages.

@@ -492,8 +492,8 @@ fn measured_throughput_replaces_the_configured_one_under_saturation() {
     );
 }
 
-/// The defaults serve arrivals at 85 % of the replicas' throughput: seed 000's steady 20 req/s
-/// at 2.5 each wants ten, not the eight that would run flat out.
+/// The defaults serve arrivals at 90 % of the replicas' throughput: seed 000's steady 20 req/s
+/// at 2.5 each wants nine, not the eight that would run flat out.
 #[test]
 fn the_drain_rule_leaves_room_at_the_target_utilisation() {
     let p = pool(
@@ -511,6 +511,6 @@ fn the_drain_rule_leaves_room_at_the_target_utilisation() {
         memory(8),
         t0(),
     );
-    assert_eq!((d.target, d.rule), (10, Rule::BacklogDrain), "{}", d.reason);
-    assert!(d.reason.contains("85 % utilisation"), "{}", d.reason);
+    assert_eq!((d.target, d.rule), (9, Rule::BacklogDrain), "{}", d.reason);
+    assert!(d.reason.contains("90 % utilisation"), "{}", d.reason);
 }

@@ -30,15 +30,17 @@ impl<'a> Builder<'a> {
             .filter(|c| c.offering.market != Market::Reserved || c.reservation_free.is_some())
             .map(|c| (c, c.reservation_free))
             .collect();
-        // Best rank first; ties keep the pool's preference order (stable sort).
-        offerings.sort_by_key(|(c, _)| c.rank_price());
+        // Best rank first; prices within a percent of each other are the same price, and the
+        // pool's preference order (a stable sort) decides between them: pennies an hour should
+        // not send launches to the region the pool lists as its fallback.
+        offerings.sort_by_key(|(c, _)| price_band(c.rank_price()));
         let first = |market: Market| {
             input
                 .offerings
                 .iter()
                 .filter(allowed)
                 .filter(|c| c.offering.market == market)
-                .min_by_key(|c| c.offering.price_usd_per_hour)
+                .min_by_key(|c| price_band(c.offering.price_usd_per_hour.micros() as i128))
                 .map(|c| &c.offering)
         };
         let period_left = policy
@@ -253,4 +255,9 @@ fn wake_order<'a>(input: &PlanInput<'a>) -> Vec<&'a NodeView> {
         .collect();
     warm.sort_by_key(|n| (n.state == NodeState::Standby, Reverse(n.price_usd_per_hour)));
     warm
+}
+
+/// A price's band: prices a percent apart or less mostly share one (log-scale buckets).
+fn price_band(micros: i128) -> i64 {
+    ((micros.max(1) as f64).ln() / 1.01f64.ln()).floor() as i64
 }

@@ -114,7 +114,7 @@ fn check(key: &str, policy: &ScalingPolicy, p: &mut Problems) {
         p.add(
             &format!("{key}.target_utilization"),
             "must be above 0 and at most 1",
-            "use e.g. 0.85 to serve arrivals at 85 % of the replicas' throughput",
+            "use e.g. 0.9 to serve arrivals at 90 % of the replicas' throughput",
         );
     }
     if !fraction(policy.scale_down_margin) {

@@ -54,6 +54,11 @@ impl Oracle {
         let ticks = (duration_s / tick_s).round().max(1.0) as usize;
         let supply = nodes::Supply::of(sc, ticks);
         let (ready, gates) = search(sc, requests, ticks, &supply);
+        if std::env::var_os("ORACLE_DEBUG").is_some() {
+            for k in (0..ticks).step_by(60) {
+                eprintln!("jit {k}: {:?}", &ready[k..(k + 60).min(ticks)]);
+            }
+        }
         let costed = supply.cost(&ready);
         Oracle {
             tick_s,
@@ -129,25 +134,46 @@ fn search(
         let most = supply.most_ready(k).max(floor);
         let least = due.replicas_needed(&model, k, supply).clamp(floor, most);
         let before = violations(&model, t);
-        let mut r = least;
-        let stepped = loop {
+        let probe = |r: u32| {
             let mut probe = model.clone();
             probe.set_ready(&replicas(r));
             probe.advance(t, t + tick_s, sc.step_s);
-            if r >= most || violations(&probe, t + tick_s) <= before {
-                break probe;
-            }
-            r += 1;
+            let v = violations(&probe, t + tick_s);
+            (probe, v)
         };
+        // The fewest replicas that miss no more than the most capacity would: when even that
+        // cannot keep a request within its objective, more is no use.
+        let (mut r, mut stepped) = (least, probe(least));
+        if stepped.1 > before && least < most {
+            let top = probe(most);
+            if top.1 < stepped.1 {
+                let (mut lo, mut hi) = (least, most);
+                let mut best = top;
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    let tried = probe(mid);
+                    if tried.1 <= best.1 {
+                        hi = mid;
+                        best = tried;
+                    } else {
+                        lo = mid;
+                    }
+                }
+                r = hi;
+                stepped = best;
+            }
+        }
+        let stepped = stepped.0;
         model = stepped;
         ready.push(r);
     }
     (ready, gates)
 }
 
-/// Requests counted as missed, and those waiting past their objective that will be.
+/// Requests counted as missed (not the shed: the shedder's gate is set before the tick, so
+/// capacity cannot change it), and those waiting past their objective that will be.
 fn violations(model: &Model<'_>, now: f64) -> u64 {
-    model.totals.missed + model.overdue(now)
+    model.totals.missed - model.totals.shed + model.overdue(now)
 }
 
 /// `n` replicas of one GPU each, named by layer, as the model sees them.
