@@ -113,7 +113,16 @@ const EXIT_BAD_INPUT: u8 = 2;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let telemetry = telemetry::init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The simulator is one sequential loop in virtual time: on a single thread it does not pay
+    // a cross-thread wake-up for every ledger query. Everything else serves concurrently.
+    let runtime = if matches!(cli.command, Command::Simulate(_)) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Runtime::new()
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

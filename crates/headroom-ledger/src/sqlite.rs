@@ -67,6 +67,10 @@ impl SqlLedger<SqliteDialect> {
     /// Opens (creating if needed) the ledger at `url` (`sqlite://path` or `sqlite::memory:`) and
     /// applies migrations.
     pub async fn connect(url: &str) -> Result<SqliteLedger, LedgerError> {
+        Self::connect_as(url, Durability::Durable).await
+    }
+
+    async fn connect_as(url: &str, durability: Durability) -> Result<SqliteLedger, LedgerError> {
         let open = |source| LedgerError::Open {
             url: url.to_string(),
             source,
@@ -77,8 +81,13 @@ impl SqlLedger<SqliteDialect> {
             .journal_mode(SqliteJournalMode::Wal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
+        let (options, connections) = match durability {
+            Durability::Durable => (options, 4),
+            // Nobody reads it after the process: no fsync.
+            Durability::Scratch => (options.synchronous(sqlx::sqlite::SqliteSynchronous::Off), 4),
+        };
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(connections)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await
@@ -91,6 +100,18 @@ impl SqlLedger<SqliteDialect> {
     pub async fn open_path(path: &std::path::Path) -> Result<SqliteLedger, LedgerError> {
         Self::connect(&format!("sqlite://{}", path.display())).await
     }
+
+    /// A throwaway ledger file (the simulator's): the same schema and queries, no fsync. A crash may lose its last writes, which is what throwaway means.
+    pub async fn open_scratch(path: &std::path::Path) -> Result<SqliteLedger, LedgerError> {
+        Self::connect_as(&format!("sqlite://{}", path.display()), Durability::Scratch).await
+    }
+}
+
+/// Whether a ledger must survive a crash of the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    Durable,
+    Scratch,
 }
 
 #[cfg(test)]

@@ -32,7 +32,10 @@ pub fn suite_table(reports: &[Report]) -> String {
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for r in reports {
         for p in &r.policies {
-            let top = p.tiers.first().map_or(p.slo_attainment, |t| t.slo_attainment);
+            let top = p
+                .tiers
+                .first()
+                .map_or(p.slo_attainment, |t| t.slo_attainment);
             let by_tier = p
                 .tiers
                 .iter()
@@ -78,7 +81,9 @@ pub fn suite_table(reports: &[Report]) -> String {
         requests as f64 / wall.max(1e-3),
         reports
             .iter()
-            .min_by(|a, b| a.simulated_requests_per_s.total_cmp(&b.simulated_requests_per_s))
+            .min_by(|a, b| a
+                .simulated_requests_per_s
+                .total_cmp(&b.simulated_requests_per_s))
             .map_or(String::new(), |r| format!(
                 "{} at {:.0} requests/s",
                 r.scenario, r.simulated_requests_per_s

@@ -268,3 +268,72 @@ fn scenario_mistakes_name_the_key_and_the_fix() {
         Err(headroom_sim::SimError::UnknownScenario(_))
     ));
 }
+
+/// A generated burst on the seed 001 pool: `seed` picks the base and burst rates, when the burst
+/// starts and how long it lasts, the ladder, the floor and the warm pool.
+fn generated_scenario(seed: u64) -> String {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let base = rng.u32(5..40);
+    let burst = rng.u32(40..260);
+    let start = rng.u32(20..120);
+    let length = rng.u32(20..240);
+    let acquisition = rng.u32(20..120);
+    let min = rng.u32(2..9);
+    let warm = rng.u32(0..5);
+    let max = min + rng.u32(8..20);
+    let end = start + length;
+    let text = scenario::BUILT_IN
+        .iter()
+        .find(|(n, _)| *n == "seed-001-burst")
+        .unwrap()
+        .1;
+    text.replace("duration = \"30m\"", "duration = \"6m\"")
+        .replace("rate = 20\n", &format!("rate = {base}\n"))
+        .replace(
+            "rate = [[0, 0], [60, 0], [70, 180], [1260, 180], [1260, 0]]",
+            &format!(
+                "rate = [[0, 0], [{start}, 0], [{}, {burst}], [{end}, {burst}], [{end}, 0]]",
+                start + 2
+            ),
+        )
+        .replace(
+            "node_acquisition = \"120s\"",
+            &format!("node_acquisition = \"{acquisition}s\""),
+        )
+        .replace("min_replicas = 8", &format!("min_replicas = {min}"))
+        .replace("max_replicas = 24", &format!("max_replicas = {max}"))
+        .replace("warm_pool_size = 4", &format!("warm_pool_size = {warm}"))
+        .replace("seed = 1\n", &format!("seed = {seed}\n"))
+}
+
+/// The oracle is a lower bound: on generated bursts, no policy that serves at least as well
+/// (SLO attainment at least the oracle's) costs less, and the oracle never runs below the floor.
+#[tokio::test]
+async fn no_policy_that_serves_as_well_costs_less_than_the_oracle() {
+    for seed in 0..12 {
+        let text = generated_scenario(seed);
+        let sc = scenario::parse(&text, "generated").unwrap();
+        let r = headroom_sim::run(&sc, None, &Policy::ALL, None)
+            .await
+            .unwrap();
+        let oracle = policy(&r, "oracle");
+        for p in r.policies.iter().filter(|p| p.policy != "oracle") {
+            if p.slo_attainment >= oracle.slo_attainment {
+                assert!(
+                    p.cost_usd >= oracle.cost_usd * (1.0 - 1e-9),
+                    "seed {seed}: {} serves {} at ${} against the oracle's {} at ${}",
+                    p.policy,
+                    p.slo_attainment,
+                    p.cost_usd,
+                    oracle.slo_attainment,
+                    oracle.cost_usd
+                );
+            }
+        }
+        let floor = sc.pool.min_replicas;
+        assert!(
+            series(&r, "oracle").iter().all(|s| s.ready >= floor),
+            "seed {seed}: the oracle went below its floor of {floor}"
+        );
+    }
+}

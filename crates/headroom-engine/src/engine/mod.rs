@@ -94,6 +94,8 @@ pub struct Engine {
     /// Pools stopped by an invalid-request or permission refusal, with the cloud's message.
     halted: Mutex<HashMap<PoolName, String>>,
     status: Mutex<BTreeMap<PoolName, PoolStatus>>,
+    /// The instances serving per pool at the end of the last tick (instance id, GPUs).
+    serving: Mutex<HashMap<PoolName, Vec<(String, u32)>>>,
     alerting: Mutex<alerting::AlertMemory>,
     delivery: AlertDelivery,
     spans: spans::RequestSpans,
@@ -176,6 +178,7 @@ impl Engine {
             offerings: Mutex::default(),
             halted: Mutex::default(),
             status: Mutex::new(status),
+            serving: Mutex::default(),
             alerting: Mutex::default(),
             spans: spans::RequestSpans::default(),
         })

@@ -144,6 +144,22 @@ impl Engine {
             })
             .collect();
         *lock(&self.status) = statuses;
+        let mut serving: HashMap<PoolName, Vec<(String, u32)>> = HashMap::new();
+        for e in input.live.iter().filter(|e| e.state == NodeState::Serving) {
+            if let Some(instance) = &e.instance {
+                serving
+                    .entry(e.pool.clone())
+                    .or_default()
+                    .push((instance.clone(), e.gpus));
+            }
+        }
+        *lock(&self.serving) = serving;
+    }
+
+    /// The instances serving `pool` at the end of the last tick, with their GPUs: what the
+    /// serving layer routes to.
+    pub fn serving_instances(&self, pool: &PoolName) -> Vec<(String, u32)> {
+        lock(&self.serving).get(pool).cloned().unwrap_or_default()
     }
 
     fn pool_status_now(&self, input: &TickInput, pool: &PoolSpec, now: Timestamp) -> PoolStatus {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{Clock, ManualClock, SimCloud};
-use headroom_core::{NodeState, Offering, OfferingId, Timestamp};
+use headroom_core::{Offering, OfferingId, Timestamp};
 use headroom_engine::{Config, Engine, SignalInput};
 use headroom_ledger::{Ledger, SqliteLedger};
 
@@ -97,7 +97,7 @@ impl<'s> EngineDriver<'s> {
         let dir =
             tempfile::tempdir().map_err(|e| SimError::Io(format!("temporary ledger: {e}")))?;
         let ledger = Arc::new(
-            SqliteLedger::open_path(&dir.path().join("sim-ledger.db"))
+            SqliteLedger::open_scratch(&dir.path().join("sim-ledger.db"))
                 .await
                 .map_err(engine_err)?,
         );
@@ -193,18 +193,8 @@ impl PolicyDriver for EngineDriver<'_> {
         self.engine.push_signal(pool, signal);
         self.engine.tick().await.map_err(engine_err)?;
         let status = self.engine.pool_status(pool);
-        if std::env::var_os("SHED_DEBUG").is_some() && (t as u64) % 30 == 0 {
-            eprintln!("{t} {:?}", status.as_ref().map(|s| &s.admission));
-        }
-        let ready: BTreeMap<String, u32> = self
-            .ledger
-            .live_nodes()
-            .await
-            .map_err(engine_err)?
-            .into_iter()
-            .filter(|e| &e.pool == pool && e.state == NodeState::Serving)
-            .filter_map(|e| e.instance.map(|i| (i, e.gpus)))
-            .collect();
+        let ready: BTreeMap<String, u32> =
+            self.engine.serving_instances(pool).into_iter().collect();
         Ok(Control {
             desired: status.as_ref().map_or(0, |s| s.desired),
             starting: status.as_ref().map_or(0, |s| s.requested + s.starting),

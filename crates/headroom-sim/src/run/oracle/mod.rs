@@ -54,11 +54,6 @@ impl Oracle {
         let ticks = (duration_s / tick_s).round().max(1.0) as usize;
         let supply = nodes::Supply::of(sc, ticks);
         let (ready, gates) = search(sc, requests, ticks, &supply);
-        if std::env::var_os("ORACLE_DEBUG").is_some() {
-            for k in (0..ticks).step_by(60) {
-                eprintln!("jit {k}: {:?}", &ready[k..(k + 60).min(ticks)]);
-            }
-        }
         let costed = supply.cost(&ready);
         Oracle {
             tick_s,
@@ -269,6 +264,9 @@ impl Due {
     }
 }
 
+/// The share of its most throughput the oracle's shedder plans with.
+const SHED_MARGIN: f64 = 0.9;
+
 /// The oracle's shedder: an arrival of a sheddable tier is turned away when the tier already
 /// has waiting as many as the most capacity could start within its objective, after the higher
 /// tiers (whose arrivals it knows).
@@ -307,7 +305,10 @@ impl Shedder {
         Shedder {
             tick_s: sc.tick_s,
             tiers,
-            per_replica: sc.service.replica_capacity() / mean_work.max(1.0) * sc.tick_s,
+            // A queue capped at exactly what full throughput starts in time leaves the last
+            // admitted at its objective's edge, where the batch's variance tips it over.
+            per_replica: SHED_MARGIN * sc.service.replica_capacity() / mean_work.max(1.0)
+                * sc.tick_s,
             arrivals,
         }
     }

@@ -198,16 +198,6 @@ impl Supply {
             gpus: vec![0.0; ticks],
         };
         for (layer, plan) in &plans {
-            if std::env::var_os("ORACLE_DEBUG").is_some() {
-                eprintln!(
-                    "layer {layer} [{}, {}) on {:?}..{:?} climbs {:?}",
-                    plan.serve_from,
-                    plan.serve_from + plan.on.len(),
-                    plan.on.first(),
-                    plan.on.last(),
-                    plan.climbs
-                );
-            }
             self.book(*layer, plan, &mut costed);
         }
         costed
@@ -447,8 +437,8 @@ impl Supply {
                     .filter(|at| self.can_launch(o, *at, occupancy));
                 if let Some(at) = launched {
                     let climb: f64 = t.price[at..k].iter().sum();
-                    for p in 0..n {
-                        let via = cost[i - 1][p] + climb;
+                    for (p, before) in cost[i - 1].iter().enumerate() {
+                        let via = before + climb;
                         if via < best.0 {
                             best = (via, (p, true));
                         }
