@@ -73,6 +73,9 @@ pub struct ReplicaCounts {
     /// target size): scale-in parks these sooner than it releases the rest.
     #[serde(default)]
     pub parkable: u32,
+    /// Warm nodes that could be woken now (they serve after the rungs after their disk).
+    #[serde(default)]
+    pub warm: u32,
 }
 
 impl ReplicaCounts {
@@ -442,7 +445,7 @@ impl Activation<'_> {
             self.pool.min_replicas, self.policy.min_capacity
         );
         let per_replica_rps = throughput(self.policy, s, counts.ready);
-        [
+        let proposals: Vec<Candidate> = [
             Some((Rule::Floor, self.floor, floor_why)),
             self.hpa_proposal(s, counts),
             self.drain_proposal(s, counts, per_replica_rps),
@@ -450,7 +453,53 @@ impl Activation<'_> {
         ]
         .into_iter()
         .flatten()
-        .collect()
+        .collect();
+        match self.lead_time_cap(s, counts, per_replica_rps) {
+            Some((cap, why)) => proposals
+                .into_iter()
+                .map(|(rule, n, reason)| match rule {
+                    Rule::Floor => (rule, n, reason),
+                    _ if n > cap => (rule, cap, format!("{reason}; but {why}: {cap}")),
+                    _ => (rule, n, reason),
+                })
+                .collect(),
+            None => proposals,
+        }
+    }
+
+    /// No rule buys more replicas than the arrivals need (at the target utilisation) plus what
+    /// drains the backlog within the time a new replica takes to serve — a woken warm node the
+    /// rungs after its disk, a new one the whole ladder. A replica that lands after the
+    /// backlog it was bought for is gone is idle for minutes: a spike of seconds that asks the
+    /// queue rule for fifty replicas gets the few that drain it in time.
+    fn lead_time_cap(
+        &self,
+        s: &Signals,
+        counts: ReplicaCounts,
+        per_replica_rps: f64,
+    ) -> Option<(u32, String)> {
+        let arrivals = s.arrival_rate_rps?;
+        let ladder = &self.pool.ladder;
+        let lead = if counts.warm > 0 {
+            ladder.from_stopped_total()
+        } else {
+            ladder.cold_total()
+        };
+        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        let cap = drain_rule(
+            arrivals / utilization,
+            s.queue_depth as f64,
+            lead,
+            per_replica_rps,
+        );
+        Some((
+            cap,
+            format!(
+                "a new replica serves in {}s: {arrivals:.1} req/s and {} queued drained by then need",
+                lead.as_secs(),
+                s.queue_depth
+            ),
+        ))
     }
 
     fn hpa_proposal(&self, s: &Signals, counts: ReplicaCounts) -> Option<Candidate> {

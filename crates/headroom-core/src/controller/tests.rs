@@ -66,26 +66,49 @@ fn memory(target: u32) -> ControllerMemory {
 }
 
 /// Seed 000: 8 workers at 2.5 req/s serve 20 req/s; a 30 s burst at 32 req/s leaves 360
-/// queued; draining it within 60 s needs three more workers, so eleven.
+/// queued; draining it within 60 s needs three more workers, so eleven — when a new worker can
+/// serve within those 60 s. With seed 000's 90 s cold start it cannot: the controller buys what
+/// drains the backlog by the time one could serve, two more, and says so.
 #[test]
 fn seed_000_backlog_needs_three_more_workers() {
-    let p = pool(
-        1,
-        50,
-        quick(ScalingPolicy {
-            replica_throughput_rps: 2.5,
-            ..base()
-        }),
-    );
-    let d = decide(
-        &p,
-        Some(&Signals::queue(360, 20.0, t0())),
-        ready(8),
-        memory(8),
-        t0(),
-    );
-    assert_eq!((d.target, d.rule), (11, Rule::BacklogDrain));
     assert_eq!(drain_rule(20.0, 360.0, Duration::from_secs(60), 2.5) - 8, 3);
+    let ladder = |cold_s: u64| ColdStartLadder {
+        node_acquisition: Duration::from_secs(cold_s - 30),
+        image_pull: Duration::from_secs(10),
+        weight_load: Duration::from_secs(10),
+        compile: Duration::from_secs(5),
+        warmup: Duration::from_secs(5),
+    };
+    let decide_with = |cold_s: u64| {
+        let mut p = pool(
+            1,
+            50,
+            quick(ScalingPolicy {
+                replica_throughput_rps: 2.5,
+                ..base()
+            }),
+        );
+        p.ladder = ladder(cold_s);
+        decide(
+            &p,
+            Some(&Signals::queue(360, 20.0, t0())),
+            ready(8),
+            memory(8),
+            t0(),
+        )
+    };
+    let quick_ladder = decide_with(60);
+    assert_eq!(
+        (quick_ladder.target, quick_ladder.rule),
+        (11, Rule::BacklogDrain)
+    );
+    let seed_000 = decide_with(90);
+    assert_eq!((seed_000.target, seed_000.rule), (10, Rule::BacklogDrain));
+    assert!(
+        seed_000.reason.contains("a new replica serves in 90s"),
+        "{}",
+        seed_000.reason
+    );
 }
 
 /// Seed 004 (the HPA notes): 4 replicas averaging 8 waiting against a target of 4 → 8;

@@ -61,7 +61,12 @@ impl Engine {
         let now = self.clock.now();
         let warm = self.warm_size(pool);
         let mut counts = organic_counts(input, &pool.name);
-        counts.parkable = warm.size.saturating_sub(warm_count(input, &pool.name));
+        let warm_have = warm_count(input, &pool.name);
+        counts.parkable = warm.size.saturating_sub(warm_have);
+        counts.warm = input
+            .pool_nodes(&pool.name)
+            .filter(|e| e.state.is_warm() && !input.reclaiming.contains(&e.client_token))
+            .count() as u32;
         let target = self.control_step(pool, counts, now).await?;
         let target = self
             .floor_for_pending_pods(pool, counts, target, now)
