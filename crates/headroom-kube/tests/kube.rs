@@ -28,6 +28,14 @@ market = "on-demand"
 price_usd_per_hour = "0.8048"
 gpus = 1
 sim_capacity = 8
+# Acquired in 5 s (the cloud reports it pending until then), then the rest of the ladder: the
+# drills below start from a node that is running.
+[offerings.sim_ladder]
+node_acquisition = "5s"
+image_pull = "45s"
+weight_load = "90s"
+compile = "30s"
+warmup = "15s"
 [[pools]]
 name = "llm"
 account = "ml"
