@@ -1404,10 +1404,16 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
         "scale_direction_changes",
         "peak_queue_depth",
         "peak_ready_replicas",
+        "tiers",
     ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    assert_eq!(keys.len(), 15, "{keys:?}");
+    assert_eq!(keys.len(), 16, "{keys:?}");
+    // Each tier's row adds up to the policy's totals.
+    let tiers = policies[0]["tiers"].as_array().expect("tiers is a list");
+    assert!(!tiers.is_empty());
+    let tier_total: u64 = tiers.iter().map(|t| t["requests"].as_u64().unwrap()).sum();
+    assert_eq!(tier_total, policies[0]["requests_total"].as_u64().unwrap());
     let series = std::fs::read_to_string(&csv).unwrap();
     assert!(series.starts_with("policy,t_s,queue_depth,desired,ready,starting,cost_usd\n"));
     assert!(series.lines().any(|l| l.starts_with("oracle,")));
