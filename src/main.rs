@@ -291,13 +291,21 @@ pub async fn run_until_shutdown(
     let limits = headroom_api::Limits {
         requests_per_second: api.requests_per_second,
         burst: api.burst,
+        client_requests_per_second: api.client_requests_per_second,
+        client_burst: api.client_burst,
         request_timeout: api.request_timeout,
+        token_recheck_interval: api.token_recheck_interval,
+        token_outage_grace: api.token_outage_grace,
     };
     let app = headroom_api::app(headroom_api::AppState::new(engine, require_auth, limits));
     let mut server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(wait_for(stop_rx))
-            .into_future(),
+        // The peer address feeds the per-client limit in front of authentication.
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(wait_for(stop_rx))
+        .into_future(),
     );
     tokio::select! {
         result = &mut server => {

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::problem::ApiError;
+use crate::token_cache::Lookup;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -147,8 +148,14 @@ pub fn new_token(accounts: &[String], scopes: &[Scope], now: Timestamp) -> (Stri
     (format!("hr_{id}_{secret}"), record)
 }
 
-/// Checks a presented token against the ledger.
-pub async fn verify(state: &AppState, presented: &str) -> Result<Principal, ApiError> {
+/// Checks a presented token: against the cache while its verification is fresh, else against
+/// the ledger. When the ledger cannot answer, a read-only request may pass on a verification
+/// within the outage grace (see [`crate::token_cache`]); a write never does.
+pub async fn verify(
+    state: &AppState,
+    presented: &str,
+    read_only: bool,
+) -> Result<Principal, ApiError> {
     let unauthorized = || {
         ApiError::Unauthorized(
             "the bearer token is not valid; ask for a new one with `headroom token create`".into(),
@@ -159,12 +166,20 @@ pub async fn verify(state: &AppState, presented: &str) -> Result<Principal, ApiE
     if id.len() != 12 || !id.chars().all(|c| c.is_ascii_hexdigit()) || secret.len() > 128 {
         return Err(unauthorized());
     }
-    let token = state
-        .engine
-        .ledger()
-        .token(id)
-        .await?
-        .ok_or_else(unauthorized)?;
+    let now = state.engine.clock().now();
+    let token = match state.token_cache.lookup(id, now) {
+        Lookup::Fresh(token) => token,
+        cached => match state.engine.ledger().token(id).await {
+            Ok(token) => {
+                state.token_cache.record(id, token.as_ref(), now);
+                token.ok_or_else(unauthorized)?
+            }
+            Err(e) => match cached {
+                Lookup::Stale(token) if read_only => token,
+                _ => return Err(e.into()),
+            },
+        },
+    };
     if !constant_time_eq(&sha256_hex(secret), &token.secret_sha256) {
         return Err(unauthorized());
     }
@@ -194,6 +209,20 @@ pub async fn authenticate(
         request.extensions_mut().insert(Principal::open());
         return next.run(request).await;
     }
+    // Per client before anything else: a flood of bad tokens never reaches the ledger. A
+    // request with no peer address (an in-process caller) has no client to limit.
+    let client = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let Some(client) = client
+        && let Err(wait) = state.admit_client(client)
+    {
+        return ApiError::RateLimited {
+            retry_after_s: wait.as_secs().max(1),
+        }
+        .into_response();
+    }
     if !state.require_auth {
         if let Err(limited) = rate_limit(&state, "open") {
             return limited.into_response();
@@ -214,7 +243,8 @@ pub async fn authenticate(
         )
         .into_response();
     };
-    match verify(&state, &presented).await {
+    let read_only = request.method().is_safe();
+    match verify(&state, &presented, read_only).await {
         Ok(principal) => {
             if let Err(limited) = rate_limit(&state, principal.token_id.as_deref().unwrap_or("")) {
                 return limited.into_response();

@@ -6,6 +6,7 @@
 pub mod auth;
 mod problem;
 mod routes;
+pub mod token_cache;
 
 use std::sync::Arc;
 
@@ -25,10 +26,21 @@ pub type RateLimiter = governor::DefaultKeyedRateLimiter<String>;
 /// The limits every request meets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// Per token, after it is verified.
     pub requests_per_second: u32,
     pub burst: u32,
+    /// Per client address, before any token is looked up: a flood of invented tokens is
+    /// limited before it reaches the ledger.
+    pub client_requests_per_second: u32,
+    pub client_burst: u32,
     /// A request still unanswered after this gets a 503 problem (the handler is dropped).
     pub request_timeout: std::time::Duration,
+    /// A verified token is read from the ledger again after this: the bound on how long a
+    /// revocation takes to bite.
+    pub token_recheck_interval: std::time::Duration,
+    /// While the ledger is down, tokens verified within this long still pass for read-only
+    /// requests.
+    pub token_outage_grace: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -36,10 +48,17 @@ impl Default for Limits {
         Limits {
             requests_per_second: 50,
             burst: 100,
+            client_requests_per_second: 200,
+            client_burst: 400,
             request_timeout: std::time::Duration::from_secs(30),
+            token_recheck_interval: std::time::Duration::from_secs(10),
+            token_outage_grace: std::time::Duration::from_secs(300),
         }
     }
 }
+
+/// Client addresses the per-client limiter remembers before it forgets idle ones.
+const MAX_TRACKED_CLIENTS: usize = 10_000;
 
 /// What handlers share.
 #[derive(Debug, Clone)]
@@ -49,21 +68,45 @@ pub struct AppState {
     pub require_auth: bool,
     pub limits: Limits,
     pub rate_limiter: Arc<RateLimiter>,
+    pub client_limiter: Arc<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
+    pub token_cache: Arc<token_cache::TokenCache>,
+}
+
+fn quota(per_second: u32, burst: u32) -> governor::Quota {
+    let nonzero = |n: u32| std::num::NonZeroU32::new(n.max(1)).unwrap_or(std::num::NonZeroU32::MIN);
+    governor::Quota::per_second(nonzero(per_second)).allow_burst(nonzero(burst))
 }
 
 impl AppState {
     pub fn new(engine: Arc<Engine>, require_auth: bool, limits: Limits) -> AppState {
-        let per_second = std::num::NonZeroU32::new(limits.requests_per_second.max(1))
-            .unwrap_or(std::num::NonZeroU32::MIN);
-        let burst =
-            std::num::NonZeroU32::new(limits.burst.max(1)).unwrap_or(std::num::NonZeroU32::MIN);
-        let quota = governor::Quota::per_second(per_second).allow_burst(burst);
         AppState {
             engine,
             require_auth,
             limits,
-            rate_limiter: Arc::new(governor::RateLimiter::keyed(quota)),
+            rate_limiter: Arc::new(governor::RateLimiter::keyed(quota(
+                limits.requests_per_second,
+                limits.burst,
+            ))),
+            client_limiter: Arc::new(governor::RateLimiter::keyed(quota(
+                limits.client_requests_per_second,
+                limits.client_burst,
+            ))),
+            token_cache: Arc::new(token_cache::TokenCache::new(
+                limits.token_recheck_interval,
+                limits.token_outage_grace,
+            )),
         }
+    }
+
+    /// Takes one request from a client address's allowance.
+    pub(crate) fn admit_client(&self, client: std::net::IpAddr) -> Result<(), std::time::Duration> {
+        if self.client_limiter.len() > MAX_TRACKED_CLIENTS {
+            self.client_limiter.retain_recent();
+        }
+        self.client_limiter.check_key(&client).map_err(|not_until| {
+            use governor::clock::{Clock, DefaultClock};
+            not_until.wait_time_from(DefaultClock::default().now())
+        })
     }
 }
 

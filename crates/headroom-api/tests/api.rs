@@ -217,6 +217,8 @@ async fn bad_input_gets_a_problem_and_changes_nothing() {
         (api.post_raw(uri, json_ct, None, vec![b' '; 10 * 1024 * 1024]).await, StatusCode::PAYLOAD_TOO_LARGE, "exceeds"),
         (api.post_raw(uri, json_ct, None, format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))).await, StatusCode::BAD_REQUEST, "not valid"),
         (api.post(uri, Some(&"k".repeat(300)), json!({"pool": "llama-70b-interactive", "replicas": 1})).await, StatusCode::BAD_REQUEST, "Idempotency-Key"),
+        (api.post_raw(uri, json_ct, None, r#"{"pool":"llama-70b-interactive","replicas":1,"replicas":3}"#).await, StatusCode::BAD_REQUEST, "\"replicas\" appears more than once"),
+        (api.post_raw(uri, json_ct, None, r#"{"pool":"llama-70b-interactive","replicas":1,"priority":"low","pool":"mistral-7b-batch"}"#).await, StatusCode::BAD_REQUEST, "appears more than once"),
     ];
     for (reply, status, detail) in &cases {
         assert_problem(reply, *status, detail);
@@ -861,7 +863,7 @@ async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
     .await;
     assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
     let id = created.body["id"].as_str().unwrap().to_string();
-    // ...but not charge ml-platform.
+    // ...but not charge ml-platform: its pool does not exist for research.
     let other = json!({"pool": "llama-70b-interactive", "replicas": 1});
     let r = send_as(
         &router,
@@ -873,8 +875,8 @@ async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
     .await;
     assert_problem(
         &r,
-        StatusCode::FORBIDDEN,
-        "cannot charge account ml-platform",
+        StatusCode::BAD_REQUEST,
+        "no pool named llama-70b-interactive",
     );
     // A reader of ml-platform cannot see research's request, budget or pools: they do not exist for it.
     let r = send_as(
@@ -961,7 +963,7 @@ async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
         StatusCode::OK
     );
 
-    // Revoked: refused at once.
+    // Revoked: refused once the cached verification is older than the recheck interval.
     let token_id = research.split('_').nth(1).unwrap();
     assert!(
         api.ledger
@@ -969,6 +971,8 @@ async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
             .await
             .unwrap()
     );
+    api.clock
+        .advance(headroom_api::Limits::default().token_recheck_interval);
     let r = send_as(
         &router,
         Some(&research),
@@ -1263,4 +1267,303 @@ async fn every_documented_operation_is_routed_and_shares_its_problem_answers() {
     assert_eq!(operations, 19);
     let limited = &components["RateLimited"];
     assert!(limited["headers"]["Retry-After"].is_object(), "{limited}");
+}
+
+/// Every endpoint that names a pool, a budget or a request, with `{pool}`, `{account}` and
+/// `{id}` to fill in.
+const NAMED_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
+    (
+        "POST",
+        "/v1/capacity-requests",
+        Some(r#"{"pool":"{pool}","replicas":1}"#),
+    ),
+    ("GET", "/v1/capacity-requests/{id}", None),
+    ("DELETE", "/v1/capacity-requests/{id}", None),
+    ("GET", "/v1/pools/{pool}", None),
+    ("GET", "/v1/pools/{pool}/admission", None),
+    (
+        "POST",
+        "/v1/pools/{pool}/signals",
+        Some(r#"{"queue_depth":3}"#),
+    ),
+    ("GET", "/v1/pools/{pool}/decisions", None),
+    ("GET", "/v1/pools/{pool}/ledger", None),
+    ("GET", "/v1/budgets/{account}", None),
+    (
+        "PUT",
+        "/v1/budgets/{account}",
+        Some(r#"{"period":"day","ceiling_usd":"1"}"#),
+    ),
+];
+
+struct Named<'a> {
+    pool: &'a str,
+    account: &'a str,
+    id: &'a str,
+}
+
+impl Named<'_> {
+    fn fill(&self, text: &str) -> String {
+        text.replace("{pool}", self.pool)
+            .replace("{account}", self.account)
+            .replace("{id}", self.id)
+    }
+
+    /// A reply's body with this resource's names replaced by `other`'s, to compare the two.
+    fn as_other(&self, reply: &Reply, other: &Named) -> (StatusCode, String) {
+        let body = reply
+            .body
+            .to_string()
+            .replace(self.pool, other.pool)
+            .replace(self.account, other.account)
+            .replace(self.id, other.id);
+        (reply.status, body)
+    }
+}
+
+#[tokio::test]
+async fn another_account_s_resources_answer_exactly_as_absent_ones() {
+    let (api, router) = secured().await;
+    // ml-platform's pool has a request and a budget; research's tokens must not tell them
+    // from a pool, a budget and a request that never existed.
+    let foreign_request = headroom_testkit::request(
+        api.ledger.as_ref(),
+        api.clock.as_ref(),
+        "llama-70b-interactive",
+        1,
+    )
+    .await;
+    let budget = headroom_core::Budget {
+        account: "ml-platform".parse().unwrap(),
+        period: headroom_core::BudgetPeriod::Day,
+        ceiling: "900".parse().unwrap(),
+        soft_threshold_percent: 80,
+        hard_action: headroom_core::HardAction::Refuse,
+    };
+    api.ledger
+        .put_budget(&budget, api.clock_now())
+        .await
+        .unwrap();
+    api.engine.tick().await.unwrap();
+    let foreign = Named {
+        pool: "llama-70b-interactive",
+        account: "ml-platform",
+        id: &foreign_request.0,
+    };
+    let absent = Named {
+        pool: "no-such-pool-at-all",
+        account: "no-such-account",
+        id: "cr-00000000000000000000000000000000",
+    };
+    let rows_before = api.ledger_rows().await;
+    let scope_sets: Vec<Vec<Scope>> = Scope::ALL
+        .into_iter()
+        .filter(|s| *s != Scope::Admin)
+        .map(|s| vec![s])
+        .chain([vec![
+            Scope::Capacity,
+            Scope::Reports,
+            Scope::Budgets,
+            Scope::Signals,
+            Scope::Metrics,
+        ]])
+        .collect();
+    for scopes in &scope_sets {
+        let token = mint(&api, &["research"], scopes).await;
+        for (method, path, body) in NAMED_ENDPOINTS {
+            let mut replies = Vec::new();
+            for named in [&foreign, &absent] {
+                let body = body.map(|b| serde_json::from_str(&named.fill(b)).unwrap());
+                let reply = send_as(&router, Some(&token), method, &named.fill(path), body).await;
+                assert!(
+                    reply.status.is_client_error(),
+                    "{scopes:?} {method} {path}: {} {:?}",
+                    reply.status,
+                    reply.body
+                );
+                replies.push(reply);
+            }
+            assert_eq!(
+                foreign.as_other(&replies[0], &absent),
+                (replies[1].status, replies[1].body.to_string()),
+                "{scopes:?} {method} {path}: another account's resource must read as an absent one"
+            );
+        }
+        // Lists and exports name nothing of ml-platform's.
+        for path in [
+            "/v1/pools",
+            "/v1/budgets",
+            "/v1/alerts",
+            "/v1/offerings",
+            "/v1/reports/budget?format=csv&group_by=pool",
+            "/metrics",
+        ] {
+            let reply = send_as(&router, Some(&token), "GET", path, None).await;
+            let text = reply.body.to_string();
+            for secret in ["llama-70b-interactive", "ml-platform", "p4d", "p5"] {
+                assert!(
+                    !text.contains(secret),
+                    "{scopes:?} GET {path} shows {secret}: {text}"
+                );
+            }
+        }
+    }
+    assert_eq!(api.ledger_rows().await, rows_before, "nothing was written");
+    assert_eq!(
+        api.ledger
+            .budget(&"no-such-account".parse().unwrap())
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn metrics_show_a_token_only_its_own_accounts() {
+    let (api, router) = secured().await;
+    for pool in ["llama-70b-interactive", "mistral-7b-batch"] {
+        headroom_testkit::request(api.ledger.as_ref(), api.clock.as_ref(), pool, 1).await;
+    }
+    api.engine.tick().await.unwrap();
+    let research = mint(&api, &["research"], &[Scope::Metrics, Scope::Reports]).await;
+    let admin = mint(&api, &["*"], &[Scope::Metrics]).await;
+    let text = |reply: Reply| reply.body.as_str().unwrap_or_default().to_string();
+    let theirs = text(send_as(&router, Some(&research), "GET", "/metrics", None).await);
+    let everything = text(send_as(&router, Some(&admin), "GET", "/metrics", None).await);
+    assert!(everything.contains(r#"pool="llama-70b-interactive""#));
+    assert!(everything.contains(r#"pool="mistral-7b-batch""#));
+    assert!(theirs.contains(r#"pool="mistral-7b-batch""#), "{theirs}");
+    assert!(!theirs.contains("llama-70b-interactive"), "{theirs}");
+    assert!(!theirs.contains(r#"account="ml-platform""#), "{theirs}");
+    assert!(
+        theirs.trim_end().ends_with("# EOF"),
+        "still valid OpenMetrics"
+    );
+    // Every sample a tenant sees is one the admin sees too.
+    for line in theirs.lines().filter(|l| !l.starts_with('#')) {
+        let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+        assert!(everything.contains(series), "{line}");
+    }
+    // The offerings are cut to those research's pools may launch.
+    let offerings = send_as(&router, Some(&research), "GET", "/v1/offerings", None).await;
+    let ids: Vec<&str> = offerings.body["offerings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["offering"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|id| id.contains("g6")), "{ids:?}");
+}
+
+#[tokio::test]
+async fn idempotency_keys_belong_to_the_account_that_is_charged() {
+    let (api, router) = secured().await;
+    let research = mint(&api, &["research"], &[Scope::Capacity]).await;
+    let platform = mint(&api, &["ml-platform"], &[Scope::Capacity]).await;
+    let post = |token: String, pool: &'static str| {
+        let router = router.clone();
+        async move {
+            let request = Request::post("/v1/capacity-requests")
+                .header(header::AUTHORIZATION, format!("Bearer {token}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("idempotency-key", "deploy-42")
+                .body(Body::from(json!({"pool": pool, "replicas": 1}).to_string()))
+                .unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    let (status, first) = post(research.clone(), "mistral-7b-batch").await;
+    assert_eq!(status, StatusCode::CREATED, "{first:?}");
+    // The same key from another account is that account's own first use.
+    let (status, theirs) = post(platform.clone(), "llama-70b-interactive").await;
+    assert_eq!(status, StatusCode::CREATED, "{theirs:?}");
+    assert_ne!(theirs["id"], first["id"]);
+    assert!(!theirs.to_string().contains(first["id"].as_str().unwrap()));
+    // Each account's retry replays its own request.
+    let (status, again) = post(research, "mistral-7b-batch").await;
+    assert_eq!((status, &again["id"]), (StatusCode::OK, &first["id"]));
+    let (status, again) = post(platform, "llama-70b-interactive").await;
+    assert_eq!((status, &again["id"]), (StatusCode::OK, &theirs["id"]));
+    assert_eq!(again["idempotency_key"], "deploy-42");
+}
+
+#[tokio::test]
+async fn a_flood_of_bad_tokens_is_limited_per_client_before_any_lookup() {
+    let api = api().await;
+    let limits = headroom_api::Limits {
+        client_requests_per_second: 1,
+        client_burst: 5,
+        ..headroom_api::Limits::default()
+    };
+    let router = app(AppState::new(api.engine.clone(), true, limits));
+    let good = mint(&api, &["*"], &[Scope::Reports]).await;
+    let from = |ip: &str, token: &str| {
+        let mut request = Request::get("/v1/pools")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        let addr: std::net::SocketAddr = format!("{ip}:40000").parse().unwrap();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(addr));
+        request
+    };
+    let mut statuses = Vec::new();
+    for i in 0..20 {
+        let forged = format!("hr_{i:012x}_{}", "f".repeat(64));
+        let response = router
+            .clone()
+            .oneshot(from("203.0.113.7", &forged))
+            .await
+            .unwrap();
+        statuses.push(response.status());
+    }
+    let unauthorized = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    let limited = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((unauthorized, limited), (5, 15), "{statuses:?}");
+    // The flooding client is limited even with a good token; another client is not.
+    let flooded = router
+        .clone()
+        .oneshot(from("203.0.113.7", &good))
+        .await
+        .unwrap();
+    assert_eq!(flooded.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(flooded.headers().contains_key(header::RETRY_AFTER));
+    let other = router
+        .clone()
+        .oneshot(from("198.51.100.2", &good))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_verified_token_is_rechecked_within_the_stated_bound() {
+    let (api, router) = secured().await;
+    let token = mint(&api, &["research"], &[Scope::Reports]).await;
+    let read = || send_as(&router, Some(&token), "GET", "/v1/pools", None);
+    assert_eq!(read().await.status, StatusCode::OK);
+    let id = token.split('_').nth(1).unwrap();
+    api.ledger.revoke_token(id, api.clock_now()).await.unwrap();
+    let bound = headroom_api::Limits::default().token_recheck_interval;
+    api.clock.advance(bound - std::time::Duration::from_secs(1));
+    assert_eq!(
+        read().await.status,
+        StatusCode::OK,
+        "within the recheck interval the cached verification stands"
+    );
+    api.clock.advance(std::time::Duration::from_secs(1));
+    assert_problem(&read().await, StatusCode::UNAUTHORIZED, "revoked");
 }

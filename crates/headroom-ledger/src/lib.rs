@@ -56,8 +56,37 @@ pub struct NewCapacityRequest {
     pub pool: PoolName,
     pub replicas: u32,
     pub priority: Priority,
-    pub idempotency_key: Option<String>,
+    pub idempotency_key: Option<IdempotencyKey>,
     pub at: Timestamp,
+}
+
+/// A client's `Idempotency-Key`, scoped to the account the request charges, as payment APIs
+/// scope theirs: one account's keys never meet another's, so a key cannot reveal or block
+/// another tenant's request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub account: AccountName,
+    pub key: String,
+}
+
+/// Separates the account from the client's key in the stored column: account names cannot
+/// hold it and keys are visible ASCII, so the stored form is unambiguous.
+const KEY_SEPARATOR: char = '\u{1f}';
+
+impl IdempotencyKey {
+    /// The form the ledger's UNIQUE column holds.
+    pub(crate) fn stored(&self) -> String {
+        format!("{}{KEY_SEPARATOR}{}", self.account, self.key)
+    }
+
+    /// The client's key back from the stored form (rows written before keys were scoped hold
+    /// the bare key).
+    pub(crate) fn client_key(stored: String) -> String {
+        match stored.split_once(KEY_SEPARATOR) {
+            Some((_, key)) => key.to_string(),
+            None => stored,
+        }
+    }
 }
 
 /// A capacity request with its outcome so far, derived from the ledger.

@@ -40,7 +40,9 @@ where
             pool: parse(row.try_get::<String, _>("pool")?.parse())?,
             replicas: Self::uint(row, "replicas")?,
             priority: parse(Priority::parse(&row.try_get::<String, _>("priority")?))?,
-            idempotency_key: row.try_get("idempotency_key")?,
+            idempotency_key: row
+                .try_get::<Option<String>, _>("idempotency_key")?
+                .map(crate::IdempotencyKey::client_key),
             created_at: Self::time(row, "created_at")?,
         })
     }

@@ -17,7 +17,7 @@ use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool,
 
 use crate::dialect::{self, Dialect, render};
 use crate::{
-    ACTIVATION_REASONS, ApiToken, HoldOutcome, Ledger, LedgerError, LedgerSummary,
+    ACTIVATION_REASONS, ApiToken, HoldOutcome, IdempotencyKey, Ledger, LedgerError, LedgerSummary,
     NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
     new_request_id,
 };
@@ -204,9 +204,10 @@ where
             pool: new.pool.clone(),
             replicas: new.replicas,
             priority: new.priority,
-            idempotency_key: new.idempotency_key.clone(),
+            idempotency_key: new.idempotency_key.as_ref().map(|k| k.key.clone()),
             created_at: new.at,
         };
+        let stored_key = new.idempotency_key.as_ref().map(IdempotencyKey::stored);
         // ON CONFLICT makes two concurrent requests with one key resolve to one row.
         let inserted = Self::query(
             "INSERT INTO capacity_requests (id, pool, replicas, priority, idempotency_key, {created_at})
@@ -218,16 +219,15 @@ where
         .bind(request.pool.as_str())
         .bind(D::int(request.replicas))
         .bind(request.priority.as_str())
-        .bind(request.idempotency_key.as_deref())
+        .bind(stored_key.as_deref())
         .bind(D::time(request.created_at))
         .fetch_optional(&self.pool)
         .await?;
         if inserted.is_some() {
             return Ok((request, true));
         }
-        let key = new.idempotency_key.clone().unwrap_or_default();
         let row = Self::query("SELECT * FROM capacity_requests WHERE idempotency_key = ?")
-            .bind(key.as_str())
+            .bind(stored_key.as_deref().unwrap_or_default())
             .fetch_one(&self.pool)
             .await?;
         let existing = Self::request_from_row(&row)?;
@@ -238,7 +238,7 @@ where
             Ok((existing, false))
         } else {
             Err(LedgerError::IdempotencyConflict {
-                key,
+                key: existing.idempotency_key.unwrap_or_default(),
                 existing: existing.id,
             })
         }

@@ -9,8 +9,8 @@ use headroom_core::{
     RefusalReason, RequestState, Timestamp,
 };
 use headroom_ledger::{
-    HoldOutcome, Ledger, LedgerError, NewCapacityRequest, NodeEvent, PostgresLedger, RefusalRecord,
-    SqliteLedger,
+    HoldOutcome, IdempotencyKey, Ledger, LedgerError, NewCapacityRequest, NodeEvent,
+    PostgresLedger, RefusalRecord, SqliteLedger,
 };
 
 fn t(s: &str) -> Timestamp {
@@ -30,7 +30,10 @@ fn new_request(key: Option<&str>, replicas: u32) -> NewCapacityRequest {
         pool: "llama".parse().unwrap(),
         replicas,
         priority: Priority::High,
-        idempotency_key: key.map(str::to_string),
+        idempotency_key: key.map(|key| IdempotencyKey {
+            account: "ml".parse().unwrap(),
+            key: key.to_string(),
+        }),
         at: t("2026-11-30T09:00:00Z"),
     }
 }
@@ -94,6 +97,23 @@ async fn idempotency_key_returns_the_first_request(ledger: &dyn Ledger) {
         .unwrap();
     assert!(created);
     assert_ne!(other.id, first.id);
+
+    // Another account's use of the same key is its own request: it neither replays nor
+    // conflicts with the first account's, and the client's key reads back as sent.
+    let mut theirs = new_request(Some("k1"), 3);
+    theirs.pool = "mistral".parse().unwrap();
+    if let Some(key) = theirs.idempotency_key.as_mut() {
+        key.account = "team-b".parse().unwrap();
+    }
+    let (their_request, created) = ledger.record_capacity_request(&theirs).await.unwrap();
+    assert!(created, "a key is scoped to the account it charges");
+    assert_ne!(their_request.id, first.id);
+    assert_eq!(their_request.idempotency_key.as_deref(), Some("k1"));
+    let (replayed, created) = ledger.record_capacity_request(&theirs).await.unwrap();
+    assert!(!created);
+    assert_eq!(replayed.id, their_request.id);
+    let read = ledger.capacity_request(&first.id).await.unwrap().unwrap();
+    assert_eq!(read.request.idempotency_key.as_deref(), Some("k1"));
 }
 
 async fn outcome_follows_node_events_and_refusals(ledger: &dyn Ledger) {

@@ -114,21 +114,17 @@ async fn get_budget(
 ) -> Result<Json<BudgetView>, ApiError> {
     principal.require(Scope::Reports)?;
     let account = account_from_path(path)?;
-    if !principal.acts_for(&account) {
-        return Err(ApiError::NotFound(format!(
-            "no budget for account {account}"
-        )));
-    }
-    let budget = state
-        .engine
-        .ledger()
-        .budget(&account)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "no budget for account {account}; PUT /v1/budgets/{account} sets one"
-            ))
-        })?;
+    // Another account's budget reads exactly as one never set.
+    let budget = if principal.acts_for(&account) {
+        state.engine.ledger().budget(&account).await?
+    } else {
+        None
+    };
+    let budget = budget.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no budget for account {account}; PUT /v1/budgets/{account} sets one"
+        ))
+    })?;
     Ok(Json(budget_view(&state, budget).await?))
 }
 

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use headroom_core::{PoolName, Priority};
 use headroom_engine::PoolStatus;
-use headroom_ledger::NewCapacityRequest;
+use headroom_ledger::{IdempotencyKey, NewCapacityRequest};
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -84,6 +84,9 @@ async fn create_capacity_request(
     headers: HeaderMap,
     body: RawBody,
 ) -> Result<Response, ApiError> {
+    // The scope first, then the pool: a token without the scope learns nothing about which
+    // pools exist, and another account's pool answers exactly as an absent one.
+    principal.require(Scope::Capacity)?;
     let input: CreateCapacityRequest = json_body(&headers, body)?;
     let idempotency_key = idempotency_key(&headers)?;
     let pool_name: PoolName = input
@@ -91,19 +94,15 @@ async fn create_capacity_request(
         .parse()
         .map_err(|e| ApiError::bad("invalid-pool", format!("pool: {e}")))?;
     let config = state.engine.config();
-    let pool = config.pool(&pool_name).ok_or_else(|| {
-        ApiError::bad(
-            "unknown-pool",
-            format!("pool: no pool named {pool_name}; GET /v1/pools lists them"),
-        )
-    })?;
-    principal.require(Scope::Capacity)?;
-    if !principal.acts_for(&pool.account) {
-        return Err(ApiError::Forbidden(format!(
-            "this token cannot charge account {}, which pool {} charges",
-            pool.account, pool.name
-        )));
-    }
+    let pool = config
+        .pool(&pool_name)
+        .filter(|pool| principal.acts_for(&pool.account))
+        .ok_or_else(|| {
+            ApiError::bad(
+                "unknown-pool",
+                format!("pool: no pool named {pool_name}; GET /v1/pools lists them"),
+            )
+        })?;
     if input.replicas < 1 {
         return Err(ApiError::bad(
             "invalid-replicas",
@@ -128,7 +127,10 @@ async fn create_capacity_request(
         pool: pool_name,
         replicas: input.replicas as u32,
         priority,
-        idempotency_key,
+        idempotency_key: idempotency_key.map(|key| IdempotencyKey {
+            account: pool.account.clone(),
+            key,
+        }),
         at: state.engine.clock().now(),
     };
     let ledger = state.engine.ledger();

@@ -5,6 +5,7 @@
 mod alerts;
 mod budgets;
 mod capacity;
+mod exposition;
 mod input;
 mod offerings;
 mod ops;

@@ -27,7 +27,7 @@ struct OfferingList {
     responses(
         (
             status = 200,
-            description = "Offerings with configured, live and effective prices",
+            description = "Offerings that the token's pools may launch, with configured, live and effective prices",
             body = Object
         ),
         (status = 403, response = Forbidden),
@@ -39,7 +39,20 @@ async fn list_offerings(
     axum::Extension(principal): axum::Extension<Principal>,
 ) -> Result<Json<OfferingList>, ApiError> {
     principal.require(Scope::Reports)?;
-    Ok(Json(OfferingList {
-        offerings: state.engine.offering_prices(),
-    }))
+    // Only offerings some pool of the token's accounts may launch: the rest of the catalog
+    // (and its cooldowns) tells of other tenants' pools.
+    let config = state.engine.config();
+    let usable: std::collections::BTreeSet<_> = config
+        .pools
+        .iter()
+        .filter(|pool| principal.acts_for(&pool.account))
+        .flat_map(|pool| pool.offerings.iter())
+        .collect();
+    let offerings = state
+        .engine
+        .offering_prices()
+        .into_iter()
+        .filter(|o| principal.accounts.is_none() || usable.contains(&o.offering))
+        .collect();
+    Ok(Json(OfferingList { offerings }))
 }

@@ -44,14 +44,15 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError>
     Ok("ready")
 }
 
-/// Prometheus metrics; budget figures are read from the ledger at scrape time.
+/// Prometheus metrics; budget figures are read from the ledger at scrape time. A token sees the
+/// series of its own accounts' pools and budgets; the rest only a token for every account.
 #[utoipa::path(
     get,
     path = "/metrics",
     responses(
         (
             status = 200,
-            description = "OpenMetrics text",
+            description = "OpenMetrics text: the series of the token's accounts (every series for a token of every account)",
             body = String,
             content_type = "application/openmetrics-text"
         ),
@@ -82,7 +83,19 @@ async fn metrics(
             .get_or_create(&label)
             .set(standing.held.as_f64_lossy());
     }
-    let mut response = m.encode().into_response();
+    let config = state.engine.config();
+    let visible = |pool: Option<&str>, account: Option<&str>| {
+        let pool_account = pool.map(|p| {
+            p.parse()
+                .ok()
+                .and_then(|p| config.pool(&p))
+                .is_some_and(|p| principal.acts_for(&p.account))
+        });
+        let account = account.map(|a| a.parse().is_ok_and(|a| principal.acts_for(&a)));
+        pool_account.unwrap_or(true) && account.unwrap_or(true)
+    };
+    let text = super::exposition::filter(&m.encode(), principal.accounts.is_none(), visible);
+    let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),

@@ -198,8 +198,10 @@ async fn push_signal(
     headers: HeaderMap,
     body: RawBody,
 ) -> Result<StatusCode, ApiError> {
-    let name = pool_from_path(&state, &principal, path)?;
+    // The scope before the lookup (here and below): a token lacking it gets the same 403 for
+    // every pool, its own, another account's or none.
     principal.require(Scope::Signals)?;
+    let name = pool_from_path(&state, &principal, path)?;
     let input: SignalBody = json_body(&headers, body)?;
     if input.queue_depth < 0 {
         return Err(ApiError::bad(
@@ -268,8 +270,8 @@ async fn pool_decisions(
     axum::Extension(principal): axum::Extension<Principal>,
     path: RawPath,
 ) -> Result<Json<DecisionLog>, ApiError> {
-    let pool = pool_from_path(&state, &principal, path)?;
     principal.require(Scope::Reports)?;
+    let pool = pool_from_path(&state, &principal, path)?;
     let shadow = state
         .engine
         .config()
@@ -322,8 +324,8 @@ async fn pool_ledger(
     path: RawPath,
     query: QueryParams,
 ) -> Result<Json<PoolLedger>, ApiError> {
-    let pool = pool_from_path(&state, &principal, path)?;
     principal.require(Scope::Reports)?;
+    let pool = pool_from_path(&state, &principal, path)?;
     let axum::extract::Query(params) = query.map_err(|_| {
         ApiError::bad(
             "invalid-range",

@@ -6,13 +6,25 @@ use super::raw::RawApi;
 use super::{ApiSettings, Problems};
 
 pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
+    let mut duration = |field: &str, value: &Option<String>, default: u64| match value {
+        Some(t) => p.duration(field, t),
+        None => Duration::from_secs(default),
+    };
+    let request_timeout = duration("api.request_timeout", &raw.request_timeout, 30);
+    let token_recheck_interval = duration(
+        "api.token_recheck_interval",
+        &raw.token_recheck_interval,
+        10,
+    );
+    let token_outage_grace = duration("api.token_outage_grace", &raw.token_outage_grace, 300);
     let api = ApiSettings {
         requests_per_second: raw.requests_per_second.unwrap_or(50),
         burst: raw.burst.unwrap_or(100),
-        request_timeout: match &raw.request_timeout {
-            Some(t) => p.duration("api.request_timeout", t),
-            None => Duration::from_secs(30),
-        },
+        client_requests_per_second: raw.client_requests_per_second.unwrap_or(200),
+        client_burst: raw.client_burst.unwrap_or(400),
+        request_timeout,
+        token_recheck_interval,
+        token_outage_grace,
     };
     if api.requests_per_second == 0 || api.burst == 0 {
         p.add(
@@ -21,11 +33,26 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
             "use e.g. 50 and 100",
         );
     }
-    if api.request_timeout.is_zero() {
+    if api.client_requests_per_second == 0 || api.client_burst == 0 {
         p.add(
-            "api.request_timeout",
-            "must be more than zero",
-            "use e.g. \"30s\"",
+            "api.client_requests_per_second",
+            "the per-client rate and burst must be at least 1",
+            "use e.g. 200 and 400",
+        );
+    }
+    for (field, value) in [
+        ("api.request_timeout", api.request_timeout),
+        ("api.token_recheck_interval", api.token_recheck_interval),
+    ] {
+        if value.is_zero() {
+            p.add(field, "must be more than zero", "use e.g. \"10s\"");
+        }
+    }
+    if api.token_outage_grace < api.token_recheck_interval {
+        p.add(
+            "api.token_outage_grace",
+            "must be at least api.token_recheck_interval",
+            "use e.g. \"5m\" (read-only requests pass on a cached token for this long while the ledger is down)",
         );
     }
     api

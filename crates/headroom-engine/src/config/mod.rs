@@ -114,7 +114,16 @@ pub struct ApiSettings {
     pub requests_per_second: u32,
     /// ...with this burst on top.
     pub burst: u32,
+    /// Requests per second per client address, checked before any token is looked up...
+    pub client_requests_per_second: u32,
+    /// ...with this burst on top.
+    pub client_burst: u32,
     pub request_timeout: Duration,
+    /// A verified token is read from the ledger again after this: a revocation takes effect
+    /// within it.
+    pub token_recheck_interval: Duration,
+    /// While the ledger is down, tokens verified within this long still pass read-only requests.
+    pub token_outage_grace: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

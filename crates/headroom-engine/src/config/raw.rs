@@ -41,7 +41,11 @@ pub(super) struct RawConfig {
 pub(super) struct RawApi {
     pub(super) requests_per_second: Option<u32>,
     pub(super) burst: Option<u32>,
+    pub(super) client_requests_per_second: Option<u32>,
+    pub(super) client_burst: Option<u32>,
     pub(super) request_timeout: Option<String>,
+    pub(super) token_recheck_interval: Option<String>,
+    pub(super) token_outage_grace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

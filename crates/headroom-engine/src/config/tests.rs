@@ -187,3 +187,50 @@ fn an_offering_listed_twice_in_a_pool_is_refused() {
         e[0]
     );
 }
+
+#[test]
+fn token_cache_bounds_and_client_limits_are_read_and_checked() {
+    let with_api = |api: &str| EXAMPLE.replacen("# [api]\n", &format!("[api]\n{api}\n"), 1);
+    let defaults = Config::parse(EXAMPLE, "t").unwrap().api;
+    assert_eq!(
+        (
+            defaults.client_requests_per_second,
+            defaults.client_burst,
+            defaults.token_recheck_interval,
+            defaults.token_outage_grace
+        ),
+        (200, 400, Duration::from_secs(10), Duration::from_secs(300))
+    );
+    let set = Config::parse(
+        &with_api("token_recheck_interval = \"2s\"\ntoken_outage_grace = \"1m\"\nclient_burst = 9"),
+        "t",
+    )
+    .unwrap()
+    .api;
+    assert_eq!(
+        (
+            set.token_recheck_interval,
+            set.token_outage_grace,
+            set.client_burst
+        ),
+        (Duration::from_secs(2), Duration::from_secs(60), 9)
+    );
+    for (api, key) in [
+        (
+            "token_recheck_interval = \"0s\"",
+            "api.token_recheck_interval",
+        ),
+        (
+            "token_recheck_interval = \"1m\"\ntoken_outage_grace = \"30s\"",
+            "api.token_outage_grace",
+        ),
+        (
+            "client_requests_per_second = 0",
+            "api.client_requests_per_second",
+        ),
+    ] {
+        let e = errors(&with_api(api));
+        assert_eq!(e.len(), 1, "{api}: {e:#?}");
+        assert!(e[0].contains(key), "{api}: {}", e[0]);
+    }
+}
