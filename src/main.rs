@@ -287,6 +287,7 @@ pub async fn run_until_shutdown(
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
     let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
     let alerts = tokio::spawn(engine.clone().run_alert_delivery(wait_for(stop_rx.clone())));
+    let shared_signals = tokio::spawn(engine.clone().run_signal_feed(wait_for(stop_rx.clone())));
     let api = engine.config().api;
     let limits = headroom_api::Limits {
         requests_per_second: api.requests_per_second,
@@ -321,6 +322,7 @@ pub async fn run_until_shutdown(
     let _ = loop_task.await;
     let _ = scrapers.await;
     let _ = alerts.await;
+    let _ = shared_signals.await;
     Ok(())
 }
 

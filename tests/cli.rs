@@ -438,6 +438,90 @@ fn a_bad_database_url_is_one_line_and_exit_code_2() {
     );
 }
 
+/// Signals pushed to a replica that does not reconcile the pool reach the one that does: two
+/// replicas on one PostgreSQL database, every push sent only to the non-owner.
+#[test]
+fn signals_pushed_to_any_replica_reach_the_pool_s_owner() {
+    let db = fresh_postgres_database();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("shared.toml");
+    std::fs::write(
+        &config,
+        r#"
+cluster_id = "shared-signals"
+[engine]
+tick = "200ms"
+[[offerings]]
+id = "use1-g6-od"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az1"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "0.8048"
+gpus = 1
+[[pools]]
+name = "shared-pool"
+account = "ml"
+offerings = ["use1-g6-od"]
+max_replicas = 8
+[pools.ladder]
+node_acquisition = "1s"
+image_pull = "1s"
+weight_load = "1s"
+compile = "1s"
+warmup = "1s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+"#,
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let (mut a, a_url, token) = start_serve_with(config, &db);
+    let (mut b, b_url, _) = start_serve_with(config, &db);
+    let agent = agent_with(&token);
+    let pool = |url: &str| call(&agent, "GET", &format!("{url}/v1/pools/shared-pool"), None).body;
+    let mut owners = (false, false);
+    let one_owner = eventually(100, || {
+        owners = (
+            pool(&a_url)["reconciled_here"] == true,
+            pool(&b_url)["reconciled_here"] == true,
+        );
+        owners.0 != owners.1
+    });
+    assert!(
+        one_owner,
+        "exactly one replica must own the pool: {owners:?}"
+    );
+    let (owner_url, other_url) = if owners.0 {
+        (&a_url, &b_url)
+    } else {
+        (&b_url, &a_url)
+    };
+    let signal = json!({"queue_depth": 37, "oldest_age_s": 12.0, "arrival_rate_rps": 20.0});
+    let reached = eventually(100, || {
+        let pushed = call(
+            &agent,
+            "POST",
+            &format!("{other_url}/v1/pools/shared-pool/signals"),
+            Some(&signal.to_string()),
+        );
+        assert_eq!(pushed.status, 202, "{:?}", pushed.body);
+        let status = pool(owner_url);
+        status["last_signal"]["queue_depth"] == 37 && status["demand"].as_u64().unwrap_or(0) > 0
+    });
+    let status = pool(owner_url);
+    a.kill().unwrap();
+    b.kill().unwrap();
+    a.wait().unwrap();
+    b.wait().unwrap();
+    assert!(
+        reached,
+        "the owner never saw the signals pushed to the other replica: {status}"
+    );
+    assert!(status["hold"].is_null(), "no signal_missing hold: {status}");
+}
+
 /// Two replicas share a database and a simulated cloud; the one that owns the pool is killed
 /// with SIGKILL; the other takes the pool over and nothing is launched twice.
 #[test]

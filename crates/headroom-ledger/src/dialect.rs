@@ -62,6 +62,17 @@ pub trait Dialect: Debug + Send + Sync + 'static {
     async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
         Ok(pools.iter().cloned().collect())
     }
+
+    /// See [`crate::Ledger::share_signal`]: a backend only one process opens has nobody to tell.
+    async fn share_signal(pool: &Pool<Self::Db>, payload: &str) -> Result<(), LedgerError> {
+        let _ = (pool, payload);
+        Ok(())
+    }
+
+    /// See [`crate::Ledger::shared_signals`].
+    async fn shared_signals(&self) -> Result<Option<crate::SignalFeed>, LedgerError> {
+        Ok(None)
+    }
 }
 
 /// The name a timestamp column has in `D`'s schema.

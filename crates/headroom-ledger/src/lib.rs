@@ -428,6 +428,52 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// Cheap round trip for readiness checks.
     async fn ping(&self) -> Result<(), LedgerError>;
+
+    /// Tells every process sharing this ledger about a pool signal one of them received (a
+    /// PostgreSQL `NOTIFY`; nothing is stored), so the process that holds the pool's lease sees
+    /// pushes sent to any replica. A backend only one process opens has nobody to tell.
+    async fn share_signal(&self, payload: &str) -> Result<(), LedgerError> {
+        let _ = payload;
+        Ok(())
+    }
+
+    /// The signals other processes share, as they arrive; `None` for a single-process backend.
+    async fn shared_signals(&self) -> Result<Option<SignalFeed>, LedgerError> {
+        Ok(None)
+    }
+}
+
+/// The channel processes share pool signals on.
+pub const SIGNAL_CHANNEL: &str = "headroom_signals";
+
+/// The most a shared signal may take: PostgreSQL refuses `NOTIFY` payloads of 8000 bytes.
+pub const MAX_SIGNAL_PAYLOAD: usize = 7_900;
+
+/// Pool signals shared by other processes (a `LISTEN` on [`SIGNAL_CHANNEL`]).
+pub struct SignalFeed {
+    listener: sqlx::postgres::PgListener,
+}
+
+impl std::fmt::Debug for SignalFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SignalFeed")
+    }
+}
+
+impl SignalFeed {
+    pub(crate) fn new(listener: sqlx::postgres::PgListener) -> SignalFeed {
+        SignalFeed { listener }
+    }
+
+    /// The next shared payload. A lost connection is reopened on the next call; what was sent
+    /// meanwhile is lost, which a signal (superseded within seconds) can afford.
+    pub async fn next(&mut self) -> Result<String, LedgerError> {
+        loop {
+            if let Some(notification) = self.listener.try_recv().await? {
+                return Ok(notification.payload().to_string());
+            }
+        }
+    }
 }
 
 pub fn new_request_id() -> RequestId {

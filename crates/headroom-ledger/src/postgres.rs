@@ -59,6 +59,21 @@ impl Dialect for PgDialect {
         Ok(stored)
     }
 
+    async fn share_signal(pool: &Pool<Postgres>, payload: &str) -> Result<(), LedgerError> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(crate::SIGNAL_CHANNEL)
+            .bind(payload)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn shared_signals(&self) -> Result<Option<crate::SignalFeed>, LedgerError> {
+        let mut listener = sqlx::postgres::PgListener::connect(&self.url).await?;
+        listener.listen(crate::SIGNAL_CHANNEL).await?;
+        Ok(Some(crate::SignalFeed::new(listener)))
+    }
+
     async fn begin_serialised(
         pool: &Pool<Postgres>,
         key: &str,

@@ -630,6 +630,21 @@ where
     async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
         self.dialect.pool_leases(pools).await
     }
+
+    async fn share_signal(&self, payload: &str) -> Result<(), LedgerError> {
+        if payload.len() > crate::MAX_SIGNAL_PAYLOAD {
+            return Err(LedgerError::Corrupt(format!(
+                "a shared signal of {} bytes exceeds {}",
+                payload.len(),
+                crate::MAX_SIGNAL_PAYLOAD
+            )));
+        }
+        D::share_signal(&self.pool, payload).await
+    }
+
+    async fn shared_signals(&self) -> Result<Option<crate::SignalFeed>, LedgerError> {
+        self.dialect.shared_signals().await
+    }
 }
 
 #[cfg(test)]

@@ -241,7 +241,14 @@ async fn push_signal(
             },
         )?,
     };
-    state.engine.push_signal(&name, signal);
+    state
+        .engine
+        .receive_signal(&name, signal)
+        .await
+        .map_err(|e| match e {
+            headroom_engine::EngineError::Ledger(l) => ApiError::from(l),
+            other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
+        })?;
     Ok(StatusCode::ACCEPTED)
 }
 

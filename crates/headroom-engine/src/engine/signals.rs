@@ -32,9 +32,48 @@ pub(super) struct TierSignal {
     pub arrival_rps: BTreeMap<Priority, f64>,
 }
 
+/// A signal as processes share it through the ledger ([`Ledger::share_signal`]): already
+/// stamped by the process that received it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct SharedSignal {
+    pool: String,
+    signal: Signals,
+    #[serde(default)]
+    queued: BTreeMap<Priority, u64>,
+    #[serde(default)]
+    arrival_rps: BTreeMap<Priority, f64>,
+}
+
 impl Engine {
-    /// Records a queue sample for `pool`, stamped with the engine's clock on receipt.
+    /// Records a queue sample for `pool`, stamped with the engine's clock on receipt, in this
+    /// process only (scrapes, tests; see [`Engine::receive_signal`] for pushes).
     pub fn push_signal(&self, pool: &PoolName, input: SignalInput) {
+        let (signal, tiers) = self.stamp(pool, input);
+        self.keep_signal(pool, signal, tiers);
+    }
+
+    /// Records a pushed sample and shares it with every process on the ledger, so the one
+    /// that holds the pool's lease sees it whichever replica the push reached.
+    pub async fn receive_signal(
+        &self,
+        pool: &PoolName,
+        input: SignalInput,
+    ) -> Result<(), EngineError> {
+        let (signal, tiers) = self.stamp(pool, input);
+        self.keep_signal(pool, signal, tiers.clone());
+        let shared = SharedSignal {
+            pool: pool.to_string(),
+            signal,
+            queued: tiers.queued,
+            arrival_rps: tiers.arrival_rps,
+        };
+        let payload = serde_json::to_string(&shared)
+            .map_err(|e| LedgerError::Corrupt(format!("a signal could not be encoded: {e}")))?;
+        self.ledger.share_signal(&payload).await?;
+        Ok(())
+    }
+
+    fn stamp(&self, pool: &PoolName, input: SignalInput) -> (Signals, TierSignal) {
         let classes = self.config.age_classes.get(pool);
         let class_age = input
             .oldest_age_by_class_s
@@ -60,7 +99,75 @@ impl Engine {
             queued: input.queue_depth_by_priority,
             arrival_rps: input.arrival_rate_by_priority_rps,
         };
-        lock(&self.signals).insert(pool.clone(), (signal, tiers));
+        (signal, tiers)
+    }
+
+    /// Keeps the sample unless a newer one is already kept: a shared copy can arrive after a
+    /// later push.
+    fn keep_signal(&self, pool: &PoolName, signal: Signals, tiers: TierSignal) {
+        let mut signals = lock(&self.signals);
+        if signals
+            .get(pool)
+            .is_some_and(|(kept, _)| kept.received_at > signal.received_at)
+        {
+            return;
+        }
+        signals.insert(pool.clone(), (signal, tiers));
+    }
+
+    /// Keeps what other processes share until `shutdown` resolves; returns at once on a
+    /// ledger only this process opens.
+    pub async fn run_signal_feed(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::select! {
+            () = shutdown => {}
+            () = self.follow_shared_signals() => {}
+        }
+    }
+
+    async fn follow_shared_signals(&self) {
+        const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+        loop {
+            let mut feed = match self.ledger.shared_signals().await {
+                Ok(Some(feed)) => feed,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for shared signals; retrying");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            };
+            loop {
+                match feed.next().await {
+                    Ok(payload) => self.keep_shared(&payload),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the shared signal feed broke; reopening");
+                        tokio::time::sleep(RETRY).await;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps a shared signal for a pool this configuration knows; anything else is ignored.
+    fn keep_shared(&self, payload: &str) {
+        let Ok(shared) = serde_json::from_str::<SharedSignal>(payload) else {
+            tracing::warn!("ignored a shared signal that does not parse");
+            return;
+        };
+        let Some(pool) = shared
+            .pool
+            .parse::<PoolName>()
+            .ok()
+            .filter(|p| self.config.pool(p).is_some())
+        else {
+            return;
+        };
+        let tiers = TierSignal {
+            queued: shared.queued,
+            arrival_rps: shared.arrival_rps,
+        };
+        self.keep_signal(&pool, shared.signal, tiers);
     }
 
     /// The latest signal of `pool`, if any arrived.
