@@ -48,6 +48,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "compressed-day",
         include_str!("../scenarios/compressed-day.toml"),
     ),
+    (
+        "scale-to-zero",
+        include_str!("../scenarios/scale-to-zero.toml"),
+    ),
 ];
 
 /// The built-in scenarios' names, for messages.

@@ -337,3 +337,36 @@ async fn no_policy_that_serves_as_well_costs_less_than_the_oracle() {
         );
     }
 }
+
+/// A pool with no floor runs nothing while idle and keeps its warm node parked; the first
+/// request of a session wakes it and waits (nothing is shed), and after the session the pool
+/// goes back to zero.
+#[tokio::test]
+async fn a_pool_without_a_floor_scales_to_zero_and_wakes_for_the_first_request() {
+    let r = run("scale-to-zero", &[Policy::Headroom], None).await;
+    let h = policy(&r, "headroom");
+    assert_eq!(h.shed, 0, "the first requests wait for the wake, none is shed");
+    assert_eq!(h.requests_within_slo, h.requests_total);
+    let samples = series(&r, "headroom");
+    let running = |x: &Sample| x.ready + x.starting;
+    // Idle before the first session (300 s), between sessions and at the end: nothing runs.
+    for (from, to) in [(10.0, 300.0), (1200.0, 1800.0), (3500.0, 3600.0)] {
+        let busy: Vec<f64> = samples
+            .iter()
+            .filter(|x| x.t_s >= from && x.t_s < to && running(x) > 0)
+            .map(|x| x.t_s)
+            .collect();
+        assert!(busy.is_empty(), "nodes ran while idle ({from}..{to} s): {busy:?}");
+    }
+    // Each session is served: replicas are ready within a minute of its first request.
+    for start in [301.0, 1801.0, 3001.0] {
+        let ready_by = samples
+            .iter()
+            .find(|x| x.t_s >= start && x.ready > 0)
+            .map(|x| x.t_s - start);
+        assert!(
+            ready_by.is_some_and(|s| s <= 60.0),
+            "session at {start} s: first replica ready after {ready_by:?} s"
+        );
+    }
+}
