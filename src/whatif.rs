@@ -14,18 +14,20 @@ use crate::BadInput;
     allow_negative_numbers = true,
     after_help = "Examples:\n  \
     headroom what-if --ready 8 --per-replica-rps 2.5 --arrival-rps 20 --burst-rps 32 --burst-s 30 --drain-s 60\n  \
-    headroom what-if --current 4 --metric 8 --target 4"
+    headroom what-if --current 4 --metric 8 --target 4\n  \
+    headroom what-if --unit tokens --ready 2 --per-replica-tps 2000 --arrival-tps 100000 --backlog 200000"
 )]
 pub struct WhatIfArgs {
     /// Backlog form: ready replicas now.
     #[arg(long)]
     ready: Option<u32>,
-    /// Backlog form: successful requests per second one ready replica sustains.
-    #[arg(long)]
+    /// Backlog form: successful requests (with `--unit tokens`, tokens) per second one ready
+    /// replica sustains.
+    #[arg(long, visible_alias = "per-replica-tps")]
     per_replica_rps: Option<f64>,
     /// Backlog form: arrivals per second once the burst is over (default: what the ready
     /// replicas serve).
-    #[arg(long)]
+    #[arg(long, visible_alias = "arrival-tps")]
     arrival_rps: Option<f64>,
     /// Backlog form: requests already queued.
     #[arg(long, conflicts_with_all = ["burst_rps", "burst_s"])]
@@ -36,6 +38,11 @@ pub struct WhatIfArgs {
     /// ...and how long it lasts, in seconds.
     #[arg(long, requires = "burst_rps")]
     burst_s: Option<f64>,
+    /// Backlog form: what the rates and the backlog count. `tokens` sizes a pool as one with
+    /// `replica_throughput_tps` and token counts in its signals is sized: the rates are tokens
+    /// per second and the backlog is tokens.
+    #[arg(long, value_enum, default_value_t = Unit::Requests)]
+    unit: Unit,
     /// Backlog form: drain the backlog within this many seconds.
     #[arg(long, default_value_t = 60.0)]
     drain_s: f64,
@@ -54,6 +61,21 @@ pub struct WhatIfArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Unit {
+    Requests,
+    Tokens,
+}
+
+impl Unit {
+    fn rate(self) -> &'static str {
+        match self {
+            Unit::Requests => "req/s",
+            Unit::Tokens => "tok/s",
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -137,7 +159,8 @@ fn backlog(args: &WhatIfArgs) -> Result<Answer, BadInput> {
     let drain_s = finite_non_negative("--drain-s", args.drain_s)?.max(1.0);
     let capacity = ready as f64 * per_replica;
     let mut reasoning = vec![format!(
-        "capacity = {ready} × {per_replica} = {capacity} req/s"
+        "capacity = {ready} × {per_replica} = {capacity} {}",
+        args.unit.rate()
     )];
     let backlog = match (args.backlog, args.burst_rps, args.burst_s) {
         (Some(b), _, _) => finite_non_negative("--backlog", b)?,

@@ -713,6 +713,26 @@ fn what_if_reproduces_the_seed_numbers() {
         (Some(4), Some(0))
     );
 
+    // Tokens as the unit: 100,000 tok/s at 2,000 per replica is 50 replicas, and 200,000 queued
+    // tokens drained within 60 s two more.
+    let tokens = what_if(&[
+        "--unit",
+        "tokens",
+        "--ready",
+        "2",
+        "--per-replica-tps",
+        "2000",
+        "--arrival-tps",
+        "100000",
+        "--backlog",
+        "200000",
+    ]);
+    assert_eq!(tokens["desired_replicas"], 52, "{tokens}");
+    assert!(
+        tokens["reasoning"].to_string().contains("tok/s"),
+        "{tokens}"
+    );
+
     let bad = Command::new(BIN)
         .args([
             "what-if",

@@ -336,10 +336,21 @@ async fn signals_are_validated_and_accepted() {
     let full = json!({
         "queue_depth": 40, "oldest_age_s": 2.5, "arrival_rate_rps": 200.0,
         "departure_rate_rps": 80.0, "error_rate_rps": 0.1, "batch_occupancy": 0.9,
-        "gpu_utilization": 0.95
+        "gpu_utilization": 0.95, "queued_tokens": 48000.0, "token_arrival_rate_tps": 240000.0
     });
     assert_eq!(api.post(uri, None, full).await.status, StatusCode::ACCEPTED);
+    api.engine.tick().await.unwrap();
+    let kept = api.get("/v1/pools/llama-70b-interactive").await.body["last_signal"].clone();
+    assert_eq!(
+        (&kept["queued_tokens"], &kept["token_arrival_rate_tps"]),
+        (&json!(48000.0), &json!(240000.0)),
+        "{kept}"
+    );
     for (body, detail) in [
+        (
+            json!({"queue_depth": 1, "queued_tokens": -3.0}),
+            "queued_tokens",
+        ),
         (json!({"queue_depth": -1}), "queue_depth"),
         (
             json!({"queue_depth": 1, "arrival_rate_rps": -5.0}),

@@ -123,6 +123,8 @@ fn fleet(pools: usize, nodes_per_pool: usize, now: headroom_core::Timestamp) -> 
             batch_occupancy: Some(0.8),
             gpu_utilization: Some(0.9),
             received_at: now,
+            queued_tokens: None,
+            token_arrival_rate_tps: None,
         });
         all_pools.push(pool);
         all_nodes.push(nodes);

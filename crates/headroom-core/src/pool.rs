@@ -63,6 +63,9 @@ pub struct ScalingPolicy {
     /// Successful requests per second one ready replica sustains for the measured request mix;
     /// used until departures are measured.
     pub replica_throughput_rps: f64,
+    /// Tokens per second one ready replica sustains: set, and with signals that count queued
+    /// tokens, the backlog-drain rule sizes the pool in tokens instead of requests.
+    pub replica_throughput_tps: Option<f64>,
     /// Backlog-drain rule: the queue should be drained within this long.
     pub backlog_drain: Duration,
     /// Backlog-drain rule: the arrivals are served at this share of the replicas' throughput,
@@ -117,6 +120,7 @@ impl Default for ScalingPolicy {
             tolerance: 0.1,
             oldest_age_threshold: None,
             replica_throughput_rps: 1.0,
+            replica_throughput_tps: None,
             backlog_drain: Duration::from_secs(60),
             target_utilization: 0.9,
             scale_up_breaches: 2,

@@ -261,6 +261,9 @@ impl Scraper {
             oldest_age_by_class_s: Default::default(),
             queue_depth_by_priority: Default::default(),
             arrival_rate_by_priority_rps: Default::default(),
+            // Scrape selectors for token counts are not read yet: push them instead.
+            queued_tokens: None,
+            token_arrival_rate_tps: None,
         })
     }
 }

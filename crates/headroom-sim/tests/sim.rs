@@ -345,7 +345,10 @@ async fn no_policy_that_serves_as_well_costs_less_than_the_oracle() {
 async fn a_pool_without_a_floor_scales_to_zero_and_wakes_for_the_first_request() {
     let r = run("scale-to-zero", &[Policy::Headroom], None).await;
     let h = policy(&r, "headroom");
-    assert_eq!(h.shed, 0, "the first requests wait for the wake, none is shed");
+    assert_eq!(
+        h.shed, 0,
+        "the first requests wait for the wake, none is shed"
+    );
     assert_eq!(h.requests_within_slo, h.requests_total);
     let samples = series(&r, "headroom");
     let running = |x: &Sample| x.ready + x.starting;
@@ -356,7 +359,10 @@ async fn a_pool_without_a_floor_scales_to_zero_and_wakes_for_the_first_request()
             .filter(|x| x.t_s >= from && x.t_s < to && running(x) > 0)
             .map(|x| x.t_s)
             .collect();
-        assert!(busy.is_empty(), "nodes ran while idle ({from}..{to} s): {busy:?}");
+        assert!(
+            busy.is_empty(),
+            "nodes ran while idle ({from}..{to} s): {busy:?}"
+        );
     }
     // Each session is served: replicas are ready within a minute of its first request.
     for start in [301.0, 1801.0, 3001.0] {

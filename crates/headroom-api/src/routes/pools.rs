@@ -146,6 +146,11 @@ struct SignalBody {
     /// Arrivals per second per priority tier.
     #[serde(default)]
     arrival_rate_by_priority_rps: std::collections::BTreeMap<String, f64>,
+    /// Tokens waiting (prompt plus estimated output): with the pool's `replica_throughput_tps`
+    /// and `token_arrival_rate_tps`, the pool is sized in tokens, not requests.
+    queued_tokens: Option<f64>,
+    /// Tokens arriving per second.
+    token_arrival_rate_tps: Option<f64>,
 }
 
 /// A map keyed by priority tier, each key checked and each value by `value`.
@@ -218,6 +223,12 @@ async fn push_signal(
         error_rate_rps: non_negative("error_rate_rps", input.error_rate_rps, LARGE)?,
         batch_occupancy: non_negative("batch_occupancy", input.batch_occupancy, 1.0)?,
         gpu_utilization: non_negative("gpu_utilization", input.gpu_utilization, 1.0)?,
+        queued_tokens: non_negative("queued_tokens", input.queued_tokens, LARGE)?,
+        token_arrival_rate_tps: non_negative(
+            "token_arrival_rate_tps",
+            input.token_arrival_rate_tps,
+            LARGE,
+        )?,
         oldest_age_by_class_s: input
             .oldest_age_by_class_s
             .into_iter()

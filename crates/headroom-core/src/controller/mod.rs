@@ -42,6 +42,14 @@ pub struct Signals {
     pub gpu_utilization: Option<f64>,
     /// When the sample was received (stamped by the receiver, not the sender).
     pub received_at: Timestamp,
+    /// Tokens waiting (prompt and estimated output, as the serving layer weighs them): a queue
+    /// of long prompts is not a queue of short ones. With `token_arrival_rate_tps` and the
+    /// pool's `replica_throughput_tps`, the drain rule sizes the pool in tokens.
+    #[serde(default)]
+    pub queued_tokens: Option<f64>,
+    /// Tokens arriving per second over the last window.
+    #[serde(default)]
+    pub token_arrival_rate_tps: Option<f64>,
 }
 
 impl Signals {
@@ -56,6 +64,8 @@ impl Signals {
             batch_occupancy: None,
             gpu_utilization: None,
             received_at,
+            queued_tokens: None,
+            token_arrival_rate_tps: None,
         }
     }
 }
@@ -432,163 +442,6 @@ impl Activation<'_> {
         })
     }
 
-    /// Every rule's proposal, the floor first; the oldest-age rule counts its windows in
-    /// `memory`.
-    fn proposals(
-        &self,
-        s: &Signals,
-        counts: ReplicaCounts,
-        memory: &mut ControllerMemory,
-    ) -> Vec<Candidate> {
-        let floor_why = format!(
-            "min_replicas {} / min_capacity {}",
-            self.pool.min_replicas, self.policy.min_capacity
-        );
-        let per_replica_rps = throughput(self.policy, s, counts.ready);
-        let proposals: Vec<Candidate> = [
-            Some((Rule::Floor, self.floor, floor_why)),
-            self.hpa_proposal(s, counts),
-            self.drain_proposal(s, counts, per_replica_rps),
-            self.oldest_age_proposal(s, per_replica_rps, memory),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        match self.lead_time_cap(s, counts, per_replica_rps) {
-            Some((cap, why)) => proposals
-                .into_iter()
-                .map(|(rule, n, reason)| match rule {
-                    Rule::Floor => (rule, n, reason),
-                    _ if n > cap => (rule, cap, format!("{reason}; but {why}: {cap}")),
-                    _ => (rule, n, reason),
-                })
-                .collect(),
-            None => proposals,
-        }
-    }
-
-    /// No rule buys more replicas than the arrivals need (at the target utilisation) plus what
-    /// drains the backlog within the time a new replica takes to serve — a woken warm node the
-    /// rungs after its disk, a new one the whole ladder. A replica that lands after the
-    /// backlog it was bought for is gone is idle for minutes: a spike of seconds that asks the
-    /// queue rule for fifty replicas gets the few that drain it in time.
-    fn lead_time_cap(
-        &self,
-        s: &Signals,
-        counts: ReplicaCounts,
-        per_replica_rps: f64,
-    ) -> Option<(u32, String)> {
-        let arrivals = s.arrival_rate_rps?;
-        let ladder = &self.pool.ladder;
-        let lead = if counts.warm > 0 {
-            ladder.from_stopped_total()
-        } else {
-            ladder.cold_total()
-        };
-        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
-        let cap = drain_rule(
-            arrivals / utilization,
-            s.queue_depth as f64,
-            lead,
-            per_replica_rps,
-        );
-        Some((
-            cap,
-            format!(
-                "a new replica serves in {}s: {arrivals:.1} req/s and {} queued drained by then need",
-                lead.as_secs(),
-                s.queue_depth
-            ),
-        ))
-    }
-
-    fn hpa_proposal(&self, s: &Signals, counts: ReplicaCounts) -> Option<Candidate> {
-        let target = self.policy.target_queue_per_replica?;
-        let desired = if counts.ready == 0 {
-            clamp_u32((s.queue_depth as f64 / target).ceil())
-        } else {
-            let metric = s.queue_depth as f64 / counts.ready as f64;
-            hpa_rule(counts.ready, metric, target, self.policy.tolerance)
-        };
-        let why = format!(
-            "{} waiting over {} ready replicas against a target of {target} per replica gives {desired}",
-            s.queue_depth, counts.ready
-        );
-        Some((Rule::Hpa, desired, why))
-    }
-
-    fn drain_proposal(
-        &self,
-        s: &Signals,
-        counts: ReplicaCounts,
-        per_replica_rps: f64,
-    ) -> Option<Candidate> {
-        let arrivals = s.arrival_rate_rps?;
-        // Less than one waiting request per ready replica while departures keep up with arrivals
-        // is noise (a poisoned or just-arrived request), not a backlog to buy replicas for.
-        let keeping_up = s.departure_rate_rps.is_some_and(|d| d >= arrivals);
-        let backlog = if keeping_up && s.queue_depth < counts.ready as u64 {
-            0.0
-        } else {
-            s.queue_depth as f64
-        };
-        let drain = self.policy.backlog_drain;
-        // A pool run at full throughput has no room for the next second's variance: size the
-        // steady part for the target utilisation.
-        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
-        let desired = drain_rule(arrivals / utilization, backlog, drain, per_replica_rps);
-        let why = format!(
-            "{arrivals:.1} req/s at {per_replica_rps:.2} req/s per replica and {:.0} % utilisation plus {} queued drained within {}s gives {desired}",
-            utilization * 100.0,
-            s.queue_depth,
-            drain.as_secs()
-        );
-        Some((Rule::BacklogDrain, desired, why))
-    }
-
-    /// Proposes only from the second consecutive window with the oldest age past its threshold
-    /// and arrivals above departures; any other window starts the count over.
-    fn oldest_age_proposal(
-        &self,
-        s: &Signals,
-        per_replica_rps: f64,
-        memory: &mut ControllerMemory,
-    ) -> Option<Candidate> {
-        let policy = self.policy;
-        let breach = match (
-            policy.oldest_age_threshold,
-            s.oldest_age_s,
-            s.arrival_rate_rps,
-            s.departure_rate_rps,
-        ) {
-            (Some(threshold), Some(age), Some(arrivals), Some(departures)) => {
-                (age > threshold.as_secs_f64() && arrivals > departures)
-                    .then_some((age, arrivals, departures))
-            }
-            _ => None,
-        };
-        let Some((age, arrivals, departures)) = breach else {
-            memory.age_windows = 0;
-            memory.age_window_at = None;
-            return None;
-        };
-        count_window(
-            &mut memory.age_windows,
-            &mut memory.age_window_at,
-            policy.breach_window,
-            self.now,
-        );
-        if memory.age_windows < 2 {
-            return None;
-        }
-        let extra = clamp_u32(((arrivals - departures) / per_replica_rps).ceil()).max(1);
-        let why = format!(
-            "the oldest request waited {age:.1}s (threshold {}s) while {arrivals:.1} req/s arrived and {departures:.1} departed, two windows running: {extra} more",
-            policy.oldest_age_threshold.map_or(0, |t| t.as_secs())
-        );
-        Some((Rule::OldestAge, self.current.saturating_add(extra), why))
-    }
-
     /// Whether the target changed in the other direction less than `direction_cooldown` ago.
     fn recent_change(&self, memory: &ControllerMemory, direction: Direction) -> bool {
         memory.last_change.is_some_and(|(at, d)| {
@@ -826,5 +679,6 @@ impl Winner {
     }
 }
 
+mod rules;
 #[cfg(test)]
 mod tests;

@@ -537,3 +537,44 @@ fn the_drain_rule_leaves_room_at_the_target_utilisation() {
     assert_eq!((d.target, d.rule), (9, Rule::BacklogDrain), "{}", d.reason);
     assert!(d.reason.contains("90 % utilisation"), "{}", d.reason);
 }
+
+/// Ten queued requests and five a second are a small load of short prompts and a large one of
+/// long prompts: a pool that knows its tokens per second sizes for the tokens; without it (or
+/// without token counts in the signal) requests stay the unit.
+#[test]
+fn a_queue_of_long_prompts_needs_more_replicas_than_one_of_short_ones() {
+    let policy = |tps: Option<f64>| {
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            replica_throughput_tps: tps,
+            ..base()
+        })
+    };
+    let prompts = |tokens_each: f64| Signals {
+        queued_tokens: Some(10.0 * tokens_each),
+        token_arrival_rate_tps: Some(5.0 * tokens_each),
+        ..Signals::queue(10, 5.0, t0())
+    };
+    let target = |tps: Option<f64>, s: &Signals| {
+        decide(
+            &pool(1, 100, policy(tps)),
+            Some(s),
+            ready(2),
+            memory(2),
+            t0(),
+        )
+    };
+    // 1,000 tok/s at 2,000 per replica plus 2,000 queued: 1 + 1.
+    assert_eq!(target(Some(2000.0), &prompts(200.0)).target, 2);
+    // 100,000 tok/s: 50 replicas, plus what drains 200,000 queued tokens by the time a new
+    // replica serves (190 s): 51.
+    let long = target(Some(2000.0), &prompts(20_000.0));
+    assert_eq!((long.target, long.rule), (51, Rule::BacklogDrain));
+    assert!(long.reason.contains("tok/s"), "{}", long.reason);
+    // Requests are the unit without the pool's token rate or the signal's token counts.
+    assert_eq!(target(None, &prompts(20_000.0)).target, 2);
+    assert_eq!(
+        target(Some(2000.0), &Signals::queue(10, 5.0, t0())).target,
+        2
+    );
+}

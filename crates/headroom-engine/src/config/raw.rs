@@ -165,6 +165,8 @@ fn default_sim_capacity() -> u32 {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawScaling {
     pub(super) replica_throughput_rps: f64,
+    #[serde(default)]
+    pub(super) replica_throughput_tps: Option<f64>,
     pub(super) target_queue_per_replica: Option<f64>,
     pub(super) tolerance: Option<f64>,
     pub(super) oldest_age_threshold: Option<String>,

@@ -25,6 +25,7 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
             )
         }),
         replica_throughput_rps: s.replica_throughput_rps,
+        replica_throughput_tps: s.replica_throughput_tps,
         backlog_drain: duration("backlog_drain", &s.backlog_drain, d.backlog_drain),
         target_utilization: s.target_utilization.unwrap_or(d.target_utilization),
         scale_up_breaches: s.scale_up_breaches.unwrap_or(d.scale_up_breaches),
@@ -81,6 +82,13 @@ fn check(key: &str, policy: &ScalingPolicy, p: &mut Problems) {
             &format!("{key}.replica_throughput_rps"),
             "must be a positive number",
             "measure successful requests per second per ready replica, e.g. 2.5",
+        );
+    }
+    if policy.replica_throughput_tps.is_some_and(|t| !positive(t)) {
+        p.add(
+            &format!("{key}.replica_throughput_tps"),
+            "must be a positive number",
+            "measure tokens per second per ready replica for the request mix, e.g. 2400",
         );
     }
     if policy

@@ -23,6 +23,9 @@ pub struct SignalInput {
     pub queue_depth_by_priority: BTreeMap<Priority, u64>,
     /// Arrivals per second per priority tier.
     pub arrival_rate_by_priority_rps: BTreeMap<Priority, f64>,
+    /// Tokens waiting and tokens arriving per second, when the serving layer weighs its queue.
+    pub queued_tokens: Option<f64>,
+    pub token_arrival_rate_tps: Option<f64>,
 }
 
 /// The per-tier part of a pool's latest signal.
@@ -94,6 +97,8 @@ impl Engine {
             batch_occupancy: input.batch_occupancy,
             gpu_utilization: input.gpu_utilization,
             received_at: self.clock.now(),
+            queued_tokens: input.queued_tokens,
+            token_arrival_rate_tps: input.token_arrival_rate_tps,
         };
         let tiers = TierSignal {
             queued: input.queue_depth_by_priority,

@@ -1,0 +1,208 @@
+//! The rules that propose a replica count (the floor, the HPA rule, backlog drain, oldest
+//! age) and the lead-time cap that bounds them, in the unit the pool is sized in.
+
+use super::*;
+
+/// The queue in the unit the pool is sized in: tokens where the pool sets
+/// `replica_throughput_tps` and the signal counts tokens, requests otherwise.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Work {
+    unit: &'static str,
+    arrivals: f64,
+    backlog: f64,
+    per_replica: f64,
+}
+
+impl Work {
+    fn of(policy: &ScalingPolicy, s: &Signals, per_replica_rps: f64) -> Option<Work> {
+        if let (Some(tps), Some(queued), Some(rate)) = (
+            policy.replica_throughput_tps,
+            s.queued_tokens,
+            s.token_arrival_rate_tps,
+        ) {
+            return Some(Work {
+                unit: "tok",
+                arrivals: rate,
+                backlog: queued,
+                per_replica: tps,
+            });
+        }
+        Some(Work {
+            unit: "req",
+            arrivals: s.arrival_rate_rps?,
+            backlog: s.queue_depth as f64,
+            per_replica: per_replica_rps,
+        })
+    }
+}
+
+impl Activation<'_> {
+    /// Every rule's proposal, the floor first; the oldest-age rule counts its windows in
+    /// `memory`.
+    pub(super) fn proposals(
+        &self,
+        s: &Signals,
+        counts: ReplicaCounts,
+        memory: &mut ControllerMemory,
+    ) -> Vec<Candidate> {
+        let floor_why = format!(
+            "min_replicas {} / min_capacity {}",
+            self.pool.min_replicas, self.policy.min_capacity
+        );
+        let per_replica_rps = throughput(self.policy, s, counts.ready);
+        let proposals: Vec<Candidate> = [
+            Some((Rule::Floor, self.floor, floor_why)),
+            self.hpa_proposal(s, counts),
+            self.drain_proposal(s, counts, per_replica_rps),
+            self.oldest_age_proposal(s, per_replica_rps, memory),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        match self.lead_time_cap(s, counts, per_replica_rps) {
+            Some((cap, why)) => proposals
+                .into_iter()
+                .map(|(rule, n, reason)| match rule {
+                    Rule::Floor => (rule, n, reason),
+                    _ if n > cap => (rule, cap, format!("{reason}; but {why}: {cap}")),
+                    _ => (rule, n, reason),
+                })
+                .collect(),
+            None => proposals,
+        }
+    }
+
+    /// No rule buys more replicas than the arrivals need (at the target utilisation) plus what
+    /// drains the backlog within the time a new replica takes to serve — a woken warm node the
+    /// rungs after its disk, a new one the whole ladder. A replica that lands after the
+    /// backlog it was bought for is gone is idle for minutes: a spike of seconds that asks the
+    /// queue rule for fifty replicas gets the few that drain it in time.
+    pub(super) fn lead_time_cap(
+        &self,
+        s: &Signals,
+        counts: ReplicaCounts,
+        per_replica_rps: f64,
+    ) -> Option<(u32, String)> {
+        let work = Work::of(self.policy, s, per_replica_rps)?;
+        let ladder = &self.pool.ladder;
+        let lead = if counts.warm > 0 {
+            ladder.from_stopped_total()
+        } else {
+            ladder.cold_total()
+        };
+        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        let cap = drain_rule(
+            work.arrivals / utilization,
+            work.backlog,
+            lead,
+            work.per_replica,
+        );
+        Some((
+            cap,
+            format!(
+                "a new replica serves in {}s: {:.1} {unit}/s and {:.0} {unit} queued drained by then need",
+                lead.as_secs(),
+                work.arrivals,
+                work.backlog,
+                unit = work.unit,
+            ),
+        ))
+    }
+
+    pub(super) fn hpa_proposal(&self, s: &Signals, counts: ReplicaCounts) -> Option<Candidate> {
+        let target = self.policy.target_queue_per_replica?;
+        let desired = if counts.ready == 0 {
+            clamp_u32((s.queue_depth as f64 / target).ceil())
+        } else {
+            let metric = s.queue_depth as f64 / counts.ready as f64;
+            hpa_rule(counts.ready, metric, target, self.policy.tolerance)
+        };
+        let why = format!(
+            "{} waiting over {} ready replicas against a target of {target} per replica gives {desired}",
+            s.queue_depth, counts.ready
+        );
+        Some((Rule::Hpa, desired, why))
+    }
+
+    pub(super) fn drain_proposal(
+        &self,
+        s: &Signals,
+        counts: ReplicaCounts,
+        per_replica_rps: f64,
+    ) -> Option<Candidate> {
+        let work = Work::of(self.policy, s, per_replica_rps)?;
+        // Less than one waiting request per ready replica while departures keep up with arrivals
+        // is noise (a poisoned or just-arrived request), not a backlog to buy replicas for.
+        let keeping_up = s
+            .departure_rate_rps
+            .is_some_and(|d| s.arrival_rate_rps.is_some_and(|a| d >= a));
+        let backlog = if keeping_up && s.queue_depth < counts.ready as u64 {
+            0.0
+        } else {
+            work.backlog
+        };
+        let drain = self.policy.backlog_drain;
+        // A pool run at full throughput has no room for the next second's variance: size the
+        // steady part for the target utilisation.
+        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        let desired = drain_rule(
+            work.arrivals / utilization,
+            backlog,
+            drain,
+            work.per_replica,
+        );
+        let why = format!(
+            "{:.1} {unit}/s at {:.2} {unit}/s per replica and {:.0} % utilisation plus {:.0} {unit} queued drained within {}s gives {desired}",
+            work.arrivals,
+            work.per_replica,
+            utilization * 100.0,
+            work.backlog,
+            drain.as_secs(),
+            unit = work.unit,
+        );
+        Some((Rule::BacklogDrain, desired, why))
+    }
+
+    /// Proposes only from the second consecutive window with the oldest age past its threshold
+    /// and arrivals above departures; any other window starts the count over.
+    pub(super) fn oldest_age_proposal(
+        &self,
+        s: &Signals,
+        per_replica_rps: f64,
+        memory: &mut ControllerMemory,
+    ) -> Option<Candidate> {
+        let policy = self.policy;
+        let breach = match (
+            policy.oldest_age_threshold,
+            s.oldest_age_s,
+            s.arrival_rate_rps,
+            s.departure_rate_rps,
+        ) {
+            (Some(threshold), Some(age), Some(arrivals), Some(departures)) => {
+                (age > threshold.as_secs_f64() && arrivals > departures)
+                    .then_some((age, arrivals, departures))
+            }
+            _ => None,
+        };
+        let Some((age, arrivals, departures)) = breach else {
+            memory.age_windows = 0;
+            memory.age_window_at = None;
+            return None;
+        };
+        count_window(
+            &mut memory.age_windows,
+            &mut memory.age_window_at,
+            policy.breach_window,
+            self.now,
+        );
+        if memory.age_windows < 2 {
+            return None;
+        }
+        let extra = clamp_u32(((arrivals - departures) / per_replica_rps).ceil()).max(1);
+        let why = format!(
+            "the oldest request waited {age:.1}s (threshold {}s) while {arrivals:.1} req/s arrived and {departures:.1} departed, two windows running: {extra} more",
+            policy.oldest_age_threshold.map_or(0, |t| t.as_secs())
+        );
+        Some((Rule::OldestAge, self.current.saturating_add(extra), why))
+    }
+}
