@@ -27,7 +27,7 @@ use headroom_core::{
 use serde::Serialize;
 use thiserror::Error;
 
-pub use pg_schema::RuntimeRole;
+pub use pg_schema::{RuntimeRole, scram_sha256};
 pub use postgres::PostgresLedger;
 pub use sqlite::SqliteLedger;
 

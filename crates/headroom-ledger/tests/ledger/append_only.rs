@@ -327,6 +327,20 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     .unwrap();
     roles.migrate(&roles.runtime, Some("runtime-pw")).await.unwrap();
     roles.migrate(&roles.runtime, None).await.unwrap();
+    // The role logs in with the password it was given (a SCRAM verifier of it is stored).
+    let admin = sqlx::PgPool::connect(&roles.db_url).await.unwrap();
+    let stored: String = sqlx::query_scalar("SELECT rolpassword FROM pg_authid WHERE rolname = $1")
+        .bind(&roles.runtime)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    let salt = stored
+        .strip_prefix("SCRAM-SHA-256$4096:")
+        .and_then(|rest| rest.split('$').next())
+        .unwrap_or_else(|| panic!("not a SCRAM verifier: {stored}"));
+    use base64::Engine;
+    let salt = base64::engine::general_purpose::STANDARD.decode(salt).unwrap();
+    assert_eq!(stored, headroom_ledger::scram_sha256("runtime-pw", &salt));
 
     // What `serve` does, as the runtime role: open the ledger (no DDL) and record.
     let ledger = PostgresLedger::connect(&roles.runtime_url()).await.unwrap();
