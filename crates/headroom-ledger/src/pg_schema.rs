@@ -160,6 +160,11 @@ pub(crate) async fn grant_runtime_role(
         why,
     };
     let mut tx = pool.begin().await?;
+    // Several tasks may start `migrate` at once (one per ECS task): one grants at a time, and
+    // each later one sees the role the first created.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('headroom-runtime-grants', 0))")
+        .execute(&mut *tx)
+        .await?;
     let me: String = sqlx::query_scalar("SELECT current_user::text")
         .fetch_one(&mut *tx)
         .await?;

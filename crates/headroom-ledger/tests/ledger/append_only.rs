@@ -452,3 +452,19 @@ async fn serve_as_the_runtime_role_names_the_fix_when_the_schema_is_not_current(
     assert!(text.contains("is not applied") && text.contains(&roles.runtime), "{text}");
     assert!(text.contains(&format!("headroom migrate --runtime-role {}", roles.runtime)), "{text}");
 }
+
+/// Every task of a deployment runs `migrate` as it starts: run at once, they all succeed (the
+/// role is created once, the grants are applied one at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_migrates_all_succeed() {
+    let roles = std::sync::Arc::new(Roles::new().await);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let roles = roles.clone();
+        tasks.spawn(async move { roles.migrate(&roles.runtime, Some("runtime-pw")).await });
+    }
+    while let Some(result) = tasks.join_next().await {
+        result.unwrap().unwrap();
+    }
+    PostgresLedger::connect(&roles.runtime_url()).await.unwrap();
+}
