@@ -31,7 +31,10 @@ fn as_role(db: &str, role: &str, password: &str) -> String {
 fn serve_runs_as_the_runtime_role_that_migrate_creates() {
     let db = fresh_postgres_database();
     let suffix = &db.rsplit('_').next().unwrap()[..12];
-    let (owner, runtime) = (format!("cli_owner_{suffix}"), format!("cli_runtime_{suffix}"));
+    let (owner, runtime) = (
+        format!("cli_owner_{suffix}"),
+        format!("cli_runtime_{suffix}"),
+    );
     let name = db.rsplit('/').next().unwrap();
     admin_sql(
         &db,
@@ -46,7 +49,13 @@ fn serve_runs_as_the_runtime_role_that_migrate_creates() {
 
     let migrate = || {
         Command::new(BIN)
-            .args(["migrate", "--database-url", &owner_url, "--runtime-role", &runtime])
+            .args([
+                "migrate",
+                "--database-url",
+                &owner_url,
+                "--runtime-role",
+                &runtime,
+            ])
             .env("HEADROOM_RUNTIME_PASSWORD", "runtime-pw")
             .output()
             .unwrap()
@@ -54,9 +63,16 @@ fn serve_runs_as_the_runtime_role_that_migrate_creates() {
     // Twice: the second run changes nothing and succeeds.
     for _ in 0..2 {
         let out = migrate();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains(&format!("role {runtime} may SELECT and INSERT")), "{stdout}");
+        assert!(
+            stdout.contains(&format!("role {runtime} may SELECT and INSERT")),
+            "{stdout}"
+        );
     }
 
     // Tokens are minted and the service runs with the runtime role's URL only.
@@ -70,23 +86,40 @@ fn serve_runs_as_the_runtime_role_that_migrate_creates() {
     );
     assert_eq!(created.status, 201, "{:?}", created.body);
     let launched = eventually(100, || {
-        let pool = call(&agent, "GET", &format!("{base}/v1/pools/mistral-7b-batch"), None);
+        let pool = call(
+            &agent,
+            "GET",
+            &format!("{base}/v1/pools/mistral-7b-batch"),
+            None,
+        );
         pool.body["requested"].as_u64().unwrap_or(0) + pool.body["starting"].as_u64().unwrap_or(0)
             >= 1
     });
-    assert!(launched, "the loop launched for the request as the runtime role");
+    assert!(
+        launched,
+        "the loop launched for the request as the runtime role"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 
     // The runtime role is refused as the owner's replacement, in one line, exit code 2.
     let out = Command::new(BIN)
-        .args(["migrate", "--database-url", &owner_url, "--runtime-role", &owner])
+        .args([
+            "migrate",
+            "--database-url",
+            &owner_url,
+            "--runtime-role",
+            &owner,
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with(&format!("error: --runtime-role {owner}: ")), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("error: --runtime-role {owner}: ")),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -115,15 +148,45 @@ fn serve_as_an_ungranted_role_fails_in_one_line_naming_migrate() {
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("headroom migrate --runtime-role"), "{stderr}");
+    assert!(
+        stderr.contains("headroom migrate --runtime-role"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn runtime_role_options_are_checked_in_one_line() {
     for (args, env, says) in [
-        (vec!["--database-url", "sqlite:///tmp/never.db", "--runtime-role", "r"], None, "--runtime-role: only a PostgreSQL"),
-        (vec!["--database-url", "postgres://u@127.0.0.1:1/d", "--runtime-role", "Bad-Name"], None, "--runtime-role: \"Bad-Name\""),
-        (vec!["--database-url", "postgres://u@127.0.0.1:1/d", "--runtime-role", "r"], Some("has space"), "HEADROOM_RUNTIME_PASSWORD: "),
+        (
+            vec![
+                "--database-url",
+                "sqlite:///tmp/never.db",
+                "--runtime-role",
+                "r",
+            ],
+            None,
+            "--runtime-role: only a PostgreSQL",
+        ),
+        (
+            vec![
+                "--database-url",
+                "postgres://u@127.0.0.1:1/d",
+                "--runtime-role",
+                "Bad-Name",
+            ],
+            None,
+            "--runtime-role: \"Bad-Name\"",
+        ),
+        (
+            vec![
+                "--database-url",
+                "postgres://u@127.0.0.1:1/d",
+                "--runtime-role",
+                "r",
+            ],
+            Some("has space"),
+            "HEADROOM_RUNTIME_PASSWORD: ",
+        ),
     ] {
         let mut command = Command::new(BIN);
         command.arg("migrate").args(&args);
@@ -134,6 +197,9 @@ fn runtime_role_options_are_checked_in_one_line() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.starts_with(&format!("error: {says}")), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: {says}")),
+            "{args:?}: {stderr}"
+        );
     }
 }

@@ -173,10 +173,11 @@ pub(crate) async fn grant_runtime_role(
             "it is the role migrating ({me}), which owns the tables; name a separate role for `serve`"
         )));
     }
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
-        .bind(role.name)
-        .fetch_one(&mut *tx)
-        .await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
+            .bind(role.name)
+            .fetch_one(&mut *tx)
+            .await?;
     // The server stores a verifier given as it is: the password never leaves this process, so
     // no statement log (Cloud SQL logs DDL) can show it.
     let verifier = role
@@ -184,10 +185,20 @@ pub(crate) async fn grant_runtime_role(
         .map(|p| scram_sha256(p, uuid::Uuid::new_v4().as_bytes()));
     match (exists, verifier.as_deref()) {
         (false, Some(verifier)) => {
-            run_formatted(&mut tx, "CREATE ROLE %I LOGIN PASSWORD %L", &[role.name, verifier]).await?
+            run_formatted(
+                &mut tx,
+                "CREATE ROLE %I LOGIN PASSWORD %L",
+                &[role.name, verifier],
+            )
+            .await?
         }
         (true, Some(verifier)) => {
-            run_formatted(&mut tx, "ALTER ROLE %I LOGIN PASSWORD %L", &[role.name, verifier]).await?
+            run_formatted(
+                &mut tx,
+                "ALTER ROLE %I LOGIN PASSWORD %L",
+                &[role.name, verifier],
+            )
+            .await?
         }
         (false, None) => {
             return Err(refuse(
@@ -196,10 +207,12 @@ pub(crate) async fn grant_runtime_role(
         }
         (true, None) => {}
     }
-    check_not_owner(&mut tx, role.name).await.map_err(|e| match e {
-        Refusal::Why(why) => refuse(why),
-        Refusal::Db(e) => e,
-    })?;
+    check_not_owner(&mut tx, role.name)
+        .await
+        .map_err(|e| match e {
+            Refusal::Why(why) => refuse(why),
+            Refusal::Db(e) => e,
+        })?;
     let tables = ledger_tables(&mut tx).await?;
     let (schema, database): (String, String) =
         sqlx::query_as("SELECT current_schema()::text, current_database()::text")
@@ -220,9 +233,19 @@ pub(crate) async fn grant_runtime_role(
     )
     .await?;
     for table in &tables {
-        run_formatted(&mut tx, "GRANT SELECT, INSERT ON TABLE %I TO %I", &[table, role.name]).await?;
+        run_formatted(
+            &mut tx,
+            "GRANT SELECT, INSERT ON TABLE %I TO %I",
+            &[table, role.name],
+        )
+        .await?;
     }
-    run_formatted(&mut tx, "GRANT SELECT ON TABLE %I TO %I", &[MIGRATIONS_TABLE, role.name]).await?;
+    run_formatted(
+        &mut tx,
+        "GRANT SELECT ON TABLE %I TO %I",
+        &[MIGRATIONS_TABLE, role.name],
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }

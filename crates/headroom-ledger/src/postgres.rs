@@ -10,9 +10,9 @@ use headroom_core::{PoolName, Timestamp};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Pool, Postgres, Transaction};
 
+use crate::LedgerError;
 use crate::dialect::Dialect;
 use crate::pg_schema::{self, RuntimeRole};
-use crate::LedgerError;
 use crate::sql::SqlLedger;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

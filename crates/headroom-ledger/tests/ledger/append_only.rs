@@ -42,7 +42,10 @@ async fn fill_every_table(ledger: &dyn Ledger) {
         "launch",
     );
     intent.hold = "1".parse().unwrap();
-    assert_eq!(ledger.place_hold(&intent).await.unwrap(), HoldOutcome::Placed);
+    assert_eq!(
+        ledger.place_hold(&intent).await.unwrap(),
+        HoldOutcome::Placed
+    );
     ledger
         .append_node_event(&intent.next(NodeState::Booting, "launched", t("2026-11-30T09:01:00Z")))
         .await
@@ -77,10 +80,17 @@ async fn fill_every_table(ledger: &dyn Ledger) {
             .unwrap()
     );
     ledger
-        .append_decision(&"llama".parse().unwrap(), t("2026-11-30T09:00:00Z"), r#"{"n": 1}"#)
+        .append_decision(
+            &"llama".parse().unwrap(),
+            t("2026-11-30T09:00:00Z"),
+            r#"{"n": 1}"#,
+        )
         .await
         .unwrap();
-    let leases = ledger.pool_leases(&["llama".parse().unwrap()]).await.unwrap();
+    let leases = ledger
+        .pool_leases(&["llama".parse().unwrap()])
+        .await
+        .unwrap();
     assert_eq!(leases.len(), 1, "the pool lease is taken");
 }
 
@@ -201,11 +211,20 @@ async fn sqlite_every_ledger_table_refuses_update_and_delete() {
 /// Deleting a revocation must not bring a revoked token back.
 async fn revocation_cannot_be_undone(ledger: &dyn Ledger, delete: impl AsyncFnOnce() -> String) {
     ledger.create_token(&token("tok-r")).await.unwrap();
-    assert!(ledger.revoke_token("tok-r", t("2026-11-30T10:00:00Z")).await.unwrap());
+    assert!(
+        ledger
+            .revoke_token("tok-r", t("2026-11-30T10:00:00Z"))
+            .await
+            .unwrap()
+    );
     let err = delete().await;
     assert!(err.contains("append-only"), "{err}");
     let kept = ledger.token("tok-r").await.unwrap().unwrap();
-    assert_eq!(kept.revoked_at, Some(t("2026-11-30T10:00:00Z")), "still revoked");
+    assert_eq!(
+        kept.revoked_at,
+        Some(t("2026-11-30T10:00:00Z")),
+        "still revoked"
+    );
 }
 
 #[tokio::test]
@@ -214,7 +233,11 @@ async fn postgres_revoked_token_stays_revoked() {
     revocation_cannot_be_undone(ledger.as_ref(), async || {
         let raw = sqlx::PgPool::connect(&db_url).await.unwrap();
         let sql = "DELETE FROM api_token_revocations WHERE token_id = 'tok-r'";
-        sqlx::query(sql).execute(&raw).await.expect_err(sql).to_string()
+        sqlx::query(sql)
+            .execute(&raw)
+            .await
+            .expect_err(sql)
+            .to_string()
     })
     .await;
 }
@@ -229,7 +252,11 @@ async fn sqlite_revoked_token_stays_revoked() {
             .await
             .unwrap();
         let sql = "DELETE FROM api_token_revocations WHERE token_id = 'tok-r'";
-        sqlx::query(sql).execute(&raw).await.expect_err(sql).to_string()
+        sqlx::query(sql)
+            .execute(&raw)
+            .await
+            .expect_err(sql)
+            .to_string()
     })
     .await;
 }
@@ -253,7 +280,10 @@ impl Roles {
         };
         let admin = sqlx::PgPool::connect(&roles.db_url).await.unwrap();
         for sql in [
-            format!("CREATE ROLE {} LOGIN CREATEROLE PASSWORD 'owner-pw'", roles.owner),
+            format!(
+                "CREATE ROLE {} LOGIN CREATEROLE PASSWORD 'owner-pw'",
+                roles.owner
+            ),
             format!(
                 "ALTER DATABASE {} OWNER TO {}",
                 roles.db_url.rsplit('/').next().unwrap(),
@@ -262,7 +292,10 @@ impl Roles {
             // PostgreSQL 14 and older let every role create in `public`; 15 only its owner.
             format!("ALTER SCHEMA public OWNER TO {}", roles.owner),
         ] {
-            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&admin)
+                .await
+                .unwrap();
         }
         admin.close().await;
         roles
@@ -298,7 +331,15 @@ impl Roles {
     /// (privilege, held) for each table privilege PostgreSQL has, for the runtime role on `table`.
     async fn privileges(&self, pool: &sqlx::PgPool, table: &str) -> Vec<(String, bool)> {
         let mut held = Vec::new();
-        for privilege in ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"] {
+        for privilege in [
+            "SELECT",
+            "INSERT",
+            "UPDATE",
+            "DELETE",
+            "TRUNCATE",
+            "REFERENCES",
+            "TRIGGER",
+        ] {
             let has: bool = sqlx::query_scalar("SELECT has_table_privilege($1, $2, $3)")
                 .bind(&self.runtime)
                 .bind(table)
@@ -315,7 +356,10 @@ impl Roles {
 #[tokio::test]
 async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     let roles = Roles::new().await;
-    roles.migrate(&roles.runtime, Some("runtime-pw")).await.unwrap();
+    roles
+        .migrate(&roles.runtime, Some("runtime-pw"))
+        .await
+        .unwrap();
     let owner = sqlx::PgPool::connect(&roles.owner_url()).await.unwrap();
     // A privilege granted by hand is taken back by the next migrate: SELECT and INSERT only.
     sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -325,7 +369,10 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     .execute(&owner)
     .await
     .unwrap();
-    roles.migrate(&roles.runtime, Some("runtime-pw")).await.unwrap();
+    roles
+        .migrate(&roles.runtime, Some("runtime-pw"))
+        .await
+        .unwrap();
     roles.migrate(&roles.runtime, None).await.unwrap();
     // The role logs in with the password it was given (a SCRAM verifier of it is stored).
     let admin = sqlx::PgPool::connect(&roles.db_url).await.unwrap();
@@ -339,7 +386,9 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
         .and_then(|rest| rest.split('$').next())
         .unwrap_or_else(|| panic!("not a SCRAM verifier: {stored}"));
     use base64::Engine;
-    let salt = base64::engine::general_purpose::STANDARD.decode(salt).unwrap();
+    let salt = base64::engine::general_purpose::STANDARD
+        .decode(salt)
+        .unwrap();
     assert_eq!(stored, headroom_ledger::scram_sha256("runtime-pw", &salt));
 
     // What `serve` does, as the runtime role: open the ledger (no DDL) and record.
@@ -349,10 +398,18 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
 
     let tables = postgres_ledger_tables(&owner).await;
     assert!(tables.len() >= 10, "ledger tables: {tables:?}");
-    let expected: Vec<(String, bool)> = ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"]
-        .iter()
-        .map(|p| (p.to_string(), matches!(*p, "SELECT" | "INSERT")))
-        .collect();
+    let expected: Vec<(String, bool)> = [
+        "SELECT",
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "TRUNCATE",
+        "REFERENCES",
+        "TRIGGER",
+    ]
+    .iter()
+    .map(|p| (p.to_string(), matches!(*p, "SELECT" | "INSERT")))
+    .collect();
     let runtime = sqlx::PgPool::connect(&roles.runtime_url()).await.unwrap();
     for (table, column) in &tables {
         assert_eq!(roles.privileges(&owner, table).await, expected, "{table}");
@@ -381,7 +438,11 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     .fetch_all(&owner)
     .await
     .unwrap();
-    assert_eq!(triggers.len(), 2 * tables.len(), "an append-only and a no-truncate trigger a table: {triggers:?}");
+    assert_eq!(
+        triggers.len(),
+        2 * tables.len(),
+        "an append-only and a no-truncate trigger a table: {triggers:?}"
+    );
     for (trigger, table) in &triggers {
         let sql = format!("DROP TRIGGER {trigger} ON {table}");
         let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
@@ -394,7 +455,15 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     sqlx::query(sql).execute(&runtime).await.expect_err(sql);
     // Still exactly what was written.
     assert_eq!(ledger.node_events().await.unwrap().len(), 2);
-    assert!(ledger.token("fill-tok").await.unwrap().unwrap().revoked_at.is_some());
+    assert!(
+        ledger
+            .token("fill-tok")
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at
+            .is_some()
+    );
 }
 
 #[tokio::test]
@@ -407,7 +476,10 @@ async fn migrate_refuses_a_runtime_role_that_could_act_as_the_owner() {
         format!("CREATE ROLE {member} LOGIN IN ROLE {}", roles.owner),
         format!("CREATE ROLE {superuser} LOGIN SUPERUSER"),
     ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&admin)
+            .await
+            .unwrap();
     }
     for (role, password, why) in [
         (roles.owner.as_str(), None, "the role migrating"),
@@ -417,7 +489,10 @@ async fn migrate_refuses_a_runtime_role_that_could_act_as_the_owner() {
     ] {
         let err = roles.migrate(role, password).await.expect_err(role);
         let text = err.to_string();
-        assert!(text.starts_with(&format!("--runtime-role {role}: ")), "{text}");
+        assert!(
+            text.starts_with(&format!("--runtime-role {role}: ")),
+            "{text}"
+        );
         assert!(text.contains(why), "{role}: {text}");
     }
 }
@@ -434,23 +509,43 @@ async fn serve_as_the_runtime_role_names_the_fix_when_the_schema_is_not_current(
     .await
     .unwrap();
     // Migrated without granting: the runtime role cannot read the migration table.
-    PostgresLedger::migrate(&roles.owner_url(), None).await.unwrap();
-    let err = PostgresLedger::connect(&roles.runtime_url()).await.unwrap_err();
+    PostgresLedger::migrate(&roles.owner_url(), None)
+        .await
+        .unwrap();
+    let err = PostgresLedger::connect(&roles.runtime_url())
+        .await
+        .unwrap_err();
     assert!(matches!(err, LedgerError::NotMigrated(_)), "{err:?}");
-    assert!(err.to_string().contains("headroom migrate --runtime-role"), "{err}");
+    assert!(
+        err.to_string().contains("headroom migrate --runtime-role"),
+        "{err}"
+    );
 
     // Granted, then a migration this build knows goes missing (as when a new version is
     // deployed before `headroom migrate` ran): refused without DDL, naming the fix.
     roles.migrate(&roles.runtime, None).await.unwrap();
     PostgresLedger::connect(&roles.runtime_url()).await.unwrap();
-    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)")
-        .execute(&admin)
+    sqlx::query(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    let err = PostgresLedger::connect(&roles.runtime_url())
         .await
-        .unwrap();
-    let err = PostgresLedger::connect(&roles.runtime_url()).await.unwrap_err();
+        .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("is not applied") && text.contains(&roles.runtime), "{text}");
-    assert!(text.contains(&format!("headroom migrate --runtime-role {}", roles.runtime)), "{text}");
+    assert!(
+        text.contains("is not applied") && text.contains(&roles.runtime),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "headroom migrate --runtime-role {}",
+            roles.runtime
+        )),
+        "{text}"
+    );
 }
 
 /// Every task of a deployment runs `migrate` as it starts: run at once, they all succeed (the
