@@ -178,6 +178,15 @@ pub(crate) async fn grant_runtime_role(
             .bind(role.name)
             .fetch_one(&mut *tx)
             .await?;
+    // Before touching an existing role (a role made here owns nothing and is no superuser).
+    if exists {
+        check_not_owner(&mut tx, role.name)
+            .await
+            .map_err(|e| match e {
+                Refusal::Why(why) => refuse(why),
+                Refusal::Db(e) => e,
+            })?;
+    }
     // The server stores a verifier given as it is: the password never leaves this process, so
     // no statement log (Cloud SQL logs DDL) can show it.
     let verifier = role
@@ -207,12 +216,6 @@ pub(crate) async fn grant_runtime_role(
         }
         (true, None) => {}
     }
-    check_not_owner(&mut tx, role.name)
-        .await
-        .map_err(|e| match e {
-            Refusal::Why(why) => refuse(why),
-            Refusal::Db(e) => e,
-        })?;
     let tables = ledger_tables(&mut tx).await?;
     let (schema, database): (String, String) =
         sqlx::query_as("SELECT current_schema()::text, current_database()::text")

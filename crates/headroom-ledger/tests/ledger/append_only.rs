@@ -483,8 +483,8 @@ async fn migrate_refuses_a_runtime_role_that_could_act_as_the_owner() {
     }
     for (role, password, why) in [
         (roles.owner.as_str(), None, "the role migrating"),
-        (member.as_str(), None, "member of the owner"),
-        (superuser.as_str(), None, "superuser"),
+        (member.as_str(), Some("pw"), "member of the owner"),
+        (superuser.as_str(), Some("pw"), "superuser"),
         (roles.runtime.as_str(), None, "no such role"),
     ] {
         let err = roles.migrate(role, password).await.expect_err(role);
