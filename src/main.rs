@@ -4,6 +4,7 @@ mod bench;
 mod cloud;
 mod cluster;
 mod demo;
+mod migrate;
 mod report;
 mod simulate;
 mod telemetry;
@@ -76,12 +77,9 @@ enum Command {
     },
     /// Print the API's OpenAPI document (the committed `openapi.json` must match it).
     Openapi,
-    /// Create or upgrade the ledger's schema.
-    Migrate {
-        /// sqlite://PATH or postgres://USER@HOST:PORT/DB
-        #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
-        database_url: String,
-    },
+    /// Create or upgrade the ledger's schema (PostgreSQL: as the role that owns it), and grant
+    /// the role `serve` runs as SELECT and INSERT only.
+    Migrate(migrate::MigrateArgs),
     /// Work with configuration files.
     Config {
         #[command(subcommand)]
@@ -138,7 +136,7 @@ fn main() -> ExitCode {
                 database_url,
                 no_auth,
             } => serve(&config, listen, database_url, no_auth).await,
-            Command::Migrate { database_url } => migrate(&database_url).await,
+            Command::Migrate(args) => migrate::run(args).await,
             Command::WhatIf(args) => whatif::run(args),
             Command::Simulate(args) => simulate::run(args).await,
             Command::Openapi => {
@@ -211,7 +209,9 @@ fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens (and migrates) the ledger a URL names: `sqlite://PATH` or `postgres://…`.
+/// Opens the ledger a URL names: `sqlite://PATH` (migrated), or `postgres://…`, migrated only
+/// when the role owns the schema; the runtime role opens a current schema without DDL and is
+/// told to run `headroom migrate` otherwise.
 pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
     if url.starts_with("sqlite:") {
         let ledger = SqliteLedger::connect(url)
@@ -230,12 +230,6 @@ pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
         url.chars().take(40).collect::<String>()
     ))
     .into())
-}
-
-async fn migrate(database_url: &str) -> anyhow::Result<ExitCode> {
-    open_ledger(database_url).await?;
-    println!("ledger migrated");
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn serve(

@@ -1625,3 +1625,6 @@ fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
         String::from_utf8_lossy(&ok.stderr)
     );
 }
+
+#[path = "cli/roles.rs"]
+mod roles;

@@ -8,6 +8,7 @@
 
 pub mod derive;
 mod dialect;
+mod pg_schema;
 mod postgres;
 mod rows;
 mod sql;
@@ -26,6 +27,7 @@ use headroom_core::{
 use serde::Serialize;
 use thiserror::Error;
 
+pub use pg_schema::{RuntimeRole, scram_sha256};
 pub use postgres::PostgresLedger;
 pub use sqlite::SqliteLedger;
 
@@ -46,6 +48,13 @@ pub enum LedgerError {
     },
     #[error("ledger migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The schema is behind this build and the connected role may not migrate it (`serve` as
+    /// the runtime role): the owner must run `headroom migrate`.
+    #[error("the ledger schema is not current: {0}")]
+    NotMigrated(String),
+    /// `headroom migrate --runtime-role` refused the role it was given.
+    #[error("--runtime-role {role}: {why}")]
+    RuntimeRole { role: String, why: String },
     #[error("ledger query failed")]
     Database(#[from] sqlx::Error),
 }

@@ -12,6 +12,7 @@ use sqlx::{Pool, Postgres, Transaction};
 
 use crate::LedgerError;
 use crate::dialect::Dialect;
+use crate::pg_schema::{self, RuntimeRole};
 use crate::sql::SqlLedger;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -136,26 +137,64 @@ impl Dialect for PgDialect {
 pub type PostgresLedger = SqlLedger<PgDialect>;
 
 impl SqlLedger<PgDialect> {
-    /// Connects to `url` (`postgres://…`) and applies migrations.
+    /// Connects to `url` (`postgres://…`) for serving. A current schema is left alone, so the
+    /// runtime role (SELECT and INSERT only) can open it; a schema behind this build is migrated
+    /// only by a role that owns it, otherwise [`LedgerError::NotMigrated`] names the fix.
     pub async fn connect(url: &str) -> Result<PostgresLedger, LedgerError> {
-        let pool: PgPool = PgPoolOptions::new()
-            .max_connections(16)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await
-            .map_err(|source| LedgerError::Open {
-                url: redact(url),
-                source,
-            })?;
+        let pool = pool(url).await?;
+        if let pg_schema::SchemaState::Behind(version) =
+            pg_schema::schema_state(&pool, &MIGRATOR).await?
+        {
+            if !pg_schema::may_migrate(&pool).await? {
+                let role: String = sqlx::query_scalar("SELECT current_user::text")
+                    .fetch_one(&pool)
+                    .await?;
+                return Err(LedgerError::NotMigrated(format!(
+                    "migration {version} is not applied and role {role} does not own the schema; \
+                     run `headroom migrate --runtime-role {role}` as the owner role"
+                )));
+            }
+            MIGRATOR.run(&pool).await?;
+        }
+        Ok(Self::from_pool(pool, url))
+    }
+
+    /// Connects to `url` as the owner role, applies every migration, and, given a runtime role,
+    /// leaves it SELECT and INSERT on every ledger table and nothing else
+    /// (`headroom migrate --runtime-role`). Running it again changes nothing.
+    pub async fn migrate(
+        url: &str,
+        runtime: Option<RuntimeRole<'_>>,
+    ) -> Result<PostgresLedger, LedgerError> {
+        let pool = pool(url).await?;
         MIGRATOR.run(&pool).await?;
-        Ok(SqlLedger::new(
+        if let Some(role) = runtime {
+            pg_schema::grant_runtime_role(&pool, role).await?;
+        }
+        Ok(Self::from_pool(pool, url))
+    }
+
+    fn from_pool(pool: PgPool, url: &str) -> PostgresLedger {
+        SqlLedger::new(
             pool,
             PgDialect {
                 url: url.to_string(),
                 leases: tokio::sync::Mutex::new(Leases::default()),
             },
-        ))
+        )
     }
+}
+
+async fn pool(url: &str) -> Result<PgPool, LedgerError> {
+    PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|source| LedgerError::Open {
+            url: redact(url),
+            source,
+        })
 }
 
 /// A database URL without its password, for messages.

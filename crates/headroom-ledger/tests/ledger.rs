@@ -953,3 +953,6 @@ async fn postgres_connections_can_be_encrypted() {
     // The ledger itself opens over the same URL.
     PostgresLedger::connect(&tls_url).await.unwrap();
 }
+
+#[path = "ledger/append_only.rs"]
+mod append_only;

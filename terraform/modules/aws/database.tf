@@ -63,8 +63,16 @@ resource "aws_db_parameter_group" "this" {
 }
 
 # Generated here and kept in Terraform state (the state must be protected like the database).
-# No '@', ':' or '/' so it can sit in a postgres:// URL unescaped.
+# No '@', ':' or '/' so they can sit in a postgres:// URL unescaped. Two roles: the master user
+# owns the tables and only migrates (the `migrate` container); the runtime role the service
+# runs as may SELECT and INSERT and nothing else, so it cannot rewrite the ledger or touch its
+# append-only triggers. `headroom migrate --runtime-role` creates it with this password.
 resource "random_password" "db" {
+  length  = 40
+  special = false
+}
+
+resource "random_password" "runtime" {
   length  = 40
   special = false
 }
@@ -113,21 +121,36 @@ resource "aws_db_instance" "this" {
 }
 
 locals {
+  # The role `serve` runs as; created and granted by `headroom migrate --runtime-role`.
+  runtime_role        = "headroom_runtime"
+  database_url_format = "postgres://%s:%s@%s:%d/%s%s"
+  tls_query           = var.database_require_tls ? "?sslmode=require" : ""
+  # The service's URL: the runtime role.
   database_url = format(
-    "postgres://%s:%s@%s:%d/%s%s",
+    local.database_url_format,
+    local.runtime_role,
+    random_password.runtime.result,
+    aws_db_instance.this.address,
+    aws_db_instance.this.port,
+    aws_db_instance.this.db_name,
+    local.tls_query,
+  )
+  # The owner's URL: the master user, for `headroom migrate` only.
+  owner_database_url = format(
+    local.database_url_format,
     aws_db_instance.this.username,
     random_password.db.result,
     aws_db_instance.this.address,
     aws_db_instance.this.port,
     aws_db_instance.this.db_name,
-    var.database_require_tls ? "?sslmode=require" : "",
+    local.tls_query,
   )
 }
 
 resource "aws_secretsmanager_secret" "database_url" {
-  #checkov:skip=CKV2_AWS_57:The URL embeds the RDS password Terraform sets; rotate by replacing random_password.db and applying (a rotation Lambda would have to rewrite both).
+  #checkov:skip=CKV2_AWS_57:The URL embeds the runtime role's password Terraform sets; rotate by replacing random_password.runtime and applying (the migrate container sets the new password before serve starts).
   name                    = "${var.name}/database-url"
-  description             = "HEADROOM_DATABASE_URL for the headroom service (postgres://, with the password)."
+  description             = "HEADROOM_DATABASE_URL for the headroom service: the runtime role (SELECT and INSERT only), with its password."
   kms_key_id              = aws_kms_key.this.arn
   recovery_window_in_days = 7
   tags                    = var.tags
@@ -136,6 +159,34 @@ resource "aws_secretsmanager_secret" "database_url" {
 resource "aws_secretsmanager_secret_version" "database_url" {
   secret_id     = aws_secretsmanager_secret.database_url.id
   secret_string = local.database_url
+}
+
+resource "aws_secretsmanager_secret" "owner_database_url" {
+  #checkov:skip=CKV2_AWS_57:The URL embeds the RDS master password Terraform sets; rotate by replacing random_password.db and applying (a rotation Lambda would have to rewrite both).
+  name                    = "${var.name}/owner-database-url"
+  description             = "HEADROOM_DATABASE_URL for `headroom migrate`: the master user, which owns the ledger's tables. Only the migrate container gets it."
+  kms_key_id              = aws_kms_key.this.arn
+  recovery_window_in_days = 7
+  tags                    = var.tags
+}
+
+resource "aws_secretsmanager_secret_version" "owner_database_url" {
+  secret_id     = aws_secretsmanager_secret.owner_database_url.id
+  secret_string = local.owner_database_url
+}
+
+resource "aws_secretsmanager_secret" "runtime_password" {
+  #checkov:skip=CKV2_AWS_57:The runtime role's password, set by `headroom migrate` from this secret; rotate by replacing random_password.runtime and applying.
+  name                    = "${var.name}/runtime-password"
+  description             = "HEADROOM_RUNTIME_PASSWORD for `headroom migrate --runtime-role`: the password it gives the runtime role."
+  kms_key_id              = aws_kms_key.this.arn
+  recovery_window_in_days = 7
+  tags                    = var.tags
+}
+
+resource "aws_secretsmanager_secret_version" "runtime_password" {
+  secret_id     = aws_secretsmanager_secret.runtime_password.id
+  secret_string = random_password.runtime.result
 }
 
 resource "aws_secretsmanager_secret" "config" {

@@ -233,9 +233,16 @@ resource "aws_iam_role_policy" "execution_secrets" {
     Version = "2012-10-17"
     Statement = [
       {
-        Effect   = "Allow"
-        Action   = ["secretsmanager:GetSecretValue"]
-        Resource = [aws_secretsmanager_secret.database_url.arn, aws_secretsmanager_secret.config.arn]
+        Effect = "Allow"
+        Action = ["secretsmanager:GetSecretValue"]
+        # The owner URL and the runtime password go to the migrate container only; the task
+        # role (what the running service can call) reads no secret.
+        Resource = [
+          aws_secretsmanager_secret.database_url.arn,
+          aws_secretsmanager_secret.config.arn,
+          aws_secretsmanager_secret.owner_database_url.arn,
+          aws_secretsmanager_secret.runtime_password.arn,
+        ]
       },
       {
         Effect   = "Allow"

@@ -14,8 +14,18 @@ output "database_endpoint" {
 }
 
 output "database_url_secret_arn" {
-  description = "Secrets Manager secret holding HEADROOM_DATABASE_URL (for `headroom migrate` or `token create` run as one-off tasks)."
+  description = "Secrets Manager secret holding the service's HEADROOM_DATABASE_URL: the runtime role (SELECT and INSERT only), enough for `headroom token create` and reports."
   value       = aws_secretsmanager_secret.database_url.arn
+}
+
+output "owner_database_url_secret_arn" {
+  description = "Secrets Manager secret holding the owner's (master user's) URL, for `headroom migrate` only; the migrate container of every task reads it."
+  value       = aws_secretsmanager_secret.owner_database_url.arn
+}
+
+output "runtime_role" {
+  description = "PostgreSQL role the service runs as (created and granted by `headroom migrate --runtime-role`)."
+  value       = local.runtime_role
 }
 
 output "admin_token_secret_arn" {

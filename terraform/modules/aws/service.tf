@@ -200,9 +200,33 @@ resource "aws_ecs_task_definition" "this" {
   }
 
   container_definitions = jsonencode([{
+    # Runs to completion before the service starts, in every task: migrates as the owner (the
+    # master user) and leaves the runtime role SELECT and INSERT only. Idempotent; concurrent
+    # runs from several tasks serialise in the database. The owner's URL reaches this container
+    # only, never the service's.
+    name      = "migrate"
+    image     = var.image
+    essential = false
+    command   = ["migrate", "--runtime-role", local.runtime_role]
+    secrets = [
+      { name = "HEADROOM_DATABASE_URL", valueFrom = aws_secretsmanager_secret.owner_database_url.arn },
+      { name = "HEADROOM_RUNTIME_PASSWORD", valueFrom = aws_secretsmanager_secret.runtime_password.arn },
+    ]
+    readonlyRootFilesystem = true
+    logConfiguration = {
+      logDriver = "awslogs"
+      options = {
+        "awslogs-group"         = aws_cloudwatch_log_group.this.name
+        "awslogs-region"        = data.aws_region.current.region
+        "awslogs-stream-prefix" = "migrate"
+      }
+    }
+    }, {
     name      = "headroom"
     image     = var.image
     essential = true
+    # Only once the schema is current and the runtime role granted.
+    dependsOn = [{ containerName = "migrate", condition = "SUCCESS" }]
     # printf, not echo: the TOML is written byte for byte. exec: SIGTERM reaches headroom,
     # which stops taking requests and finishes its tick.
     entryPoint = ["/bin/sh", "-c"]
@@ -210,6 +234,7 @@ resource "aws_ecs_task_definition" "this" {
       "printf '%s' \"$HEADROOM_CONFIG\" > ${local.config_path} && exec headroom serve --config ${local.config_path} --listen 0.0.0.0:${local.container_port}"
     ]
     portMappings = [{ containerPort = local.container_port, protocol = "tcp" }]
+    # The runtime role's URL: it can add ledger rows, not rewrite them or change the schema.
     secrets = [
       { name = "HEADROOM_DATABASE_URL", valueFrom = aws_secretsmanager_secret.database_url.arn },
       { name = "HEADROOM_CONFIG", valueFrom = aws_secretsmanager_secret.config.arn },
@@ -232,7 +257,12 @@ resource "aws_ecs_task_definition" "this" {
 
   tags = var.tags
 
-  depends_on = [aws_secretsmanager_secret_version.database_url, aws_secretsmanager_secret_version.config]
+  depends_on = [
+    aws_secretsmanager_secret_version.database_url,
+    aws_secretsmanager_secret_version.config,
+    aws_secretsmanager_secret_version.owner_database_url,
+    aws_secretsmanager_secret_version.runtime_password,
+  ]
 }
 
 resource "aws_ecs_service" "this" {

@@ -119,7 +119,17 @@ resource "google_sql_database" "headroom" {
 }
 
 # Kept in Terraform state (protect the state like the database). No URL-special characters.
+# Two roles: the built-in user `headroom` owns the tables and only migrates (the migrate job);
+# the runtime role the service runs as may SELECT and INSERT and nothing else, so it cannot
+# rewrite the ledger or touch its append-only triggers. The runtime role is created by
+# `headroom migrate --runtime-role`, not as a Cloud SQL user: built-in users join
+# cloudsqlsuperuser, which the runtime role must not.
 resource "random_password" "db" {
+  length  = 40
+  special = false
+}
+
+resource "random_password" "runtime" {
   length  = 40
   special = false
 }
@@ -132,8 +142,12 @@ resource "google_sql_user" "headroom" {
 }
 
 locals {
+  runtime_role = "headroom_runtime"
   # Through the Auth Proxy sidecar on localhost; the proxy encrypts the hop to Cloud SQL.
-  database_url = "postgres://${google_sql_user.headroom.name}:${random_password.db.result}@127.0.0.1:5432/${google_sql_database.headroom.name}"
+  # The service's URL: the runtime role.
+  database_url = "postgres://${local.runtime_role}:${random_password.runtime.result}@127.0.0.1:5432/${google_sql_database.headroom.name}"
+  # The owner's URL, for the migrate job only.
+  owner_database_url = "postgres://${google_sql_user.headroom.name}:${random_password.db.result}@127.0.0.1:5432/${google_sql_database.headroom.name}"
 }
 
 resource "google_secret_manager_secret" "database_url" {
@@ -148,6 +162,34 @@ resource "google_secret_manager_secret" "database_url" {
 resource "google_secret_manager_secret_version" "database_url" {
   secret      = google_secret_manager_secret.database_url.id
   secret_data = local.database_url
+}
+
+resource "google_secret_manager_secret" "owner_database_url" {
+  project   = var.project
+  secret_id = "${var.name}-owner-database-url"
+  labels    = local.labels
+  replication {
+    auto {}
+  }
+}
+
+resource "google_secret_manager_secret_version" "owner_database_url" {
+  secret      = google_secret_manager_secret.owner_database_url.id
+  secret_data = local.owner_database_url
+}
+
+resource "google_secret_manager_secret" "runtime_password" {
+  project   = var.project
+  secret_id = "${var.name}-runtime-password"
+  labels    = local.labels
+  replication {
+    auto {}
+  }
+}
+
+resource "google_secret_manager_secret_version" "runtime_password" {
+  secret      = google_secret_manager_secret.runtime_password.id
+  secret_data = random_password.runtime.result
 }
 
 resource "google_secret_manager_secret" "config" {
@@ -173,6 +215,18 @@ resource "google_secret_manager_secret" "admin_token" {
   replication {
     auto {}
   }
+}
+
+# The migrate job alone reads the owner's URL and the runtime password.
+resource "google_secret_manager_secret_iam_member" "migrate_reads" {
+  for_each = {
+    owner_database_url = google_secret_manager_secret.owner_database_url.id
+    runtime_password   = google_secret_manager_secret.runtime_password.id
+  }
+  project   = var.project
+  secret_id = each.value
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.migrate.email}"
 }
 
 resource "google_secret_manager_secret_iam_member" "service_reads" {

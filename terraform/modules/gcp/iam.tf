@@ -51,6 +51,20 @@ resource "google_project_iam_member" "cloudsql_client" {
   member  = "serviceAccount:${google_service_account.service.email}"
 }
 
+# The migrate job's own identity: it reads the owner's database URL, which the service's
+# account cannot, and connects through its own Auth Proxy sidecar. No cloud permissions.
+resource "google_service_account" "migrate" {
+  project      = var.project
+  account_id   = "${var.name}-migrate"
+  display_name = "Headroom ledger migrations (${var.cluster_id})"
+}
+
+resource "google_project_iam_member" "migrate_cloudsql_client" {
+  project = var.project
+  role    = "roles/cloudsql.client"
+  member  = "serviceAccount:${google_service_account.migrate.email}"
+}
+
 resource "google_service_account_iam_member" "node_user" {
   count              = var.node_service_account_email == null ? 0 : 1
   service_account_id = "projects/${var.project}/serviceAccounts/${var.node_service_account_email}"

@@ -14,8 +14,23 @@ output "database_connection_name" {
 }
 
 output "database_url_secret_id" {
-  description = "Secret Manager secret holding HEADROOM_DATABASE_URL (through a proxy on localhost)."
+  description = "Secret Manager secret holding the service's HEADROOM_DATABASE_URL (the runtime role, SELECT and INSERT only; through a proxy on localhost)."
   value       = google_secret_manager_secret.database_url.id
+}
+
+output "owner_database_url_secret_id" {
+  description = "Secret Manager secret holding the owner's URL, for `headroom migrate` only (the migrate job reads it)."
+  value       = google_secret_manager_secret.owner_database_url.id
+}
+
+output "migrate_job_name" {
+  description = "Cloud Run job running `headroom migrate --runtime-role`; Terraform runs it when the image or a password changes (`gcloud run jobs execute` runs it again)."
+  value       = google_cloud_run_v2_job.migrate.name
+}
+
+output "runtime_role" {
+  description = "PostgreSQL role the service runs as (created and granted by `headroom migrate --runtime-role`)."
+  value       = local.runtime_role
 }
 
 output "admin_token_secret_id" {

@@ -41,6 +41,7 @@ resource "google_cloud_run_v2_service" "this" {
         container_port = local.container_port
       }
 
+      # The runtime role's URL: it can add ledger rows, not rewrite them or change the schema.
       env {
         name = "HEADROOM_DATABASE_URL"
         value_source {
@@ -125,8 +126,96 @@ resource "google_cloud_run_v2_service" "this" {
   }
 
   depends_on = [
+    # The schema is current and the runtime role granted before any revision starts.
+    google_cloud_run_v2_job.migrate,
     google_secret_manager_secret_iam_member.service_reads,
     google_project_iam_member.cloudsql_client,
     google_project_iam_member.provider,
+  ]
+}
+
+# `headroom migrate --runtime-role` as the owner (the built-in user): migrates, creates the
+# runtime role with its password and leaves it SELECT and INSERT only. Terraform runs it and
+# waits for it (run_execution_token, google-beta) whenever the image or a password changes,
+# before the service's new revision. Its own service account reads the owner's URL; the
+# service's cannot.
+resource "google_cloud_run_v2_job" "migrate" {
+  provider            = google-beta
+  project             = var.project
+  name                = "${var.name}-migrate"
+  location            = var.region
+  labels              = local.labels
+  deletion_protection = var.deletion_protection
+  # A job name plus its token stay under 63 characters: 29 + 24.
+  run_execution_token = substr(sha256(join("\n", [var.image, random_password.db.result, random_password.runtime.result])), 0, 24)
+
+  template {
+    labels = local.labels
+    template {
+      service_account = google_service_account.migrate.email
+      max_retries     = 3
+      timeout         = "300s"
+
+      vpc_access {
+        network_interfaces {
+          network    = var.network
+          subnetwork = var.subnetwork
+        }
+        egress = "PRIVATE_RANGES_ONLY"
+      }
+
+      containers {
+        name  = "migrate"
+        image = var.image
+        args  = ["migrate", "--runtime-role", local.runtime_role]
+        env {
+          name = "HEADROOM_DATABASE_URL"
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.owner_database_url.secret_id
+              version = google_secret_manager_secret_version.owner_database_url.version
+            }
+          }
+        }
+        env {
+          name = "HEADROOM_RUNTIME_PASSWORD"
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.runtime_password.secret_id
+              version = google_secret_manager_secret_version.runtime_password.version
+            }
+          }
+        }
+        depends_on = ["cloud-sql-proxy"]
+      }
+
+      # The same Auth Proxy as the service's; stopped when the migrate container exits.
+      containers {
+        name  = "cloud-sql-proxy"
+        image = var.cloud_sql_proxy_image
+        args = [
+          "--private-ip",
+          "--port=5432",
+          "--health-check",
+          "--http-address=0.0.0.0",
+          "--exit-zero-on-sigterm",
+          google_sql_database_instance.this.connection_name,
+        ]
+        startup_probe {
+          http_get {
+            path = "/startup"
+            port = 9090
+          }
+          period_seconds    = 2
+          failure_threshold = 30
+        }
+      }
+    }
+  }
+
+  depends_on = [
+    google_secret_manager_secret_iam_member.migrate_reads,
+    google_project_iam_member.migrate_cloudsql_client,
+    google_sql_user.headroom,
   ]
 }
