@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use headroom_core::planner::Destination;
 use headroom_core::{
-    AccountName, Budget, CapacityRequest, NodeState, PoolName, RefusalReason, RequestId,
+    AccountName, Budget, CapacityRequest, NodeId, NodeState, PoolName, RefusalReason, RequestId,
     RequestState, Timestamp,
 };
 use sqlx::query::Query;
@@ -17,7 +17,7 @@ use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool,
 
 use crate::dialect::{self, Dialect, render};
 use crate::{
-    ACTIVATION_REASONS, ApiToken, HoldOutcome, Ledger, LedgerError, LedgerSummary,
+    ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, Ledger, LedgerError, LedgerSummary,
     NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
     new_request_id,
 };
@@ -40,6 +40,24 @@ fn final_states() -> Vec<&'static str> {
         .filter(|s| s.is_final())
         .map(NodeState::as_str)
         .collect()
+}
+
+/// Values bound into one `IN (…)` list at most, well under every backend's parameter limit.
+const IN_LIST_CHUNK: usize = 500;
+
+/// What admitting `event` adds to its account's holds: its hold, less what its node still holds
+/// when it renews that (the renewal replaces it).
+fn admitted_increment(account_events: &[NodeEvent], event: &NodeEvent) -> headroom_core::Money {
+    if !event.is_hold_renewal() {
+        return event.hold;
+    }
+    let history: Vec<&NodeEvent> = account_events
+        .iter()
+        .filter(|e| e.node == event.node)
+        .collect();
+    let still_held = derive::node_held(&history, event.at);
+    debug_assert!(still_held >= headroom_core::Money::ZERO);
+    event.hold.saturating_sub(still_held).max(headroom_core::Money::ZERO)
 }
 
 impl<D: Dialect> SqlLedger<D> {
@@ -375,13 +393,32 @@ where
                 .map(Self::event_from_row)
                 .collect::<Result<Vec<_>, _>>()?;
             let standing = derive::standing(&events, &budget, event.at);
-            if !standing.admits(event.hold) {
+            if !standing.admits(admitted_increment(&events, event)) {
                 return Ok(HoldOutcome::OverBudget(standing));
             }
         }
         Self::insert_event(&mut *tx, event).await?;
         tx.commit().await?;
         Ok(HoldOutcome::Placed)
+    }
+
+    async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError> {
+        let mut holds = Vec::with_capacity(nodes.len());
+        for chunk in nodes.chunks(IN_LIST_CHUNK) {
+            let mut query = Self::query(&format!(
+                "SELECT e.* FROM node_events e
+                 JOIN (SELECT node_id, MAX(seq) AS seq FROM node_events
+                       WHERE hold_micros > 0 AND node_id IN ({}) GROUP BY node_id) last
+                   ON e.seq = last.seq",
+                dialect::params(chunk.len())
+            ));
+            for node in chunk {
+                query = query.bind(node.0.as_str());
+            }
+            holds.extend(self.events(query).await?);
+        }
+        holds.sort_by_key(|e| e.at);
+        Ok(holds)
     }
 
     async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {
@@ -476,10 +513,15 @@ where
             requested = requested.bind(reason);
         }
         let capacity_requested = self.count(requested).await?;
+        // A renewal repeats a serving node's state: it is not new capacity.
         let capacity_delivered = self
             .count(
-                Self::query("SELECT COUNT(*) AS n FROM node_events WHERE state = ?")
-                    .bind(NodeState::Serving.as_str()),
+                Self::query(
+                    "SELECT COUNT(*) AS n FROM node_events
+                     WHERE state = ? AND (reason IS NULL OR reason <> ?)",
+                )
+                .bind(NodeState::Serving.as_str())
+                .bind(HOLD_RENEWAL),
             )
             .await?;
         let refusals_by_reason = self.refusals_by_reason().await?;
