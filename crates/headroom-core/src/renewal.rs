@@ -72,13 +72,14 @@ pub fn due(holds: &[RunningHold], now: Timestamp, lead: Duration) -> Vec<&Runnin
 
 /// The nodes of tiers below `renewing`'s that give way so its renewal fits: lowest tier first,
 /// within a tier the largest hold first (fewest nodes stopped), until what they release covers
-/// `shortfall`. `None` when all of them together do not cover it: then none gives way, and the
-/// renewing node takes the hard action itself. `holds` are the same account's running holds.
+/// `shortfall` or none is left. A higher tier never stops while a lower one runs on, so when
+/// all of them together do not cover it they all give way (and then the renewing node too).
+/// `holds` are the same account's running holds.
 pub fn give_way<'a>(
     holds: &'a [RunningHold],
     renewing: &RunningHold,
     shortfall: Money,
-) -> Option<Vec<&'a RunningHold>> {
+) -> Vec<&'a RunningHold> {
     let mut lower: Vec<&RunningHold> = holds
         .iter()
         .filter(|h| h.tier < renewing.tier && h.node != renewing.node)
@@ -98,11 +99,8 @@ pub fn give_way<'a>(
         freed += h.held;
         chosen.push(h);
     }
-    if freed < shortfall {
-        return None;
-    }
     debug_assert!(chosen.iter().all(|h| h.tier < renewing.tier));
-    Some(chosen)
+    chosen
 }
 
 #[cfg(test)]
@@ -167,7 +165,7 @@ mod tests {
     }
 
     #[test]
-    fn lower_tiers_give_way_lowest_first_and_only_if_they_cover_the_shortfall() {
+    fn lower_tiers_give_way_lowest_first_until_the_shortfall_is_covered() {
         let holds = [
             hold("low-small", Priority::Low, "2026-01-01T00:30:00Z", "0.5"),
             hold("low-big", Priority::Low, "2026-01-01T00:30:00Z", "1"),
@@ -176,27 +174,22 @@ mod tests {
             hold("peer", Priority::High, "2026-01-01T00:30:00Z", "5"),
         ];
         let renewing = &holds[3];
-        let names = |v: Option<Vec<&RunningHold>>| {
-            v.map(|v| v.iter().map(|h| h.node.0.clone()).collect::<Vec<_>>())
-        };
+        let names = |v: Vec<&RunningHold>| v.iter().map(|h| h.node.0.clone()).collect::<Vec<_>>();
         assert_eq!(
             names(give_way(&holds, renewing, "0.8".parse().unwrap())),
-            Some(vec!["low-big".to_string()])
+            ["low-big"]
         );
         assert_eq!(
             names(give_way(&holds, renewing, "2".parse().unwrap())),
-            Some(vec![
-                "low-big".to_string(),
-                "low-small".to_string(),
-                "normal".to_string()
-            ])
+            ["low-big", "low-small", "normal"]
         );
-        // The peer of the same tier never gives way: 3.5 below is not enough for 4.
-        assert_eq!(names(give_way(&holds, renewing, "4".parse().unwrap())), None);
-        // The lowest tier has nobody below it.
+        // The peer of the same tier never gives way; 3.5 below is not enough for 4, and they
+        // all go (a higher tier never stops while a lower one runs).
         assert_eq!(
-            names(give_way(&holds, &holds[0], "0.1".parse().unwrap())),
-            None
+            names(give_way(&holds, renewing, "4".parse().unwrap())),
+            ["low-big", "low-small", "normal"]
         );
+        // The lowest tier has nobody below it.
+        assert!(give_way(&holds, &holds[0], "0.1".parse().unwrap()).is_empty());
     }
 }
