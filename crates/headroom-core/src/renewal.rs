@@ -133,7 +133,11 @@ mod tests {
             at("2026-01-01T00:30:00Z")
         );
         assert_eq!(
-            lapses_at(at("2026-01-01T00:00:00Z"), "2".parse().unwrap(), Money::ZERO),
+            lapses_at(
+                at("2026-01-01T00:00:00Z"),
+                "2".parse().unwrap(),
+                Money::ZERO
+            ),
             Timestamp::MAX_UTC
         );
     }

@@ -57,7 +57,10 @@ fn admitted_increment(account_events: &[NodeEvent], event: &NodeEvent) -> headro
         .collect();
     let still_held = derive::node_held(&history, event.at);
     debug_assert!(still_held >= headroom_core::Money::ZERO);
-    event.hold.saturating_sub(still_held).max(headroom_core::Money::ZERO)
+    event
+        .hold
+        .saturating_sub(still_held)
+        .max(headroom_core::Money::ZERO)
 }
 
 impl<D: Dialect> SqlLedger<D> {

@@ -482,7 +482,13 @@ async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
         .await
         .unwrap();
     // r1 holds $1 at $2/h and serves at once; r2 holds $1.5 and is not billed yet.
-    let mut r1 = event("r1", NodeState::Requested, "2026-11-30T09:00:00Z", None, "launch");
+    let mut r1 = event(
+        "r1",
+        NodeState::Requested,
+        "2026-11-30T09:00:00Z",
+        None,
+        "launch",
+    );
     r1.price_usd_per_hour = money("2");
     r1.hold = money("1");
     let mut r2 = r1.clone();
@@ -504,19 +510,29 @@ async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
         .budget_standing(&budget, t("2026-11-30T09:15:00Z"))
         .await
         .unwrap();
-    assert_eq!((standing.spent, standing.held), (money("0.5"), money("2.5")));
+    assert_eq!(
+        (standing.spent, standing.held),
+        (money("0.5"), money("2.5"))
+    );
     // A minute later a renewal for $1.10 would add $0.1333 to $3 committed: refused.
     let again = NodeEvent::hold_renewal(&serving, money("1.1"), t("2026-11-30T09:16:00Z"));
     assert!(matches!(
         ledger.place_hold(&again).await.unwrap(),
         HoldOutcome::OverBudget(_)
     ));
-    let nodes = [NodeId("r1".into()), NodeId("r2".into()), NodeId("none".into())];
+    let nodes = [
+        NodeId("r1".into()),
+        NodeId("r2".into()),
+        NodeId("none".into()),
+    ];
     let holds = ledger.latest_holds(&nodes).await.unwrap();
     let latest: Vec<(&str, Money)> = holds.iter().map(|e| (e.node.0.as_str(), e.hold)).collect();
     assert_eq!(latest, [("r2", money("1.5")), ("r1", money("1"))]);
     let summary = ledger.summary(t("2026-11-30T09:16:00Z")).await.unwrap();
-    assert_eq!(summary.capacity_delivered, 1, "a renewal is not new capacity");
+    assert_eq!(
+        summary.capacity_delivered, 1,
+        "a renewal is not new capacity"
+    );
 }
 
 async fn budgets_are_versioned(ledger: Arc<dyn Ledger>) {

@@ -136,7 +136,11 @@ impl Engine {
             let peers: Vec<RunningHold> = holds
                 .iter()
                 .filter(|h| !stopped.contains(&h.node))
-                .filter(|h| input.node(&h.node).is_some_and(|e| e.account == last.account))
+                .filter(|h| {
+                    input
+                        .node(&h.node)
+                        .is_some_and(|e| e.account == last.account)
+                })
                 .cloned()
                 .collect();
             let giving_way = renewal::give_way(&peers, hold, shortfall);

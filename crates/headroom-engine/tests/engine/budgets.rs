@@ -54,7 +54,13 @@ hard_action = "{hard_action}"
     )
 }
 
-async fn ask(ledger: &dyn Ledger, clock: &dyn Clock, pool: &str, replicas: u32, priority: Priority) {
+async fn ask(
+    ledger: &dyn Ledger,
+    clock: &dyn Clock,
+    pool: &str,
+    replicas: u32,
+    priority: Priority,
+) {
     let new = NewCapacityRequest {
         pool: pool.parse().unwrap(),
         replicas,
@@ -66,7 +72,11 @@ async fn ask(ledger: &dyn Ledger, clock: &dyn Clock, pool: &str, replicas: u32, 
 }
 
 async fn ml_budget(ledger: &dyn Ledger) -> Budget {
-    ledger.budget(&"ml".parse().unwrap()).await.unwrap().unwrap()
+    ledger
+        .budget(&"ml".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 /// What the account spent in today's period so far.
@@ -100,7 +110,11 @@ async fn renewals_keep_running_nodes_inside_the_budget_and_stop_them_when_refuse
         engine.tick().await.unwrap();
         let now = rig.clock.now();
         let spent = spent(rig.ledger.as_ref(), &budget, now).await;
-        assert!(spent <= budget.ceiling, "spent ${spent} of ${} at {now}", budget.ceiling);
+        assert!(
+            spent <= budget.ceiling,
+            "spent ${spent} of ${} at {now}",
+            budget.ceiling
+        );
         alerted |= engine
             .active_alerts()
             .iter()
@@ -114,7 +128,11 @@ async fn renewals_keep_running_nodes_inside_the_budget_and_stop_them_when_refuse
     );
     let stops = budget_stops(rig.ledger.as_ref(), now).await;
     assert_eq!(stops.len(), 2, "both nodes stopped for budget: {stops:?}");
-    assert!(stops[0].detail.contains("stopped for budget"), "{}", stops[0].detail);
+    assert!(
+        stops[0].detail.contains("stopped for budget"),
+        "{}",
+        stops[0].detail
+    );
     assert!(alerted, "a BudgetStoppedCapacity alert fired");
     let live = rig.ledger.live_nodes().await.unwrap();
     assert!(
@@ -204,7 +222,10 @@ async fn on_postgres_two_engines_charging_one_account_never_overspend_it() {
         let config = Arc::new(Config::parse(&budget_config(pool, "4", "clamp"), "test").unwrap());
         let ledger: Arc<dyn Ledger> = Arc::new(PostgresLedger::connect(&url).await.unwrap());
         let cloud = Arc::new(headroom_engine::sim_cloud_for(&config, clock.clone()));
-        engines.push((Engine::new(config, ledger.clone(), cloud, clock.clone()), ledger));
+        engines.push((
+            Engine::new(config, ledger.clone(), cloud, clock.clone()),
+            ledger,
+        ));
     }
     for (pool, (_, ledger)) in ["llm-a", "llm-b"].iter().zip(&engines) {
         ask(ledger.as_ref(), clock.as_ref(), pool, 2, Priority::Normal).await;
@@ -225,7 +246,11 @@ async fn on_postgres_two_engines_charging_one_account_never_overspend_it() {
         ra.unwrap().unwrap();
         rb.unwrap().unwrap();
         let spent = spent(ledger.as_ref(), &budget, clock.now()).await;
-        assert!(spent <= budget.ceiling, "spent ${spent} of ${}", budget.ceiling);
+        assert!(
+            spent <= budget.ceiling,
+            "spent ${spent} of ${}",
+            budget.ceiling
+        );
     }
     let stops = budget_stops(ledger.as_ref(), clock.now()).await;
     assert_eq!(stops.len(), 4, "every node stopped for budget: {stops:?}");
