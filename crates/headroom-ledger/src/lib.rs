@@ -6,12 +6,14 @@
 //! backends, [`SqliteLedger`] (embedded, the default) and [`PostgresLedger`] (production); what
 //! the two databases do differently is the dialect seam in `dialect.rs`.
 
+mod checkpoint;
 pub mod derive;
 mod dialect;
 mod postgres;
 mod rows;
 mod sql;
 mod sqlite;
+mod standing;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
