@@ -73,11 +73,17 @@ fn percentile_ms(sorted: &[Duration], p: usize) -> f64 {
 pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
     let config = Arc::new(Config::parse(EXAMPLE_CONFIG, "built-in configuration")?);
     let ledger = crate::open_ledger(&args.database_url).await?;
-    let run = format!("{}-{}", std::process::id(), SystemClock::new().now().timestamp_millis());
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        SystemClock::new().now().timestamp_millis()
+    );
     if args.prior_rows > 0 {
         anyhow::ensure!(
             args.database_url.starts_with("postgres"),
-            crate::BadInput("--prior-rows: preloading history needs a postgres:// --database-url".into())
+            crate::BadInput(
+                "--prior-rows: preloading history needs a postgres:// --database-url".into()
+            )
         );
         let started = Instant::now();
         preload(&args.database_url, &run, args.prior_rows, args.concurrency).await?;
@@ -87,9 +93,13 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
             started.elapsed().as_secs_f64()
         );
     }
-    let (holds, holds_elapsed) =
-        hold_admissions(&ledger, &run, args.concurrency, args.requests.div_ceil(args.concurrency))
-            .await?;
+    let (holds, holds_elapsed) = hold_admissions(
+        &ledger,
+        &run,
+        args.concurrency,
+        args.requests.div_ceil(args.concurrency),
+    )
+    .await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
     // The reconcile loop is not started: this measures the admission path alone.
@@ -207,7 +217,9 @@ async fn hold_admissions(
     clients: u32,
     count: u32,
 ) -> anyhow::Result<(Vec<Duration>, Duration)> {
-    use headroom_core::{Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, ProviderKind};
+    use headroom_core::{
+        Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, ProviderKind,
+    };
     let clock = SystemClock::new();
     for c in 0..clients {
         let budget = Budget {
@@ -276,7 +288,9 @@ async fn hold_admissions(
 /// Preloads `rows` node events as history of the benchmark's accounts, in one statement: nodes
 /// that launched, served a minute and were released, within today's budget period.
 async fn preload(url: &str, run: &str, rows: u64, clients: u32) -> anyhow::Result<()> {
-    let pool = sqlx::PgPool::connect(url).await.context("connecting to preload history")?;
+    let pool = sqlx::PgPool::connect(url)
+        .await
+        .context("connecting to preload history")?;
     let accounts: Vec<String> = (0..clients).map(|c| bench_account(run, c)).collect();
     sqlx::query(
         "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,

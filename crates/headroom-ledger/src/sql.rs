@@ -411,7 +411,7 @@ where
         };
         // The latest checkpoint and the open nodes' histories, not the account's history.
         let (standing, checkpoint) =
-            Self::checkpointed_standing(&mut tx, &budget, event.at).await?;
+            Self::checkpointed_standing(&mut tx, &budget, event.at, true).await?;
         let increment = if event.is_hold_renewal() {
             let history = self
                 .events_in(
@@ -441,7 +441,9 @@ where
         now: Timestamp,
     ) -> Result<BudgetStanding, LedgerError> {
         let mut conn = self.pool.acquire().await?;
-        Ok(Self::checkpointed_standing(&mut conn, budget, now).await?.0)
+        Ok(Self::checkpointed_standing(&mut conn, budget, now, false)
+            .await?
+            .0)
     }
 
     async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError> {
