@@ -1,6 +1,8 @@
-//! `headroom bench admissions`: capacity-request admissions per second through the HTTP API, on
-//! a given ledger, beside pgbench running a comparable single-row insert transaction on the same
-//! server. Figures, not assertions: these machines are shared and noisy.
+//! `headroom bench admissions`: capacity-request admissions per second through the HTTP API, and
+//! budget admissions (`Ledger::place_hold`, the governor's transactional check) on a given
+//! ledger, optionally after preloading `--prior-rows` rows of ledger history, beside pgbench
+//! running a comparable single-row insert transaction on the same server. Figures, not
+//! assertions: these machines are shared and noisy.
 
 // Benchmarks measure wall time; nothing here feeds a decision.
 #![allow(clippy::disallowed_methods)]
@@ -28,6 +30,10 @@ pub struct AdmissionsArgs {
     /// Clients sending at once, each over one keep-alive connection.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     concurrency: u32,
+    /// Node events to preload as history before measuring (PostgreSQL only): terminated nodes of
+    /// the accounts the budget admissions charge, in the current budget period.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    prior_rows: u64,
     /// Print the figures as one JSON object.
     #[arg(long)]
     json: bool,
@@ -46,11 +52,54 @@ struct Figures {
     pgbench_latency_ms: Option<f64>,
     /// admissions_per_s / pgbench_tps.
     ratio: Option<f64>,
+    /// Ledger rows preloaded before measuring.
+    prior_rows: u64,
+    /// Budget admissions (`Ledger::place_hold`), one account per client, each hold then ended.
+    holds_per_s: f64,
+    holds_p50_ms: f64,
+    holds_p99_ms: f64,
+    /// holds_per_s / pgbench_tps.
+    holds_ratio: Option<f64>,
+}
+
+/// Nearest-rank percentile of sorted latencies, in milliseconds.
+fn percentile_ms(sorted: &[Duration], p: usize) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[(sorted.len() * p).div_ceil(100).max(1) - 1].as_secs_f64() * 1000.0
 }
 
 pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
     let config = Arc::new(Config::parse(EXAMPLE_CONFIG, "built-in configuration")?);
     let ledger = crate::open_ledger(&args.database_url).await?;
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        SystemClock::new().now().timestamp_millis()
+    );
+    if args.prior_rows > 0 {
+        anyhow::ensure!(
+            args.database_url.starts_with("postgres"),
+            crate::BadInput(
+                "--prior-rows: preloading history needs a postgres:// --database-url".into()
+            )
+        );
+        let started = Instant::now();
+        preload(&args.database_url, &run, args.prior_rows, args.concurrency).await?;
+        eprintln!(
+            "preloaded {} ledger rows in {:.1} s",
+            args.prior_rows,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let (holds, holds_elapsed) = hold_admissions(
+        &ledger,
+        &run,
+        args.concurrency,
+        args.requests.div_ceil(args.concurrency),
+    )
+    .await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
     // The reconcile loop is not started: this measures the admission path alone.
@@ -91,8 +140,7 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
     let elapsed = started.elapsed();
     server.abort();
     latencies.sort();
-    let pick =
-        |p: usize| latencies[(latencies.len() * p).div_ceil(100).max(1) - 1].as_secs_f64() * 1000.0;
+    let pick = |p: usize| percentile_ms(&latencies, p);
     let admissions_per_s = latencies.len() as f64 / elapsed.as_secs_f64();
 
     let pgbench = if args.database_url.starts_with("postgres") {
@@ -109,6 +157,11 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
         pgbench_tps: pgbench.map(|p| p.0),
         pgbench_latency_ms: pgbench.map(|p| p.1),
         ratio: pgbench.map(|p| admissions_per_s / p.0),
+        prior_rows: args.prior_rows,
+        holds_per_s: holds.len() as f64 / holds_elapsed.as_secs_f64(),
+        holds_p50_ms: percentile_ms(&holds, 50),
+        holds_p99_ms: percentile_ms(&holds, 99),
+        holds_ratio: pgbench.map(|p| holds.len() as f64 / holds_elapsed.as_secs_f64() / p.0),
     };
     if args.json {
         println!("{}", serde_json::to_string(&figures)?);
@@ -121,6 +174,18 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
             figures.requests,
             figures.concurrency
         );
+        println!(
+            "budget admissions (place_hold) after {} prior ledger rows: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms ({} holds, {} accounts at once)",
+            figures.prior_rows,
+            figures.holds_per_s,
+            figures.holds_p50_ms,
+            figures.holds_p99_ms,
+            holds.len(),
+            figures.concurrency
+        );
+        if let Some(ratio) = figures.holds_ratio {
+            println!("budget admissions / pgbench = {ratio:.2}");
+        }
         match (
             figures.pgbench_tps,
             figures.pgbench_latency_ms,
@@ -135,6 +200,122 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The account the `client`-th budget-admission client charges.
+fn bench_account(run: &str, client: u32) -> String {
+    format!("bench-{}-{client}", run.replace('-', ""))
+}
+
+/// Budget admissions: `clients` accounts at once, `count` holds each, every hold placed through
+/// `Ledger::place_hold` against a budget (timed) and its node then ended (a refused launch), so
+/// that what an account has open stays what a real one has. Returns the latencies, sorted, and
+/// the wall time of the whole run.
+async fn hold_admissions(
+    ledger: &Arc<dyn headroom_ledger::Ledger>,
+    run: &str,
+    clients: u32,
+    count: u32,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    use headroom_core::{
+        Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, ProviderKind,
+    };
+    let clock = SystemClock::new();
+    for c in 0..clients {
+        let budget = Budget {
+            account: bench_account(run, c).parse()?,
+            period: BudgetPeriod::Day,
+            ceiling: "1000000000".parse()?,
+            soft_threshold_percent: 80,
+            hard_action: HardAction::Clamp,
+        };
+        ledger.put_budget(&budget, clock.now()).await?;
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..clients {
+        let ledger = ledger.clone();
+        let account: headroom_core::AccountName = bench_account(run, c).parse()?;
+        let run = run.to_string();
+        tasks.spawn(async move {
+            let clock = SystemClock::new();
+            let mut latencies = Vec::with_capacity(count as usize);
+            for n in 0..count {
+                let node = NodeId(format!("bench-{run}-{c}-{n}"));
+                let intent = headroom_ledger::NodeEvent {
+                    client_token: format!("hr-{}", node.0),
+                    node,
+                    pool: "bench".parse()?,
+                    account: account.clone(),
+                    offering: "bench-offering".parse()?,
+                    provider: ProviderKind::Sim,
+                    region: "r".into(),
+                    zone: "z".into(),
+                    instance_type: "t".into(),
+                    market: Market::OnDemand,
+                    request: None,
+                    destination: headroom_ledger::Destination::Serve,
+                    state: NodeState::Requested,
+                    instance: None,
+                    price_usd_per_hour: Money::from_micros(1_000_000),
+                    gpus: 1,
+                    hold: Money::from_micros(1_000_000),
+                    reason: Some(headroom_ledger::LAUNCH.to_string()),
+                    at: clock.now(),
+                };
+                let one = Instant::now();
+                let outcome = ledger.place_hold(&intent).await?;
+                latencies.push(one.elapsed());
+                anyhow::ensure!(
+                    outcome == headroom_ledger::HoldOutcome::Placed,
+                    "bench hold refused: {outcome:?}"
+                );
+                let end = intent.next(NodeState::Refused, "bench", clock.now());
+                ledger.append_node_event(&end).await?;
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done.context("bench client")??);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Ok((latencies, elapsed))
+}
+
+/// Preloads `rows` node events as history of the benchmark's accounts, in one statement: nodes
+/// that launched, served a minute and were released, within today's budget period.
+async fn preload(url: &str, run: &str, rows: u64, clients: u32) -> anyhow::Result<()> {
+    let pool = sqlx::PgPool::connect(url)
+        .await
+        .context("connecting to preload history")?;
+    let accounts: Vec<String> = (0..clients).map(|c| bench_account(run, c)).collect();
+    sqlx::query(
+        "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
+            instance_type, market, request_id, destination, state, instance_id, client_token,
+            price_micros, gpus, hold_micros, reason, at, event_key)
+         SELECT 'hist-' || $1 || '-' || (i / 3), 'bench',
+                ($2::text[])[1 + (i / 3) % array_length($2::text[], 1)],
+                'bench-offering', 'sim', 'r', 'z', 't', 'on-demand', NULL, 'serve',
+                (ARRAY['requested', 'serving', 'terminated'])[1 + i % 3], NULL,
+                'hr-hist-' || $1 || '-' || (i / 3), 1000000, 1,
+                CASE WHEN i % 3 = 0 THEN 1000 ELSE 0 END,
+                (ARRAY['launch', 'ready', 'released'])[1 + i % 3],
+                date_trunc('day', now()) + make_interval(secs => (i % 3) * 0.06),
+                'hist-' || $1 || '-' || i
+         FROM generate_series(0, $3 - 1) AS i",
+    )
+    .bind(run)
+    .bind(&accounts)
+    .bind(rows as i64)
+    .execute(&pool)
+    .await
+    .context("preloading history")?;
+    sqlx::query("ANALYZE node_events").execute(&pool).await?;
+    pool.close().await;
+    Ok(())
 }
 
 /// One client: `count` requests over one keep-alive connection, each with its own key.
@@ -217,10 +398,18 @@ fn run_pgbench(url: &str, clients: u32, per_client: u32) -> anyhow::Result<Optio
     Ok(number_after("tps").zip(number_after("latency average")))
 }
 
+/// `program` on PATH, or in a Debian PostgreSQL installation's bin folder (pgbench is not on PATH
+/// there).
 fn which(program: &str) -> anyhow::Result<std::path::PathBuf> {
+    let debian = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|version| version.path().join("bin"));
     std::env::var_os("PATH")
         .into_iter()
         .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .chain(debian)
         .map(|dir| dir.join(program))
         .find(|p| p.is_file())
         .with_context(|| format!("{program} is not on PATH"))

@@ -15,6 +15,7 @@ pub mod offering;
 pub mod planner;
 pub mod pool;
 pub mod refusal;
+pub mod renewal;
 pub mod request;
 pub mod shedding;
 

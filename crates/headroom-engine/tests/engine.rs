@@ -1436,3 +1436,6 @@ async fn a_restart_remembers_the_offerings_that_refused_and_the_launches_of_the_
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
     assert_eq!(outcome.state, RequestState::Delivered, "{outcome:?}");
 }
+
+#[path = "engine/budgets.rs"]
+mod budgets;

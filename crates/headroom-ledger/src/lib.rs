@@ -6,6 +6,7 @@
 //! backends, [`SqliteLedger`] (embedded, the default) and [`PostgresLedger`] (production); what
 //! the two databases do differently is the dialect seam in `dialect.rs`.
 
+mod checkpoint;
 pub mod derive;
 mod dialect;
 mod pg_schema;
@@ -13,6 +14,7 @@ mod postgres;
 mod rows;
 mod sql;
 mod sqlite;
+mod standing;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -190,6 +192,20 @@ impl NodeEvent {
             .is_some_and(|r| ACTIVATION_REASONS.contains(&r))
     }
 
+    /// A running node's hold renewed: the same state again, holding `hold` afresh from `at`.
+    /// What it still held is replaced, so the ledger admits only the difference.
+    pub fn hold_renewal(last: &NodeEvent, hold: Money, at: Timestamp) -> NodeEvent {
+        NodeEvent {
+            hold,
+            ..last.next(last.state, HOLD_RENEWAL, at)
+        }
+    }
+
+    /// Whether this event renews a running node's hold (rather than beginning an activation).
+    pub fn is_hold_renewal(&self) -> bool {
+        self.reason.as_deref() == Some(HOLD_RENEWAL)
+    }
+
     /// The next event of this node's history: same node, new state, no new hold.
     pub fn next(&self, state: NodeState, reason: &str, at: Timestamp) -> NodeEvent {
         NodeEvent {
@@ -207,6 +223,9 @@ pub const LAUNCH: &str = "launch";
 
 /// The reason of the event that wakes a warm node toward serving.
 pub const WAKE: &str = "wake";
+
+/// The reason of the event that renews a running node's hold before it lapses.
+pub const HOLD_RENEWAL: &str = "hold_renewal";
 
 /// The reasons of the events that begin an activation toward serving or warm: a launch, a wake.
 pub const ACTIVATION_REASONS: [&str; 2] = [LAUNCH, WAKE];
@@ -349,8 +368,14 @@ pub trait Ledger: Send + Sync + Debug {
     /// Records an event that places a hold (a launch intent, a wake) only if the account's
     /// budget in force can carry it: the check and the write are one transaction, serialised per
     /// account, so concurrent launches can never overspend a ceiling. Accounts without a budget
-    /// are admitted. An event already recorded is `Placed` again without a second hold.
+    /// are admitted. An event already recorded is `Placed` again without a second hold. A
+    /// renewal ([`NodeEvent::hold_renewal`]) replaces what its node still holds, so only the
+    /// difference is admitted.
     async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError>;
+
+    /// The latest event that placed a hold (a launch, a wake, a renewal) of each of `nodes`
+    /// that has one, in ledger order.
+    async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError>;
 
     /// Appends a refusal; idempotent like [`Ledger::append_node_event`].
     async fn append_refusal(&self, refusal: &RefusalRecord) -> Result<(), LedgerError>;

@@ -115,6 +115,21 @@ where
         })
     }
 
+    pub(crate) fn checkpoint_from_row(
+        row: &DbRow<D>,
+    ) -> Result<crate::checkpoint::Checkpoint, LedgerError> {
+        let period: String = row.try_get("period")?;
+        let open: String = row.try_get("open_nodes")?;
+        Ok(crate::checkpoint::Checkpoint {
+            period: BudgetPeriod::parse(&period)
+                .ok_or_else(|| corrupt("checkpoint period", &period))?,
+            period_start: Self::time(row, "period_start")?,
+            settled: Money::from_micros(row.try_get("settled_micros")?),
+            open: crate::checkpoint::decode_open(&open)
+                .ok_or_else(|| corrupt("checkpoint open nodes", &open))?,
+        })
+    }
+
     pub(crate) fn token_from_row(row: &DbRow<D>) -> Result<ApiToken, LedgerError> {
         let split = |s: String| -> Vec<String> {
             s.split(',')

@@ -7,9 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
+use headroom_core::budget::BudgetStanding;
 use headroom_core::planner::Destination;
 use headroom_core::{
-    AccountName, Budget, CapacityRequest, NodeState, PoolName, RefusalReason, RequestId,
+    AccountName, Budget, CapacityRequest, NodeId, NodeState, PoolName, RefusalReason, RequestId,
     RequestState, Timestamp,
 };
 use sqlx::query::Query;
@@ -17,7 +18,8 @@ use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool,
 
 use crate::dialect::{self, Dialect, render};
 use crate::{
-    ACTIVATION_REASONS, ApiToken, HoldOutcome, IdempotencyKey, Ledger, LedgerError, LedgerSummary,
+    ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, IdempotencyKey, Ledger, LedgerError,
+    LedgerSummary,
     NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
     new_request_id,
 };
@@ -42,6 +44,27 @@ fn final_states() -> Vec<&'static str> {
         .collect()
 }
 
+/// Values bound into one `IN (…)` list at most, well under every backend's parameter limit.
+pub(crate) const IN_LIST_CHUNK: usize = 500;
+
+/// What admitting `event` adds to its account's holds: its hold, less what its node still holds
+/// when it renews that (the renewal replaces it).
+fn admitted_increment(account_events: &[NodeEvent], event: &NodeEvent) -> headroom_core::Money {
+    if !event.is_hold_renewal() {
+        return event.hold;
+    }
+    let history: Vec<&NodeEvent> = account_events
+        .iter()
+        .filter(|e| e.node == event.node)
+        .collect();
+    let still_held = derive::node_held(&history, event.at);
+    debug_assert!(still_held >= headroom_core::Money::ZERO);
+    event
+        .hold
+        .saturating_sub(still_held)
+        .max(headroom_core::Money::ZERO)
+}
+
 impl<D: Dialect> SqlLedger<D> {
     pub(crate) fn new(pool: Pool<D::Db>, dialect: D) -> Self {
         SqlLedger { pool, dialect }
@@ -59,20 +82,22 @@ where
     i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
 {
     /// A query written once, in `D`'s SQL.
-    fn query(template: &str) -> Statement<D> {
+    pub(crate) fn query(template: &str) -> Statement<D> {
         sqlx::query(AssertSqlSafe(render::<D>(template)))
     }
 
-    async fn insert_event<'c, E>(executor: E, e: &NodeEvent) -> Result<(), LedgerError>
+    /// Inserts an event; its sequence number, or `None` when it was recorded before.
+    async fn insert_event<'c, E>(executor: E, e: &NodeEvent) -> Result<Option<i64>, LedgerError>
     where
         E: Executor<'c, Database = D::Db>,
     {
-        Self::query(
+        Ok(Self::query(
             "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
                 instance_type, market, request_id, destination, state, instance_id, client_token,
                 price_micros, gpus, hold_micros, reason, {at}, event_key)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT DO NOTHING",
+             ON CONFLICT DO NOTHING
+             RETURNING seq",
         )
         .bind(e.node.0.as_str())
         .bind(e.pool.as_str())
@@ -94,9 +119,10 @@ where
         .bind(e.reason.as_deref())
         .bind(D::time(e.at))
         .bind(e.key().as_str())
-        .execute(executor)
-        .await?;
-        Ok(())
+        .fetch_optional(executor)
+        .await?
+        .map(|row| row.try_get::<i64, _>("seq"))
+        .transpose()?)
     }
 
     async fn tokens_where(&self, id: Option<&str>) -> Result<Vec<ApiToken>, LedgerError> {
@@ -161,6 +187,19 @@ where
             refusals,
             request,
         })
+    }
+
+    async fn events_in(
+        &self,
+        conn: &mut <D::Db as Database>::Connection,
+        query: Statement<D>,
+    ) -> Result<Vec<NodeEvent>, LedgerError> {
+        query
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(Self::event_from_row)
+            .collect()
     }
 
     async fn events(&self, query: Statement<D>) -> Result<Vec<NodeEvent>, LedgerError> {
@@ -342,7 +381,8 @@ where
     }
 
     async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
-        Self::insert_event(&self.pool, e).await
+        Self::insert_event(&self.pool, e).await?;
+        Ok(())
     }
 
     async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError> {
@@ -365,23 +405,65 @@ where
         .await?
         .map(|row| Self::budget_from_row(&row))
         .transpose()?;
-        if let Some(budget) = budget {
-            // The whole account history, read on every admission; see `derive::standing`.
-            let events = Self::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
-                .bind(event.account.as_str())
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(Self::event_from_row)
-                .collect::<Result<Vec<_>, _>>()?;
-            let standing = derive::standing(&events, &budget, event.at);
-            if !standing.admits(event.hold) {
-                return Ok(HoldOutcome::OverBudget(standing));
-            }
+        let Some(budget) = budget else {
+            Self::insert_event(&mut *tx, event).await?;
+            tx.commit().await?;
+            return Ok(HoldOutcome::Placed);
+        };
+        // The latest checkpoint and the open nodes' histories, not the account's history.
+        let (standing, checkpoint) =
+            Self::checkpointed_standing(&mut tx, &budget, event.at, true).await?;
+        let increment = if event.is_hold_renewal() {
+            let history = self
+                .events_in(
+                    &mut tx,
+                    Self::query("SELECT * FROM node_events WHERE node_id = ? ORDER BY seq")
+                        .bind(event.node.0.as_str()),
+                )
+                .await?;
+            admitted_increment(&history, event)
+        } else {
+            event.hold
+        };
+        if !standing.admits(increment) {
+            return Ok(HoldOutcome::OverBudget(standing));
         }
-        Self::insert_event(&mut *tx, event).await?;
+        if let Some(seq) = Self::insert_event(&mut *tx, event).await? {
+            let next = crate::checkpoint::admit(checkpoint, event, seq);
+            Self::append_checkpoint(&mut tx, event.account.as_str(), &next, event.at).await?;
+        }
         tx.commit().await?;
         Ok(HoldOutcome::Placed)
+    }
+
+    async fn budget_standing(
+        &self,
+        budget: &Budget,
+        now: Timestamp,
+    ) -> Result<BudgetStanding, LedgerError> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(Self::checkpointed_standing(&mut conn, budget, now, false)
+            .await?
+            .0)
+    }
+
+    async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError> {
+        let mut holds = Vec::with_capacity(nodes.len());
+        for chunk in nodes.chunks(IN_LIST_CHUNK) {
+            let mut query = Self::query(&format!(
+                "SELECT e.* FROM node_events e
+                 JOIN (SELECT node_id, MAX(seq) AS seq FROM node_events
+                       WHERE hold_micros > 0 AND node_id IN ({}) GROUP BY node_id) last
+                   ON e.seq = last.seq",
+                dialect::params(chunk.len())
+            ));
+            for node in chunk {
+                query = query.bind(node.0.as_str());
+            }
+            holds.extend(self.events(query).await?);
+        }
+        holds.sort_by_key(|e| e.at);
+        Ok(holds)
     }
 
     async fn append_refusal(&self, r: &RefusalRecord) -> Result<(), LedgerError> {
@@ -476,10 +558,15 @@ where
             requested = requested.bind(reason);
         }
         let capacity_requested = self.count(requested).await?;
+        // A renewal repeats a serving node's state: it is not new capacity.
         let capacity_delivered = self
             .count(
-                Self::query("SELECT COUNT(*) AS n FROM node_events WHERE state = ?")
-                    .bind(NodeState::Serving.as_str()),
+                Self::query(
+                    "SELECT COUNT(*) AS n FROM node_events
+                     WHERE state = ? AND (reason IS NULL OR reason <> ?)",
+                )
+                .bind(NodeState::Serving.as_str())
+                .bind(HOLD_RENEWAL),
             )
             .await?;
         let refusals_by_reason = self.refusals_by_reason().await?;

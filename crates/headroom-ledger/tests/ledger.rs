@@ -486,6 +486,75 @@ async fn concurrent_admissions_never_overspend(ledger: Arc<dyn Ledger>) {
     );
 }
 
+/// A renewal replaces what its node still holds: only the difference is admitted, the renewed
+/// node reads back as its latest hold, and the summary does not count it as new capacity.
+async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
+    let money = |s: &str| -> Money { s.parse().unwrap() };
+    let budget = Budget {
+        account: "ml".parse().unwrap(),
+        period: BudgetPeriod::Day,
+        ceiling: money("3"),
+        soft_threshold_percent: 80,
+        hard_action: HardAction::Refuse,
+    };
+    ledger
+        .put_budget(&budget, t("2026-11-30T09:00:00Z"))
+        .await
+        .unwrap();
+    // r1 holds $1 at $2/h and serves at once; r2 holds $1.5 and is not billed yet.
+    let mut r1 = event(
+        "r1",
+        NodeState::Requested,
+        "2026-11-30T09:00:00Z",
+        None,
+        "launch",
+    );
+    r1.price_usd_per_hour = money("2");
+    r1.hold = money("1");
+    let mut r2 = r1.clone();
+    r2.node = NodeId("r2".into());
+    r2.hold = money("1.5");
+    for e in [&r1, &r2] {
+        assert_eq!(ledger.place_hold(e).await.unwrap(), HoldOutcome::Placed);
+    }
+    let serving = r1.next(NodeState::Serving, "ready", t("2026-11-30T09:00:00Z"));
+    ledger.append_node_event(&serving).await.unwrap();
+    // At 09:15 r1 spent $0.50 and holds $0.50; $0.50 is left. Renewing r1 for $1 adds $0.50.
+    let renewal = NodeEvent::hold_renewal(&serving, money("1"), t("2026-11-30T09:15:00Z"));
+    assert!(renewal.is_hold_renewal() && !renewal.begins_activation());
+    assert_eq!(
+        ledger.place_hold(&renewal).await.unwrap(),
+        HoldOutcome::Placed
+    );
+    let standing = ledger
+        .budget_standing(&budget, t("2026-11-30T09:15:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (standing.spent, standing.held),
+        (money("0.5"), money("2.5"))
+    );
+    // A minute later a renewal for $1.10 would add $0.1333 to $3 committed: refused.
+    let again = NodeEvent::hold_renewal(&serving, money("1.1"), t("2026-11-30T09:16:00Z"));
+    assert!(matches!(
+        ledger.place_hold(&again).await.unwrap(),
+        HoldOutcome::OverBudget(_)
+    ));
+    let nodes = [
+        NodeId("r1".into()),
+        NodeId("r2".into()),
+        NodeId("none".into()),
+    ];
+    let holds = ledger.latest_holds(&nodes).await.unwrap();
+    let latest: Vec<(&str, Money)> = holds.iter().map(|e| (e.node.0.as_str(), e.hold)).collect();
+    assert_eq!(latest, [("r2", money("1.5")), ("r1", money("1"))]);
+    let summary = ledger.summary(t("2026-11-30T09:16:00Z")).await.unwrap();
+    assert_eq!(
+        summary.capacity_delivered, 1,
+        "a renewal is not new capacity"
+    );
+}
+
 async fn budgets_are_versioned(ledger: Arc<dyn Ledger>) {
     let now = t("2026-11-30T09:00:00Z");
     let mut budget = Budget {
@@ -558,6 +627,12 @@ macro_rules! behaviour_suite {
             async fn concurrent_admissions() {
                 let (_guard, ledger) = $open.await;
                 concurrent_admissions_never_overspend(ledger).await;
+            }
+
+            #[tokio::test]
+            async fn renewals() {
+                let (_guard, ledger) = $open.await;
+                a_renewal_admits_only_what_it_adds(ledger).await;
             }
 
             #[tokio::test]

@@ -150,6 +150,13 @@ fn refusal_condition(r: &RefusalRecord) -> Option<Alert> {
             ],
             r.detail.clone(),
         )),
+        // A refused hold renewal stopped or released a running node.
+        RefusalReason::Budget if r.node.is_some() => Some(Alert::new(
+            "BudgetStoppedCapacity",
+            "critical",
+            &[("pool", pool)],
+            r.detail.clone(),
+        )),
         reason if reason.closes_request() => Some(Alert::new(
             "CapacityRefused",
             "critical",

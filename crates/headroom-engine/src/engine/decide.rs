@@ -278,7 +278,7 @@ fn organic_counts(input: &TickInput, pool: &PoolName) -> ReplicaCounts {
 }
 
 /// The pool's warm nodes, parked or climbing to park.
-fn warm_count(input: &TickInput, pool: &PoolName) -> u32 {
+pub(super) fn warm_count(input: &TickInput, pool: &PoolName) -> u32 {
     input
         .pool_nodes(pool)
         .filter(|e| {

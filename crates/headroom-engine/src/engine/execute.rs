@@ -59,6 +59,7 @@ impl Engine {
             .await?;
         if outcome == HoldOutcome::Placed {
             input.apply(event);
+            lock(&self.renewals).note(event);
         }
         Ok(outcome)
     }
@@ -270,7 +271,7 @@ impl Engine {
 
     /// Releases a node: a warm one above the floor is simply ended; a serving one drains (with
     /// a cluster, across ticks) and is then parked warm or terminated.
-    async fn release(
+    pub(super) async fn release(
         &self,
         input: &mut TickInput,
         node: &NodeId,

@@ -3,7 +3,7 @@
 //! Every node event the tick writes is applied here as well (see [`Engine::record`]), so the
 //! controller, the planner, its fallback rounds, the status and the alert rules all read one
 //! consistent picture without asking the ledger again. The one exception is an account's
-//! budget standing after a node of it ended or parked within the tick: its released hold is
+//! budget standing after a node of it ended, parked or renewed its hold within the tick: its released hold is
 //! derived from the node's history, so the standing is read again when next needed.
 
 use super::*;
@@ -99,7 +99,11 @@ impl TickInput {
         if !event.state.is_final() {
             self.live.push(event.clone());
         }
-        if event.hold > Money::ZERO {
+        if event.is_hold_renewal() {
+            // A renewal replaces what its node still held, which depends on the node's
+            // history: the standing is read again when next needed.
+            self.standings.remove(&event.account);
+        } else if event.hold > Money::ZERO {
             if let Some(s) = self.standings.get_mut(&event.account) {
                 s.held += event.hold;
             }

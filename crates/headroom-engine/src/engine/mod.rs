@@ -6,10 +6,12 @@
 //!    later phases make is applied to it, so no phase reads the ledger again for it.
 //! 2. [`observe`]: settle node states with the cloud's inventory, finish interrupted work,
 //!    terminate or report orphans ([`orphans`]), with a cluster by [`cluster_steps`].
-//! 3. [`decide`]: per owned pool, the pure controller and planner on the input.
-//! 4. [`execute`]: the plan's actions, each a ledger intent, a cloud call, a ledger outcome.
-//! 5. [`status`]: what `GET /v1/pools` shows, and the pool gauges.
-//! 6. [`alerting`]: alert rules on a snapshot of the tick, queued in the ledger's outbox.
+//! 3. [`renewals`]: running nodes' holds renewed before they lapse; a refused renewal stops or
+//!    releases the node (the budget's hard action).
+//! 4. [`decide`]: per owned pool, the pure controller and planner on the input.
+//! 5. [`execute`]: the plan's actions, each a ledger intent, a cloud call, a ledger outcome.
+//! 6. [`status`]: what `GET /v1/pools` shows, and the pool gauges.
+//! 7. [`alerting`]: alert rules on a snapshot of the tick, queued in the ledger's outbox.
 //!
 //! Each phase keeps what it must remember between ticks in its own small state struct behind
 //! its own lock; the tick lock makes ticks one at a time, so those locks only order the tick
@@ -49,6 +51,7 @@ mod input;
 mod observe;
 mod offerings;
 mod orphans;
+mod renewals;
 mod restore;
 mod signals;
 mod spans;
@@ -90,6 +93,7 @@ pub struct Engine {
     signals: Mutex<HashMap<PoolName, (headroom_core::controller::Signals, signals::TierSignal)>>,
     observed: Mutex<observe::ObserveMemory>,
     control: Mutex<decide::ControlMemory>,
+    renewals: Mutex<renewals::RenewalBook>,
     offerings: Mutex<offerings::OfferingBook>,
     /// Pools stopped by an invalid-request or permission refusal, with the cloud's message.
     halted: Mutex<HashMap<PoolName, String>>,
@@ -175,6 +179,7 @@ impl Engine {
             signals: Mutex::default(),
             observed: Mutex::default(),
             control: Mutex::default(),
+            renewals: Mutex::default(),
             offerings: Mutex::default(),
             halted: Mutex::default(),
             status: Mutex::new(status),
@@ -241,6 +246,7 @@ impl Engine {
         self.observe(&mut input, &inventory).await?;
         self.refresh_prices().await;
         input.read_demand(self.ledger.as_ref()).await?;
+        self.renew_holds(&mut input).await?;
         for pool in &self.config.pools {
             if input.owned.contains(&pool.name) {
                 self.reconcile_pool(&mut input, pool).await?;

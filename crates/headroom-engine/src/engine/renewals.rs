@@ -1,0 +1,250 @@
+//! The renewals phase: every running node's hold is renewed before it lapses, through the same
+//! transactional admission as a launch (`Ledger::place_hold`), so a budget bounds what nodes
+//! spend, not only what they hold when they start. A renewal the budget refuses applies the
+//! budget's hard action to the node itself: it is stopped to warm (when its pool parks warm
+//! nodes stopped and has room for one) or released, with a `budget` refusal naming the node
+//! (alert `BudgetStoppedCapacity`). With `shed-lowest-tier`, lower tiers' nodes give way first
+//! so that a higher tier's renewal fits.
+//!
+//! Runs each tick after demand is read (the budgets in force, the open requests that give each
+//! node its tier) and before pools are decided, so the planner sees what is left.
+
+use super::*;
+use headroom_core::budget::BudgetStanding;
+use headroom_core::renewal::{self, RunningHold};
+use headroom_core::{HardAction, Priority};
+
+/// When each live node's hold lapses, as this process placed it or read it back.
+#[derive(Debug, Default)]
+pub(super) struct RenewalBook {
+    lapses: HashMap<NodeId, Timestamp>,
+}
+
+impl RenewalBook {
+    /// Notes a hold just placed (a launch, a wake, a renewal).
+    pub fn note(&mut self, event: &NodeEvent) {
+        if event.hold > Money::ZERO {
+            let until = renewal::lapses_at(event.at, event.hold, event.price_usd_per_hour);
+            self.lapses.insert(event.node.clone(), until);
+        }
+    }
+}
+
+/// The states a hold is renewed in: running past the ladder, billed by the hour.
+fn renews(state: NodeState) -> bool {
+    matches!(state, NodeState::Serving | NodeState::Standby)
+}
+
+impl Engine {
+    /// Renews the holds of owned pools' running nodes that lapse within the renewal lead.
+    pub(super) async fn renew_holds(&self, input: &mut TickInput) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        let running: Vec<NodeEvent> = input
+            .live
+            .iter()
+            .filter(|e| input.owned.contains(&e.pool) && renews(e.state))
+            .filter(|e| input.budgets.contains_key(&e.account))
+            .cloned()
+            .collect();
+        let unknown: Vec<NodeId> = {
+            let mut book = lock(&self.renewals);
+            let live: HashSet<&NodeId> = input.live.iter().map(|e| &e.node).collect();
+            book.lapses.retain(|n, _| live.contains(n));
+            running
+                .iter()
+                .filter(|e| !book.lapses.contains_key(&e.node))
+                .map(|e| e.node.clone())
+                .collect()
+        };
+        if !unknown.is_empty() {
+            // Placed before this process took the pool (or before a restart).
+            let placed = self.ledger.latest_holds(&unknown).await?;
+            let mut book = lock(&self.renewals);
+            placed.iter().for_each(|e| book.note(e));
+        }
+        let holds = self.running_holds(input, &running, now);
+        let lead = renewal::renewal_lead(self.config.engine.hold_horizon, self.config.engine.tick);
+        let due: Vec<RunningHold> = renewal::due(&holds, now, lead)
+            .into_iter()
+            .cloned()
+            .collect();
+        let mut stopped: HashSet<NodeId> = HashSet::new();
+        for hold in &due {
+            if !stopped.contains(&hold.node) {
+                self.renew(input, hold, &holds, &mut stopped, now).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each running node's hold: its tier (its request's priority) and when it lapses.
+    fn running_holds(
+        &self,
+        input: &TickInput,
+        running: &[NodeEvent],
+        now: Timestamp,
+    ) -> Vec<RunningHold> {
+        let book = lock(&self.renewals);
+        running
+            .iter()
+            .map(|e| {
+                // A node with no hold on record has none left: it is due at once.
+                let held_until = book.lapses.get(&e.node).copied().unwrap_or(now);
+                let left_ms = (held_until - now).num_milliseconds().max(0);
+                RunningHold {
+                    node: e.node.clone(),
+                    pool: e.pool.clone(),
+                    tier: e
+                        .request
+                        .as_ref()
+                        .and_then(|r| input.open.iter().find(|o| &o.id == r))
+                        .map_or(Priority::Normal, |r| r.priority),
+                    held_until,
+                    // Never more than what the ledger says is still held: a node not billed all
+                    // along holds more. Only ever used to choose who gives way.
+                    held: e.price_usd_per_hour.per_hour_for_millis(left_ms),
+                }
+            })
+            .collect()
+    }
+
+    /// Renews one node's hold, or applies the budget's hard action when it is refused.
+    async fn renew(
+        &self,
+        input: &mut TickInput,
+        hold: &RunningHold,
+        holds: &[RunningHold],
+        stopped: &mut HashSet<NodeId>,
+        now: Timestamp,
+    ) -> Result<(), EngineError> {
+        let Some(last) = input.node(&hold.node).cloned().filter(|e| renews(e.state)) else {
+            return Ok(());
+        };
+        let horizon_ms = self.config.engine.hold_horizon.as_millis() as i64;
+        let amount = last.price_usd_per_hour.per_hour_for_millis(horizon_ms);
+        let renewal = NodeEvent::hold_renewal(&last, amount, now);
+        let HoldOutcome::OverBudget(standing) = self.place_renewal(input, &renewal).await? else {
+            return Ok(());
+        };
+        let shed = input
+            .budgets
+            .get(&last.account)
+            .is_some_and(|b| b.hard_action == HardAction::ShedLowestTier);
+        if shed {
+            let shortfall = (standing.spent + standing.held + amount.saturating_sub(hold.held))
+                .saturating_sub(standing.ceiling);
+            let peers: Vec<RunningHold> = holds
+                .iter()
+                .filter(|h| !stopped.contains(&h.node))
+                .filter(|h| {
+                    input
+                        .node(&h.node)
+                        .is_some_and(|e| e.account == last.account)
+                })
+                .cloned()
+                .collect();
+            let giving_way = renewal::give_way(&peers, hold, shortfall);
+            if !giving_way.is_empty() {
+                for other in giving_way {
+                    let detail = format!(
+                        "node {} ({} tier) stopped for budget: it gives way to node {} ({} tier), whose hold renewal account {} cannot carry otherwise",
+                        other.node,
+                        other.tier.as_str(),
+                        hold.node,
+                        hold.tier.as_str(),
+                        last.account
+                    );
+                    self.stop_for_budget(input, &other.node, detail).await?;
+                    stopped.insert(other.node.clone());
+                }
+                if let HoldOutcome::Placed = self.place_renewal(input, &renewal).await? {
+                    return Ok(());
+                }
+            }
+        }
+        let detail = renewal_refused_detail(&last, amount, &standing);
+        self.stop_for_budget(input, &hold.node, detail).await?;
+        stopped.insert(hold.node.clone());
+        Ok(())
+    }
+
+    /// Places a renewal and, when admitted, notes its lapse and drops the account's cached
+    /// standing (the renewal replaced what the node still held, which only the ledger knows).
+    async fn place_renewal(
+        &self,
+        input: &mut TickInput,
+        renewal: &NodeEvent,
+    ) -> Result<HoldOutcome, EngineError> {
+        let outcome = self
+            .ledger
+            .place_hold(renewal)
+            .instrument(tracing::info_span!("ledger.renew_hold", node = %renewal.node))
+            .await?;
+        if outcome == HoldOutcome::Placed {
+            input.apply(renewal);
+            lock(&self.renewals).note(renewal);
+        }
+        Ok(outcome)
+    }
+
+    /// The budget's hard action on one running node: a `budget` refusal naming it, then stopped
+    /// to warm when its pool parks warm nodes stopped and has room, else released.
+    async fn stop_for_budget(
+        &self,
+        input: &mut TickInput,
+        node: &NodeId,
+        detail: String,
+    ) -> Result<(), EngineError> {
+        let Some(last) = input.node(node).cloned() else {
+            return Ok(());
+        };
+        let Some(pool) = self.config.pool(&last.pool) else {
+            return Ok(());
+        };
+        tracing::warn!(pool = %pool.name, node = %node, %detail, "hold renewal refused");
+        self.metrics
+            .refusals
+            .get_or_create(&crate::metrics::RefusalLabels {
+                pool: pool.name.to_string(),
+                reason: RefusalReason::Budget.code(),
+                provider: last.provider.to_string(),
+                offering: last.offering.to_string(),
+            })
+            .inc();
+        self.ledger
+            .append_refusal(&RefusalRecord {
+                pool: pool.name.clone(),
+                request: last.request.clone(),
+                node: Some(node.clone()),
+                offering: Some(last.offering.clone()),
+                replicas: 1,
+                reason: RefusalReason::Budget,
+                detail,
+                at: self.clock.now(),
+            })
+            .await?;
+        if let Some(request) = &last.request {
+            input.close_request(request);
+        }
+        let to_warm = last.state == NodeState::Serving
+            && pool.supply.warm_mode == WarmMode::Stopped
+            && decide::warm_count(input, &pool.name) < pool.warm_ceiling();
+        if last.state.is_warm() {
+            return self.terminate_node(input, &last, "budget").await;
+        }
+        self.release(input, node, to_warm).await
+    }
+}
+
+fn renewal_refused_detail(last: &NodeEvent, amount: Money, standing: &BudgetStanding) -> String {
+    format!(
+        "node {} of pool {} stopped for budget: renewing its hold for ${amount} would take account {} over its ${} ceiling (${} spent, ${} held); raise the ceiling (PUT /v1/budgets/{}) or wait for the next period",
+        last.node,
+        last.pool,
+        last.account,
+        standing.ceiling,
+        standing.spent,
+        standing.held,
+        last.account
+    )
+}

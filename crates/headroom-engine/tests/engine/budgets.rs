@@ -1,0 +1,265 @@
+//! Budgets bound spend, not only holds: running nodes' holds are renewed before they lapse,
+//! through the same transactional admission as launches, and a refused renewal stops or
+//! releases the node. Short hold horizons so that a few hours of manual time see many renewals.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use headroom_cloud::{Clock, ManualClock};
+use headroom_core::{Budget, Money, NodeState, Priority, RefusalReason, Timestamp};
+use headroom_engine::{Config, Engine};
+use headroom_ledger::{Ledger, NewCapacityRequest, PostgresLedger, RefusalRecord};
+use headroom_testkit::{EPOCH, Rig};
+
+/// One pool on one $1/h offering, ten-minute holds, 30 s ticks, a $`ceiling`/day budget.
+fn budget_config(pool: &str, ceiling: &str, hard_action: &str) -> String {
+    format!(
+        r#"
+cluster_id = "budget-test"
+[engine]
+tick = "30s"
+hold_horizon = "10m"
+[[offerings]]
+id = "g6"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az1"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "1"
+gpus = 1
+sim_capacity = 8
+[[pools]]
+name = "{pool}"
+account = "ml"
+offerings = ["g6"]
+min_replicas = 0
+max_replicas = 4
+max_scale_up_per_step = 4
+warm_pool_size = 0
+[pools.ladder]
+node_acquisition = "10s"
+image_pull = "10s"
+weight_load = "10s"
+compile = "0s"
+warmup = "0s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+[[budgets]]
+account = "ml"
+period = "day"
+ceiling_usd = "{ceiling}"
+hard_action = "{hard_action}"
+"#
+    )
+}
+
+async fn ask(
+    ledger: &dyn Ledger,
+    clock: &dyn Clock,
+    pool: &str,
+    replicas: u32,
+    priority: Priority,
+) {
+    let new = NewCapacityRequest {
+        pool: pool.parse().unwrap(),
+        replicas,
+        priority,
+        idempotency_key: None,
+        at: clock.now(),
+    };
+    ledger.record_capacity_request(&new).await.unwrap();
+}
+
+async fn ml_budget(ledger: &dyn Ledger) -> Budget {
+    ledger
+        .budget(&"ml".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// What the account spent in today's period so far.
+async fn spent(ledger: &dyn Ledger, budget: &Budget, now: Timestamp) -> Money {
+    ledger.budget_standing(budget, now).await.unwrap().spent
+}
+
+/// Refusals that stopped a running node for budget (they name the node).
+async fn budget_stops(ledger: &dyn Ledger, now: Timestamp) -> Vec<RefusalRecord> {
+    ledger
+        .refusals_between(EPOCH.parse().unwrap(), now + chrono::Duration::seconds(1))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.reason == RefusalReason::Budget && r.node.is_some())
+        .collect()
+}
+
+#[tokio::test]
+async fn renewals_keep_running_nodes_inside_the_budget_and_stop_them_when_refused() {
+    let rig = Rig::new(&budget_config("llm", "3", "clamp")).await;
+    let engine = rig.engine(rig.sim_cloud());
+    rig.request("llm", 2).await;
+    engine.tick().await.unwrap();
+    let budget = ml_budget(rig.ledger.as_ref()).await;
+    let mut alerted = false;
+    // Two $1/h nodes on a $3 day would spend $8 in four hours; ten-minute holds alone would
+    // never stop them.
+    for _ in 0..(4 * 3600 / 30) {
+        rig.clock.advance(Duration::from_secs(30));
+        engine.tick().await.unwrap();
+        let now = rig.clock.now();
+        let spent = spent(rig.ledger.as_ref(), &budget, now).await;
+        assert!(
+            spent <= budget.ceiling,
+            "spent ${spent} of ${} at {now}",
+            budget.ceiling
+        );
+        alerted |= engine
+            .active_alerts()
+            .iter()
+            .any(|a| a.alert.name == "BudgetStoppedCapacity");
+    }
+    let now = rig.clock.now();
+    let events = rig.ledger.account_events(&budget.account).await.unwrap();
+    assert!(
+        events.iter().filter(|e| e.is_hold_renewal()).count() >= 10,
+        "holds were renewed while the budget lasted"
+    );
+    let stops = budget_stops(rig.ledger.as_ref(), now).await;
+    assert_eq!(stops.len(), 2, "both nodes stopped for budget: {stops:?}");
+    assert!(
+        stops[0].detail.contains("stopped for budget"),
+        "{}",
+        stops[0].detail
+    );
+    assert!(alerted, "a BudgetStoppedCapacity alert fired");
+    let live = rig.ledger.live_nodes().await.unwrap();
+    assert!(
+        live.iter().all(|e| !e.state.is_billable()),
+        "nothing runs on past the budget: {live:?}"
+    );
+    // The budget was used, not left idle: within one hold of each node of the ceiling.
+    let spent = spent(rig.ledger.as_ref(), &budget, now).await;
+    assert!(spent >= "2.66".parse().unwrap(), "spent only ${spent}");
+}
+
+/// A second pool on the same account: `batch`, on a $3/h offering.
+const BATCH_POOL: &str = r#"
+[[offerings]]
+id = "g6-dear"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az2"
+instance_type = "g6.2xlarge"
+market = "on-demand"
+price_usd_per_hour = "3"
+gpus = 1
+sim_capacity = 8
+[[pools]]
+name = "batch"
+account = "ml"
+offerings = ["g6-dear"]
+min_replicas = 0
+max_replicas = 4
+max_scale_up_per_step = 4
+warm_pool_size = 0
+[pools.ladder]
+node_acquisition = "10s"
+image_pull = "10s"
+weight_load = "10s"
+compile = "0s"
+warmup = "0s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+"#;
+
+#[tokio::test]
+async fn with_shed_lowest_tier_a_lower_tier_gives_way_to_a_higher_tier_s_renewal() {
+    // A low-tier batch node ($3/h) and, five minutes later, a critical chat node ($1/h): their
+    // renewals alternate, and at $3.47 the budget runs out at 09:45:30, just after the batch
+    // node renewed ($0.375 more) and as the chat node's turn comes ($0.125 more).
+    let config = budget_config("chat", "3.47", "shed-lowest-tier") + BATCH_POOL;
+    let rig = Rig::new(&config).await;
+    let engine = rig.engine(rig.sim_cloud());
+    let (ledger, clock) = (rig.ledger.as_ref(), rig.clock.as_ref());
+    ask(ledger, clock, "batch", 1, Priority::Low).await;
+    engine.tick().await.unwrap();
+    for _ in 0..10 {
+        rig.clock.advance(Duration::from_secs(30));
+        engine.tick().await.unwrap();
+    }
+    ask(ledger, clock, "chat", 1, Priority::Critical).await;
+    let budget = ml_budget(ledger).await;
+    for _ in 0..(2 * 3600 / 30) {
+        rig.clock.advance(Duration::from_secs(30));
+        engine.tick().await.unwrap();
+        let spent = spent(ledger, &budget, rig.clock.now()).await;
+        assert!(spent <= budget.ceiling, "spent ${spent}");
+    }
+    let stops = budget_stops(ledger, rig.clock.now()).await;
+    let pools: Vec<&str> = stops.iter().map(|r| r.pool.as_str()).collect();
+    assert_eq!(pools, ["batch", "chat"], "{stops:?}");
+    assert!(
+        stops[0].detail.contains("gives way") && stops[0].detail.contains("critical tier"),
+        "{}",
+        stops[0].detail
+    );
+    assert!(
+        stops[1].at > stops[0].at + chrono::Duration::minutes(5),
+        "the critical node ran on after the low one gave way: {stops:?}"
+    );
+}
+
+/// Two processes with a pool each, both charging one account, tick at the same time against
+/// one PostgreSQL ledger: their renewals and launches together never overspend it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_two_engines_charging_one_account_never_overspend_it() {
+    let url = headroom_testkit::fresh_postgres_database("headroom_budget").await;
+    let clock = Arc::new(ManualClock::new(EPOCH.parse().unwrap()));
+    let mut engines = Vec::new();
+    for pool in ["llm-a", "llm-b"] {
+        let config = Arc::new(Config::parse(&budget_config(pool, "4", "clamp"), "test").unwrap());
+        let ledger: Arc<dyn Ledger> = Arc::new(PostgresLedger::connect(&url).await.unwrap());
+        let cloud = Arc::new(headroom_engine::sim_cloud_for(&config, clock.clone()));
+        engines.push((
+            Engine::new(config, ledger.clone(), cloud, clock.clone()),
+            ledger,
+        ));
+    }
+    for (pool, (_, ledger)) in ["llm-a", "llm-b"].iter().zip(&engines) {
+        ask(ledger.as_ref(), clock.as_ref(), pool, 2, Priority::Normal).await;
+    }
+    let ledger = engines[0].1.clone();
+    let (a, b) = (engines[0].0.clone(), engines[1].0.clone());
+    let (ra, rb) = tokio::join!(a.tick(), b.tick());
+    ra.unwrap();
+    rb.unwrap();
+    let budget = ml_budget(ledger.as_ref()).await;
+    for _ in 0..(3 * 3600 / 30) {
+        clock.advance(Duration::from_secs(30));
+        let (a, b) = (engines[0].0.clone(), engines[1].0.clone());
+        let (ra, rb) = tokio::join!(
+            tokio::spawn(async move { a.tick().await }),
+            tokio::spawn(async move { b.tick().await })
+        );
+        ra.unwrap().unwrap();
+        rb.unwrap().unwrap();
+        let spent = spent(ledger.as_ref(), &budget, clock.now()).await;
+        assert!(
+            spent <= budget.ceiling,
+            "spent ${spent} of ${}",
+            budget.ceiling
+        );
+    }
+    let stops = budget_stops(ledger.as_ref(), clock.now()).await;
+    assert_eq!(stops.len(), 4, "every node stopped for budget: {stops:?}");
+    assert!(
+        ledger
+            .live_nodes()
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.state != NodeState::Serving)
+    );
+}
