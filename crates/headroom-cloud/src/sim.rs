@@ -455,6 +455,10 @@ impl CloudProvider for SimCloud {
     }
 
     async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        // The call is on record as soon as it is made, even if the caller gives up waiting.
+        self.state()
+            .calls
+            .push(format!("launch {} {}", spec.offering.id, spec.client_token));
         let delay = *self.launch_delay.lock().unwrap_or_else(|e| e.into_inner());
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -462,9 +466,6 @@ impl CloudProvider for SimCloud {
         let now = self.clock.now();
         let catalog = self.catalog().clone();
         let mut state = self.state();
-        state
-            .calls
-            .push(format!("launch {} {}", spec.offering.id, spec.client_token));
         if let Some(existing) = state.by_token.get(&spec.client_token).cloned() {
             return refresh(&mut state, &catalog, &existing, now)
                 .ok_or(CloudError::NotFound(existing));

@@ -11,7 +11,7 @@ use headroom_core::{Budget, ErrorClass, OfferingId, PoolName, RefusalReason, Tim
 use headroom_ledger::RefusalRecord;
 
 use super::Alert;
-use crate::engine::PoolStatus;
+use crate::engine::{PoolStatus, ProviderTrouble};
 
 /// A reservation unused this long raises an alert...
 pub const RESERVATION_IDLE_ALERT: chrono::Duration = chrono::Duration::minutes(30);
@@ -30,6 +30,10 @@ pub struct AlertSnapshot<'a> {
     pub refusals: Vec<RefusalRecord>,
     /// Orphans left running under `engine.orphan_policy = "report"`, by pool (empty otherwise).
     pub reported_orphans: BTreeMap<PoolName, Vec<InstanceId>>,
+    /// Owned pools whose launches fail with provider errors (5xx, timeouts), none succeeding.
+    pub provider_trouble: Vec<ProviderTrouble>,
+    /// How long that must last before `ProviderErrors` fires (`engine.provider_errors_alert_after`).
+    pub provider_errors_after: chrono::Duration,
     pub reservations: Vec<ReservationUse>,
     pub budgets: Vec<(Budget, BudgetStanding)>,
 }
@@ -50,6 +54,11 @@ pub fn conditions(s: &AlertSnapshot<'_>) -> Vec<Alert> {
     let mut holding: Vec<Alert> = s.pools.iter().flat_map(pool_conditions).collect();
     holding.extend(s.refusals.iter().filter_map(refusal_condition));
     holding.extend(orphan_conditions(s));
+    holding.extend(
+        s.provider_trouble
+            .iter()
+            .filter_map(|t| provider_errors_condition(t, s.now, s.provider_errors_after)),
+    );
     holding.extend(
         s.reservations
             .iter()
@@ -173,6 +182,27 @@ fn orphan_conditions<'a>(s: &'a AlertSnapshot<'_>) -> impl Iterator<Item = Alert
                 s.cluster_id,
                 shown.join(", "),
                 if ids.len() > shown.len() { ", …" } else { "" }
+            ),
+        )
+    })
+}
+
+/// `ProviderErrors`: a pool's launches have failed with provider errors for at least `after`,
+/// none succeeding since, and the latest failure is within `after` (a quiet spell resolves it,
+/// as does a launch that goes through).
+fn provider_errors_condition(
+    t: &ProviderTrouble,
+    now: Timestamp,
+    after: chrono::Duration,
+) -> Option<Alert> {
+    (now - t.since >= after && now - t.last_at < after).then(|| {
+        Alert::new(
+            "ProviderErrors",
+            "critical",
+            &[("pool", t.pool.to_string())],
+            format!(
+                "pool {} cannot launch: {} launch attempts failed with provider errors (5xx, timeouts) since {}, none succeeding (last: {}); check the cloud's status and the provider's endpoint and credentials",
+                t.pool, t.failures, t.since, t.last_error
             ),
         )
     })

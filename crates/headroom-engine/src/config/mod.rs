@@ -84,6 +84,13 @@ pub struct EngineSettings {
     pub price_refresh: Duration,
     /// What happens to instances tagged as this deployment's that the ledger does not know.
     pub orphan_policy: OrphanPolicy,
+    /// Transient launch failures (5xx, timeouts) of one offering within
+    /// `transient_failure_window` after which it is treated as refused (`provider_errors`).
+    pub transient_failure_limit: u32,
+    pub transient_failure_window: Duration,
+    /// A pool whose launches have failed with provider errors, none succeeding, for this long
+    /// raises `ProviderErrors`.
+    pub provider_errors_alert_after: Duration,
 }
 
 /// `engine.orphan_policy`: what reconciliation does with an orphan (an instance tagged with this

@@ -56,7 +56,7 @@ mod status;
 mod warm_pool;
 
 pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
-pub use offerings::OfferingPrice;
+pub use offerings::{OfferingPrice, ProviderTrouble};
 pub use signals::SignalInput;
 pub use status::{Clamp, PoolStatus};
 pub use warm_pool::WarmPoolSize;
