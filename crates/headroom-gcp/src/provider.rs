@@ -483,6 +483,47 @@ impl GcpProvider {
             .ok_or_else(|| CloudError::NotFound(id.clone()))
     }
 
+    /// Reads a VM back after its insert finished. A successful create is never a refusal: a
+    /// read that misses (GCE's reads can lag the write) or fails is repeated by the
+    /// deterministic name, with backoff, for at most `gcp.operation_timeout`; past that the
+    /// launch is a transient error, so the intent stays and its retry, with the same name and
+    /// requestId, adopts the VM instead of making another.
+    async fn read_back(
+        &self,
+        id: &InstanceId,
+        zone: &str,
+        name: &str,
+    ) -> Result<Instance, CloudError> {
+        let mut delay = Duration::from_millis(100);
+        let mut last = None;
+        let bounded = tokio::time::timeout(self.settings.operation_timeout, async {
+            loop {
+                match self.describe_in(id, zone, name).await {
+                    Ok(found) => return Ok(found),
+                    Err(e) if e.class() == ErrorClass::NotFound || e.class().is_retryable() => {
+                        tracing::debug!(instance = %id, error = %e, "created VM not readable yet; reading again");
+                        last = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        })
+        .await;
+        match bounded {
+            Ok(result) => result,
+            Err(_) => Err(transient(
+                "read_back_pending",
+                format!(
+                    "instance {id} was created but could not be read back within {:?} ({}); the next activation adopts it by name",
+                    self.settings.operation_timeout,
+                    last.map_or_else(|| "no answer".to_string(), |e| e.to_string())
+                ),
+            )),
+        }
+    }
+
     /// Sends one instance verb and waits for it. No requestId: GCE answers a reused one with
     /// the first operation, so a start refused for capacity would stay refused for the whole
     /// idempotency window; repeating a verb is harmless instead (the callers read the status
@@ -594,7 +635,7 @@ impl CloudProvider for GcpProvider {
                 tracing::info!(instance = %id, "insert repeated; the VM exists, adopting it");
             }
         }
-        let found = self.describe_in(&id, &zone, &name).await?;
+        let found = self.read_back(&id, &zone, &name).await?;
         if found.client_token != spec.client_token {
             // Only a hash collision could get here; never adopt someone else's VM.
             return Err(invalid(
