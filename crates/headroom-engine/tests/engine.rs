@@ -1570,3 +1570,39 @@ async fn a_fallback_that_launches_raises_no_provider_errors_alert() {
     assert!(!names.contains(&"ProviderErrors".to_string()), "{names:?}");
     assert_eq!(h.live_instances().await, 1);
 }
+
+/// Issue 19: a spot offering stocked out and an on-demand one in another zone of the region: the
+/// launch counts as a `zone` fallback and a `market` one, in `/metrics` and in the simulator's
+/// fallbacks (both read `headroom_fallbacks_total`).
+#[tokio::test]
+async fn a_spot_to_on_demand_switch_in_another_zone_counts_zone_and_market() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}{}{}",
+        offering("s", "us-east-1", "use1-az1", "g6.xlarge", "spot", "0.30", 0),
+        offering(
+            "o",
+            "us-east-1",
+            "use1-az2",
+            "g6.xlarge",
+            "on-demand",
+            "0.80",
+            4
+        ),
+        pool_block(
+            "llm",
+            "\"s\", \"o\"",
+            "max_replicas = 4\nmax_scale_up_per_step = 4",
+            ""
+        ),
+    );
+    let h = harness(&config).await;
+    h.request(1).await;
+    h.engine.tick().await.unwrap();
+    assert_eq!(launch_calls(&h, "o"), 1);
+    let fallbacks = h.engine.metrics().fallbacks_of("llm");
+    assert_eq!(
+        fallbacks,
+        [("market".to_string(), 1), ("zone".to_string(), 1)].into(),
+        "{fallbacks:?}"
+    );
+}

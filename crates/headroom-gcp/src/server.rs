@@ -276,6 +276,11 @@ impl ComputeServer {
         self.state().reads_missing_after_insert = n;
     }
 
+    /// Makes every VM readable again (ends [`ComputeServer::miss_reads_after_insert`]'s misses).
+    pub fn clear_hidden(&self) {
+        self.state().hidden.clear();
+    }
+
     /// Forgets every requestId, as GCE does after its idempotency window (about an hour).
     pub fn forget_request_ids(&self) {
         self.state().requests.clear();

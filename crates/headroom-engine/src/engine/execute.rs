@@ -83,14 +83,14 @@ impl Engine {
                     request,
                     destination,
                     hold,
-                    fallback,
+                    fallbacks,
                 } => {
                     let launch = Launch {
                         offering,
                         request: request.as_ref(),
                         destination: *destination,
                         hold: *hold,
-                        fallback: *fallback,
+                        fallbacks,
                     };
                     self.launch(input, pool, launch, &mut applied).await?
                 }
@@ -183,8 +183,8 @@ impl Engine {
             Some(RefusalReason::Cloud(ErrorClass::InvalidRequest)) => Step::Stop,
             Some(_) => Step::Next,
             None => {
-                if let Some(kind) = launch.fallback {
-                    self.count_fallback(pool, kind, 1);
+                for kind in launch.fallbacks {
+                    self.count_fallback(pool, *kind, 1);
                 }
                 Step::Next
             }
@@ -619,7 +619,7 @@ struct Launch<'a> {
     request: Option<&'a RequestId>,
     destination: Destination,
     hold: Money,
-    fallback: Option<FallbackKind>,
+    fallbacks: &'a [FallbackKind],
 }
 
 fn refusal_detail(
