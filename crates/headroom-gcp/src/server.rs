@@ -52,6 +52,8 @@ pub enum FaultKind {
     Invalid,
     /// HTTP 503, reason `backendError`.
     Unavailable,
+    /// HTTP 500, reason `backendError` (an internal error of the API).
+    Internal,
 }
 
 #[derive(Debug, Clone)]
@@ -540,6 +542,11 @@ fn fault_reply(
         FaultKind::Invalid => Err(invalid(format!(
             "Invalid value for field 'resource.machineType' ({what})."
         ))),
+        FaultKind::Internal => Err(failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "backendError",
+            "Internal error. Please try again or contact Google Support.".into(),
+        )),
         FaultKind::Unavailable => Err(failure(
             StatusCode::SERVICE_UNAVAILABLE,
             "backendError",

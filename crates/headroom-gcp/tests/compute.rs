@@ -100,8 +100,73 @@ fn stockout_fault() -> Fault {
     }
 }
 
-fn fixture(cluster: &str) -> ContractFixture {
+/// The local server's faults for the contract: HTTP 500 on insert, reads that miss right after
+/// an insert, and a VM carrying only Headroom's labels.
+#[derive(Debug)]
+struct ServerFaults(ComputeServer);
+
+impl headroom_cloud::contract::ContractFaults for ServerFaults {
+    fn fail_launches(&self, offering: &Offering) -> bool {
+        self.0.inject(Fault {
+            matches: FaultMatch::MachineType(offering.instance_type.clone()),
+            kind: FaultKind::Internal,
+            times: None,
+        });
+        true
+    }
+    fn heal(&self) {
+        self.0.clear_faults();
+        self.0.inject(stockout_fault());
+        self.0.clear_hidden();
+    }
+    fn miss_reads_after_create(&self, n: u32) -> bool {
+        self.0.miss_reads_after_insert(n);
+        true
+    }
+    fn plant_tagged_only(
+        &self,
+        cluster: &str,
+        offering: &Offering,
+        token: &str,
+    ) -> Option<InstanceId> {
+        let token = format!("{cluster}-{token}");
+        let name = headroom_gcp::naming::instance_name(&token);
+        let tags = OwnershipTags {
+            cluster: cluster.into(),
+            pool: "contract".into(),
+            node: format!("n-{token}"),
+            request: None,
+        };
+        let mut labels: serde_json::Map<String, serde_json::Value> =
+            headroom_gcp::naming::labels(&tags, &token)
+                .into_iter()
+                .map(|(k, v)| (k, json!(v)))
+                .collect();
+        labels.insert(
+            headroom_gcp::naming::OFFERING_LABEL.into(),
+            json!(headroom_gcp::naming::label_value(offering.id.as_str())),
+        );
+        self.0.put_instance(
+            PROJECT,
+            &offering.zone,
+            json!({
+                "name": name,
+                "status": "RUNNING",
+                "machineType": format!("zones/{}/machineTypes/{}", offering.zone, offering.instance_type),
+                "creationTimestamp": "2026-11-30T08:00:00.000-00:00",
+                "labels": labels,
+            }),
+        );
+        Some(InstanceId(headroom_gcp::naming::instance_id(
+            &offering.zone,
+            &name,
+        )))
+    }
+}
+
+fn fixture(cluster: &str, server: &ComputeServer) -> ContractFixture {
     ContractFixture {
+        faults: Some(Arc::new(ServerFaults(server.clone()))),
         cluster: cluster.into(),
         offering: offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand),
         stockout: Some(offering(
@@ -117,7 +182,7 @@ fn fixture(cluster: &str) -> ContractFixture {
 async fn the_shared_contract_holds() {
     let e = env("").await;
     e.server.server.inject(stockout_fault());
-    run_all(e.provider.as_ref(), &fixture("contract")).await;
+    run_all(e.provider.as_ref(), &fixture("contract", &e.server.server)).await;
 }
 
 #[tokio::test]
@@ -125,7 +190,11 @@ async fn the_contract_holds_when_operations_take_several_polls() {
     let e = env("").await;
     e.server.server.inject(stockout_fault());
     e.server.server.set_operation_polls(3);
-    run_all(e.provider.as_ref(), &fixture("contract-slow")).await;
+    run_all(
+        e.provider.as_ref(),
+        &fixture("contract-slow", &e.server.server),
+    )
+    .await;
     let waits = e
         .server
         .server

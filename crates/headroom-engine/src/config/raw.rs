@@ -140,6 +140,7 @@ pub(super) struct RawSim {
     pub(super) state_file: Option<std::path::PathBuf>,
     #[serde(default)]
     pub(super) gpu_quota_per_region: BTreeMap<String, u32>,
+    pub(super) launch_answer_delay: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

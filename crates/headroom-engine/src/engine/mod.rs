@@ -126,6 +126,7 @@ pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
         },
         clock,
     );
+    cloud.set_launch_answer_delay(config.sim.launch_answer_delay);
     match &config.sim.state_file {
         Some(path) => cloud.with_state_file(path.clone()),
         None => cloud,
