@@ -886,6 +886,14 @@ async fn the_engine_adopts_a_vm_whose_first_reads_miss_and_launches_no_second() 
         engine.tick().await.unwrap();
         clock.advance(Duration::from_secs(1));
     }
+    let inserts = server
+        .server
+        .calls()
+        .iter()
+        .filter(|c| *c == &format!("POST /zones/{ZONE}/instances"))
+        .count();
+    eprintln!("first two reads after each insert miss, 5 ticks: {inserts} inserts");
+    assert_eq!(inserts, 1, "one insert, no VM under a new name");
     let vms = server.server.instances();
     assert_eq!(vms.len(), 1, "one VM: {vms:#?}");
     let outcome = ledger.capacity_request(&request).await.unwrap().unwrap();

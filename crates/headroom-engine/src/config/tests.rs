@@ -179,6 +179,23 @@ fn transient_failures_are_bounded_by_validated_knobs() {
 }
 
 #[test]
+fn the_simulated_launch_answer_delay_is_a_bounded_duration() {
+    let c = Config::parse(
+        "cluster_id = \"t\"\n[sim]\nlaunch_answer_delay = \"300ms\"\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.sim.launch_answer_delay, Duration::from_millis(300));
+    for bad in ["\"soon\"", "\"11m\""] {
+        let e = errors(&format!(
+            "cluster_id = \"t\"\n[sim]\nlaunch_answer_delay = {bad}\n"
+        ));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("sim.launch_answer_delay"), "{}", e[0]);
+    }
+}
+
+#[test]
 fn orphan_policy_is_terminate_or_report() {
     let c = Config::parse(
         &EXAMPLE.replace(
