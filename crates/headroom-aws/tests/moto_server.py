@@ -144,10 +144,10 @@ def call_action(self):
     interrupt(self.ec2_backend, f.get("interrupt", []))
     if "describe_misses" not in f:
         MISSED[0] = 0
-    elif self._get_action() == "DescribeInstances" and self._get_multi_param("InstanceId"):
+    elif self._get_action() == "DescribeInstances" and self._get_param("InstanceIds", []):
         if MISSED[0] < int(f["describe_misses"]):
             MISSED[0] += 1
-            ids = ", ".join(self._get_multi_param("InstanceId"))
+            ids = ", ".join(self._get_param("InstanceIds", []))
             return ec2_error(
                 "InvalidInstanceID.NotFound", f"The instance ID '{ids}' does not exist", 400
             )

@@ -512,47 +512,6 @@ impl GcpProvider {
             .ok_or_else(|| CloudError::NotFound(id.clone()))
     }
 
-    /// Reads a VM back after its insert finished. A successful create is never a refusal: a
-    /// read that misses (GCE's reads can lag the write) or fails is repeated by the
-    /// deterministic name, with backoff, for at most `gcp.operation_timeout`; past that the
-    /// launch is a transient error, so the intent stays and its retry, with the same name and
-    /// requestId, adopts the VM instead of making another.
-    async fn read_back(
-        &self,
-        id: &InstanceId,
-        zone: &str,
-        name: &str,
-    ) -> Result<Instance, CloudError> {
-        let mut delay = Duration::from_millis(100);
-        let mut last = None;
-        let bounded = tokio::time::timeout(self.settings.operation_timeout, async {
-            loop {
-                match self.describe_in(id, zone, name).await {
-                    Ok(found) => return Ok(found),
-                    Err(e) if e.class() == ErrorClass::NotFound || e.class().is_retryable() => {
-                        tracing::debug!(instance = %id, error = %e, "created VM not readable yet; reading again");
-                        last = Some(e);
-                    }
-                    Err(e) => return Err(e),
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-        })
-        .await;
-        match bounded {
-            Ok(result) => result,
-            Err(_) => Err(transient(
-                "read_back_pending",
-                format!(
-                    "instance {id} was created but could not be read back within {:?} ({}); the next activation adopts it by name",
-                    self.settings.operation_timeout,
-                    last.map_or_else(|| "no answer".to_string(), |e| e.to_string())
-                ),
-            )),
-        }
-    }
-
     /// Sends one instance verb and waits for it. No requestId: GCE answers a reused one with
     /// the first operation, so a start refused for capacity would stay refused for the whole
     /// idempotency window; repeating a verb is harmless instead (the callers read the status
@@ -798,78 +757,6 @@ impl CloudProvider for GcpProvider {
     }
 }
 
+mod read_back;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(s: &str) -> Timestamp {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn statuses_map_to_phases() {
-        let now = t("2026-11-30T10:00:00Z");
-        let times = Times {
-            created: Some(t("2026-11-30T09:00:00Z")),
-            last_start: Some(t("2026-11-30T09:00:00Z")),
-            ..Times::default()
-        };
-        let p = |s, pre| phase_of(s, pre, times, now, Duration::ZERO);
-        assert_eq!(p("PROVISIONING", false), InstancePhase::Pending);
-        assert_eq!(p("STAGING", false), InstancePhase::Pending);
-        assert_eq!(p("RUNNING", false), InstancePhase::Ready);
-        for s in [
-            "STOPPING",
-            "TERMINATED",
-            "STOPPED",
-            "SUSPENDING",
-            "SUSPENDED",
-        ] {
-            assert_eq!(p(s, false), InstancePhase::Stopped, "{s}");
-        }
-        assert_eq!(p("TERMINATED", true), InstancePhase::Interrupted);
-        assert_eq!(p("DEPROVISIONING", false), InstancePhase::Terminated);
-    }
-
-    #[test]
-    fn running_is_booting_until_ready_after_with_the_rung_it_skips_to() {
-        let ready_after = Duration::from_secs(300);
-        let fresh = Times {
-            created: Some(t("2026-11-30T09:58:00Z")),
-            last_start: Some(t("2026-11-30T09:58:00Z")),
-            ..Times::default()
-        };
-        let now = t("2026-11-30T10:00:00Z");
-        assert_eq!(
-            phase_of("RUNNING", false, fresh, now, ready_after),
-            InstancePhase::Booting(LadderRung::ImagePull)
-        );
-        let restarted = Times {
-            last_stop: Some(t("2026-11-30T09:30:00Z")),
-            ..fresh
-        };
-        assert_eq!(
-            phase_of("RUNNING", false, restarted, now, ready_after),
-            InstancePhase::Booting(LadderRung::WeightLoad)
-        );
-        let resumed = Times {
-            last_suspended: Some(t("2026-11-30T09:40:00Z")),
-            ..restarted
-        };
-        // Suspend kept memory: weight load is skipped.
-        assert_eq!(
-            phase_of("RUNNING", false, resumed, now, ready_after),
-            InstancePhase::Booting(LadderRung::Compile)
-        );
-        assert_eq!(
-            phase_of(
-                "RUNNING",
-                false,
-                fresh,
-                t("2026-11-30T10:03:00Z"),
-                ready_after
-            ),
-            InstancePhase::Ready
-        );
-    }
-}
+mod tests;

@@ -255,3 +255,41 @@ fn budget_condition(budget: &Budget, s: &BudgetStanding) -> Option<Alert> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    /// `ProviderErrors` waits for its span, holds while failures continue, and resolves after a
+    /// quiet span.
+    #[test]
+    fn provider_errors_fire_after_their_span_and_resolve_when_quiet() {
+        let trouble = ProviderTrouble {
+            pool: "llm".parse().unwrap(),
+            since: at("2026-11-30T09:00:00Z"),
+            last_at: at("2026-11-30T09:04:00Z"),
+            failures: 9,
+            last_error: "InternalError on spot".into(),
+        };
+        let after = chrono::Duration::minutes(5);
+        let fires = |now: &str| provider_errors_condition(&trouble, at(now), after).is_some();
+        assert!(!fires("2026-11-30T09:04:30Z"), "not yet five minutes");
+        assert!(fires("2026-11-30T09:05:00Z"));
+        assert!(fires("2026-11-30T09:08:59Z"), "the last failure is recent");
+        assert!(
+            !fires("2026-11-30T09:09:00Z"),
+            "five quiet minutes resolve it"
+        );
+        let alert = provider_errors_condition(&trouble, at("2026-11-30T09:06:00Z"), after).unwrap();
+        assert_eq!(alert.name, "ProviderErrors");
+        assert!(
+            alert.summary.contains("InternalError on spot"),
+            "{}",
+            alert.summary
+        );
+    }
+}
