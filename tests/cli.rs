@@ -1180,6 +1180,202 @@ hard_action = "clamp"
     });
 }
 
+/// A pseudo-random number below `n`, different every call (no seed to hard-code results).
+fn random_below(n: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(n);
+    h.finish() % n.max(1)
+}
+
+/// Client tokens the simulated cloud made an instance for, from its state file (`None` while
+/// the file is being replaced).
+fn cloud_tokens(state_file: &std::path::Path) -> Option<std::collections::BTreeSet<String>> {
+    let state: Value = serde_json::from_slice(&std::fs::read(state_file).ok()?).ok()?;
+    Some(
+        state["instances"]
+            .as_object()?
+            .values()
+            .filter_map(|i| i["instance"]["client_token"].as_str().map(str::to_string))
+            .collect(),
+    )
+}
+
+/// Client tokens whose intent has an outcome in the ledger.
+async fn tokens_with_outcome(db: &str) -> std::collections::BTreeSet<String> {
+    let Ok(pool) = sqlx::SqlitePool::connect(db).await else {
+        return Default::default();
+    };
+    let rows: Vec<(String,)> =
+        sqlx::query_as("SELECT DISTINCT client_token FROM node_events WHERE state <> 'requested'")
+            .fetch_all(&pool)
+            .await
+            .unwrap_or_default();
+    pool.close().await;
+    rows.into_iter().map(|(t,)| t).collect()
+}
+
+/// Issue 19: the simulated cloud answers each launch 300 ms after the instance exists
+/// (`sim.launch_answer_delay`), and `serve` is killed with SIGKILL inside that window — an
+/// instance the cloud made whose outcome the ledger does not have — at a random point of it,
+/// round after round. Afterwards: no leaked instance, none twice, no request lost.
+#[test]
+fn sigkill_between_the_cloud_call_and_its_outcome_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_file = dir.path().join("cloud.json");
+    let config = dir.path().join("window.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+cluster_id = "window-test"
+[engine]
+tick = "100ms"
+[sim]
+state_file = "{}"
+launch_answer_delay = "300ms"
+[[offerings]]
+id = "o"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az1"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "0.8048"
+gpus = 1
+sim_capacity = 100
+[offerings.sim_ladder]
+node_acquisition = "100ms"
+image_pull = "100ms"
+weight_load = "100ms"
+compile = "100ms"
+warmup = "100ms"
+[[pools]]
+name = "p"
+account = "ml"
+offerings = ["o"]
+max_replicas = 40
+max_scale_up_per_step = 40
+[pools.ladder]
+node_acquisition = "1s"
+image_pull = "1s"
+weight_load = "1s"
+compile = "1s"
+warmup = "1s"
+[pools.scaling]
+replica_throughput_rps = 5.0
+[[budgets]]
+account = "ml"
+period = "day"
+ceiling_usd = "1000"
+hard_action = "clamp"
+"#,
+            state_file.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_string();
+    let db = format!("sqlite://{}", dir.path().join("window.db").display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let in_window = || {
+        let made = cloud_tokens(&state_file).unwrap_or_default();
+        let known = runtime.block_on(tokens_with_outcome(&db));
+        made.iter().any(|t| !known.contains(t))
+    };
+    let rounds = 10;
+    let mut killed_in_window = 0;
+    for round in 0..rounds {
+        let (mut child, base, token) = start_serve_with(&config, &db);
+        let body = json!({"pool": "p", "replicas": 2}).to_string();
+        let r = agent_with(&token)
+            .post(format!("{base}/v1/capacity-requests"))
+            .header("content-type", "application/json")
+            .header("idempotency-key", &format!("round-{round}"))
+            .send(&body)
+            .unwrap();
+        assert!(r.status().is_success(), "round {round}: {}", r.status());
+        // Wait for the window to open, then kill at a random point of its 300 ms.
+        eventually(500, &in_window);
+        std::thread::sleep(Duration::from_millis(random_below(250)));
+        child.kill().unwrap(); // SIGKILL: no shutdown code runs
+        child.wait().unwrap();
+        if in_window() {
+            killed_in_window += 1;
+        }
+    }
+    eprintln!("{killed_in_window} of {rounds} kills landed between a cloud call and its outcome");
+    assert!(
+        killed_in_window * 2 >= rounds,
+        "only {killed_in_window} of {rounds} kills landed inside the window"
+    );
+
+    let (mut child, base, token) = start_serve_with(&config, &db);
+    let agent = agent_with(&token);
+    let wanted = 2 * rounds as u64;
+    let settled = (0..300).any(|_| {
+        let pool = call(&agent, "GET", &format!("{base}/v1/pools/p"), None);
+        let ready = pool.body["ready"].as_u64().unwrap_or(0);
+        let moving = pool.body["requested"].as_u64().unwrap_or(0)
+            + pool.body["starting"].as_u64().unwrap_or(0);
+        if ready == wanted && moving == 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        false
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(settled, "not every request was delivered after the kills");
+
+    let state: Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
+    let running: Vec<&Value> = state["instances"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|i| i["life"]["Running"].is_object())
+        .collect();
+    let tokens: std::collections::BTreeSet<&str> = running
+        .iter()
+        .map(|i| i["instance"]["client_token"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tokens.len(),
+        running.len(),
+        "two instances share a client token"
+    );
+    assert_eq!(
+        running.len() as u64,
+        wanted,
+        "leaked or missing instances: {state}"
+    );
+    runtime.block_on(async {
+        let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+        let live: Vec<(String, String)> = sqlx::query_as(
+            "SELECT e.client_token, e.state FROM node_events e
+             JOIN (SELECT node_id, MAX(seq) AS seq FROM node_events GROUP BY node_id) l ON e.seq = l.seq
+             WHERE e.state NOT IN ('terminated', 'refused')",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let live_tokens: std::collections::BTreeSet<&str> =
+            live.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(live_tokens, tokens, "ledger and cloud disagree about which nodes exist");
+        assert!(live.iter().all(|(_, s)| s == "serving"), "{live:?}");
+        let requests: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT idempotency_key, replicas FROM capacity_requests ORDER BY idempotency_key",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(requests.len(), rounds, "one request per round, none lost or doubled");
+        pool.close().await;
+    });
+}
+
 /// A TCP proxy in front of PostgreSQL that a test can cut and restore.
 struct Proxy {
     port: u16,

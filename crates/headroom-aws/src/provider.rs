@@ -46,6 +46,8 @@ const MAX_WARNING_BATCHES: usize = 10;
 const MAX_REMEMBERED: usize = 100_000;
 /// The EC2 state reason of an instance the spot market took back.
 const SPOT_TERMINATION: &str = "Server.SpotInstanceTermination";
+/// Reads of a just-created instance before it is adopted as created (100 ms doubling: ~1.5 s).
+const READ_BACK_ATTEMPTS: u32 = 5;
 
 /// The AWS provider. One EC2 client per region; instance ids are region-scoped, so the provider
 /// remembers which region each instance it has seen lives in.
@@ -210,6 +212,37 @@ impl AwsProvider {
             }
         }
         Err(CloudError::NotFound(id.clone()))
+    }
+
+    /// Reads an instance back right after the call that created it. EC2's reads are eventually
+    /// consistent (DescribeInstances may answer `InvalidInstanceID.NotFound` at first), and a
+    /// successful create is never a refusal: the read is repeated a bounded number of times,
+    /// then the instance is adopted from what the create said (its id, the launch's tags,
+    /// pending) for the next inventory to settle.
+    async fn read_back(&self, region: &str, id: &InstanceId, spec: &LaunchSpec) -> Instance {
+        let mut delay = Duration::from_millis(100);
+        for attempt in 1..=READ_BACK_ATTEMPTS {
+            match self.describe_in(region, id).await {
+                Ok(instance) => return instance,
+                Err(e) => {
+                    tracing::debug!(instance = %id, attempt, error = %e, "created instance not readable yet");
+                }
+            }
+            if attempt < READ_BACK_ATTEMPTS {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+        tracing::warn!(instance = %id, "created instance still unreadable; adopting it as created");
+        Instance {
+            id: id.clone(),
+            offering: spec.offering.id.clone(),
+            client_token: spec.client_token.clone(),
+            tags: spec.tags.clone(),
+            phase: InstancePhase::Pending,
+            launched_at: self.clock.now(),
+            interruption_notice: None,
+        }
     }
 
     async fn describe_in(&self, region: &str, id: &InstanceId) -> Result<Instance, CloudError> {
@@ -411,7 +444,7 @@ impl AwsProvider {
         match (made, out.errors().first()) {
             (Some(id), _) => {
                 self.remember(&id, region);
-                let instance = self.describe_in(region, &id).await?;
+                let instance = self.read_back(region, &id, spec).await;
                 tracing::info!(instance = %instance.id, token = %spec.client_token, offering = %spec.offering.id, "launched by fleet");
                 Ok(instance)
             }

@@ -32,11 +32,22 @@ async fn the_provider_passes_the_contract_suite() {
         cluster: "contract".to_string(),
         offering: offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048"),
         stockout: Some(offering("p5-od", "p5.48xlarge", Market::OnDemand, "55.04")),
+        faults: None,
     };
     contract::run_all(&provider, &fixture).await;
     // The stockout was one request, not a retried one.
     let posts = moto.log().matches("\" 500 -").count();
     assert_eq!(posts, 1, "one refused call, no SDK retries: {}", moto.log());
+    // The checks of failures, on the same server.
+    let fixture = ContractFixture {
+        faults: Some(Arc::new(moto.contract_faults(
+            r#""launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}}"#,
+            false,
+        ))),
+        ..fixture
+    };
+    contract::persistent_server_errors_are_transient_and_create_nothing(&provider, &fixture).await;
+    contract::a_create_whose_first_reads_miss_is_adopted(&provider, &fixture).await;
 }
 
 /// Every error shape moto can be made to show, end to end through the SDK.
@@ -653,6 +664,10 @@ async fn pools_with_a_launch_template_launch_by_instant_fleet_and_pass_the_contr
         cluster: "fleet-contract".to_string(),
         offering: offering("g6-od", GOOD_TYPE, Market::OnDemand, "0.8048"),
         stockout: Some(offering("p5-od", "p5.48xlarge", Market::OnDemand, "55.04")),
+        faults: Some(Arc::new(moto.contract_faults(
+            r#""fleet": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity"}}"#,
+            true,
+        ))),
     };
     contract::run_all(&provider, &fixture).await;
     let fleets = moto

@@ -20,6 +20,8 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
 - fleet: an instant CreateFleet of a listed instance type answers 200 with that code in
   Errors[] and no instance, as EC2 does; with "partial": true the instance is launched and the
   error entry is added beside it.
+- fleet_http: a CreateFleet of a listed instance type fails as a whole with that code and HTTP
+  status (an API error, not a per-instance one).
 - spot_min_price: a spot RunInstances whose MaxPrice is below it fails with SpotMaxPriceTooLow.
 - throttle: every EC2 request fails with that code and status.
 - reservations: capacity reservations and how many instances each holds (moto implements none).
@@ -31,6 +33,9 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
   a replacement).
 - interrupt: these instances are reclaimed as the spot market does it (terminated, with the state
   reason Server.SpotInstanceTermination) before the request is answered.
+- describe_misses: the next N DescribeInstances calls that name instance ids answer
+  InvalidInstanceID.NotFound, as EC2's eventually consistent reads can right after a create
+  (counted from when the key appears; removing it resets the count).
 - autoscaling: an Auto Scaling action (SetDesiredCapacity, DescribeAutoScalingGroups, PutWarmPool,
   ...) fails with that code and status, in the query protocol's error shape, changing nothing.
 
@@ -131,9 +136,21 @@ def instance_types(value):
     return []
 
 
+MISSED = [0]
+
+
 def call_action(self):
     f = faults()
     interrupt(self.ec2_backend, f.get("interrupt", []))
+    if "describe_misses" not in f:
+        MISSED[0] = 0
+    elif self._get_action() == "DescribeInstances" and self._get_param("InstanceIds", []):
+        if MISSED[0] < int(f["describe_misses"]):
+            MISSED[0] += 1
+            ids = ", ".join(self._get_param("InstanceIds", []))
+            return ec2_error(
+                "InvalidInstanceID.NotFound", f"The instance ID '{ids}' does not exist", 400
+            )
     throttle = f.get("throttle")
     if throttle:
         return ec2_error(
@@ -151,6 +168,11 @@ def call_action(self):
                     print(f"LEAK: spot request {request_id} left open", flush=True)
     if action == "CreateFleet":
         types = instance_types(self._get_param("LaunchTemplateConfigs", []))
+        failing = next((f["fleet_http"][t] for t in types if t in f.get("fleet_http", {})), None)
+        if failing:
+            return ec2_error(
+                failing["code"], f"injected {failing['code']}", failing.get("status", 500)
+            )
         fault = next((f["fleet"][t] for t in types if t in f.get("fleet", {})), None)
         if fault:
             item = (

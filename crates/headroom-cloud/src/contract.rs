@@ -19,6 +19,33 @@ pub struct ContractFixture {
     pub offering: Offering,
     /// An offering the provider will refuse for want of capacity, if the test can arrange one.
     pub stockout: Option<Offering>,
+    /// Faults the test can make the provider's cloud show; the checks that need one it cannot
+    /// show are skipped.
+    pub faults: Option<std::sync::Arc<dyn ContractFaults>>,
+}
+
+/// What the test behind a provider can make its cloud (or emulator) do, for the checks of
+/// failures. Each method says whether it can; the defaults cannot.
+pub trait ContractFaults: Send + Sync + std::fmt::Debug {
+    /// Every launch of `offering` answers a server error (HTTP 500) until [`Self::heal`].
+    fn fail_launches(&self, offering: &Offering) -> bool;
+    /// Ends every fault this trait set.
+    fn heal(&self);
+    /// The first `n` reads of each instance after its create miss (a read that lags the write);
+    /// `n = 0` ends it.
+    fn miss_reads_after_create(&self, _n: u32) -> bool {
+        false
+    }
+    /// Makes an instance of `offering` that carries only the ownership labels or tags the
+    /// provider writes for `cluster` and token `token` (no other record of ownership); its id.
+    fn plant_tagged_only(
+        &self,
+        _cluster: &str,
+        _offering: &Offering,
+        _token: &str,
+    ) -> Option<InstanceId> {
+        None
+    }
 }
 
 fn spec(fixture: &ContractFixture, offering: &Offering, token: &str) -> LaunchSpec {
@@ -189,6 +216,101 @@ pub async fn inventory_is_scoped_to_the_cluster(p: &dyn CloudProvider, f: &Contr
         .expect("terminate must succeed");
 }
 
+/// A launch that keeps answering a server error is `Transient` every time (the engine bounds
+/// the retries), creates nothing, and once the cloud recovers the same client token makes one
+/// instance.
+pub async fn persistent_server_errors_are_transient_and_create_nothing(
+    p: &dyn CloudProvider,
+    f: &ContractFixture,
+) {
+    let Some(faults) = &f.faults else { return };
+    if !faults.fail_launches(&f.offering) {
+        return;
+    }
+    let before = owned_ids(p, &f.cluster).await;
+    let spec = spec(f, &f.offering, "server-errors");
+    for attempt in 1..=3 {
+        let err = p
+            .launch(&spec)
+            .await
+            .expect_err("a launch answered with a server error must fail");
+        assert_eq!(
+            err.class(),
+            ErrorClass::Transient,
+            "attempt {attempt}: a server error must be classed as transient: {err}"
+        );
+    }
+    assert_eq!(
+        owned_ids(p, &f.cluster).await,
+        before,
+        "launches that failed with server errors must create nothing"
+    );
+    faults.heal();
+    let launched = p
+        .launch(&spec)
+        .await
+        .expect("the same client token launches once the cloud recovers");
+    let after = owned_ids(p, &f.cluster).await;
+    assert_eq!(after.len(), before.len() + 1, "exactly one instance");
+    p.terminate(&launched.id)
+        .await
+        .expect("terminate must succeed");
+}
+
+/// A successful create is never a refusal: when the reads right after it miss, the launch still
+/// returns the instance (read again by its name), and a repeat of the token returns the same one.
+pub async fn a_create_whose_first_reads_miss_is_adopted(
+    p: &dyn CloudProvider,
+    f: &ContractFixture,
+) {
+    let Some(faults) = &f.faults else { return };
+    if !faults.miss_reads_after_create(2) {
+        return;
+    }
+    let before = owned_ids(p, &f.cluster).await;
+    let spec = spec(f, &f.offering, "read-back");
+    let launched = p
+        .launch(&spec)
+        .await
+        .expect("a create whose first reads miss must still return the instance");
+    faults.miss_reads_after_create(0);
+    faults.heal();
+    let again = p
+        .launch(&spec)
+        .await
+        .expect("a repeated launch must succeed");
+    assert_eq!(
+        again.id, launched.id,
+        "the repeat must return the same instance"
+    );
+    assert_eq!(
+        owned_ids(p, &f.cluster).await.len(),
+        before.len() + 1,
+        "exactly one instance"
+    );
+    p.terminate(&launched.id)
+        .await
+        .expect("terminate must succeed");
+}
+
+/// Ownership is read from the labels or tags the provider writes: an instance carrying only
+/// those is listed as owned (so the orphan sweep can end it).
+pub async fn ownership_is_read_from_the_provider_s_labels(
+    p: &dyn CloudProvider,
+    f: &ContractFixture,
+) {
+    let Some(faults) = &f.faults else { return };
+    let Some(id) = faults.plant_tagged_only(&f.cluster, &f.offering, "planted") else {
+        return;
+    };
+    assert!(
+        owned_ids(p, &f.cluster).await.contains(&id),
+        "an instance with the cluster's ownership labels must be listed as owned"
+    );
+    p.terminate(&id).await.expect("terminate must succeed");
+    assert!(!owned_ids(p, &f.cluster).await.contains(&id));
+}
+
 /// Runs every check, in order.
 pub async fn run_all(p: &dyn CloudProvider, f: &ContractFixture) {
     launch_is_tagged_and_listed(p, f).await;
@@ -197,4 +319,7 @@ pub async fn run_all(p: &dyn CloudProvider, f: &ContractFixture) {
     stop_and_start_keep_the_instance(p, f).await;
     stockout_is_a_capacity_refusal(p, f).await;
     inventory_is_scoped_to_the_cluster(p, f).await;
+    persistent_server_errors_are_transient_and_create_nothing(p, f).await;
+    a_create_whose_first_reads_miss_is_adopted(p, f).await;
+    ownership_is_read_from_the_provider_s_labels(p, f).await;
 }

@@ -92,6 +92,8 @@ pub struct SimCloud {
     gpu_quota_per_region: BTreeMap<String, u32>,
     state: Mutex<SimState>,
     launch_delay: Mutex<std::time::Duration>,
+    /// How long a launch takes to answer once the instance exists.
+    answer_delay: Mutex<std::time::Duration>,
     /// The spot market's current price per offering, where a test or scenario set one; a spot
     /// launch whose most-we-pay (the offering's price) is below it is refused, as EC2 does.
     spot_prices: Mutex<HashMap<OfferingId, Money>>,
@@ -169,6 +171,7 @@ impl SimCloud {
             gpu_quota_per_region: config.gpu_quota_per_region,
             state_file: None,
             launch_delay: Mutex::new(std::time::Duration::ZERO),
+            answer_delay: Mutex::new(std::time::Duration::ZERO),
             spot_prices: Mutex::new(HashMap::new()),
             state: Mutex::new(SimState {
                 rng: fastrand::Rng::with_seed(config.seed),
@@ -240,6 +243,13 @@ impl SimCloud {
         *self.launch_delay.lock().unwrap_or_else(|e| e.into_inner()) = delay;
     }
 
+    /// Makes every launch answer this long after the instance exists (and is saved to the
+    /// state file): a window in which the caller may die knowing nothing of it, as with a cloud
+    /// whose API answers slowly.
+    pub fn set_launch_answer_delay(&self, delay: std::time::Duration) {
+        *self.answer_delay.lock().unwrap_or_else(|e| e.into_inner()) = delay;
+    }
+
     /// Moves the spot market: `offering`'s price is now `price` per hour, quoted by
     /// `current_prices` and compared with the most a launch will pay (the offering's price). A
     /// market above that maximum also reclaims the offering's running instances, after the usual
@@ -271,6 +281,11 @@ impl SimCloud {
     /// Makes the next `times` launches of `offering` fail with `class` (tests, chaos drills).
     pub fn inject_launch_fault(&self, offering: &OfferingId, class: ErrorClass, times: u32) {
         self.state().faults.insert(offering.clone(), (class, times));
+    }
+
+    /// Ends every injected launch fault.
+    pub fn clear_launch_faults(&self) {
+        self.state().faults.clear();
     }
 
     /// Changes how many instances of `offering` may run at once (a stockout is `0`).
@@ -446,15 +461,13 @@ impl SimCloud {
         }
         Ok(())
     }
-}
 
-#[async_trait]
-impl CloudProvider for SimCloud {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Sim
-    }
-
-    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+    /// A launch as the cloud does it; [`CloudProvider::launch`] adds the answer's delay.
+    async fn launch_now(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        // The call is on record as soon as it is made, even if the caller gives up waiting.
+        self.state()
+            .calls
+            .push(format!("launch {} {}", spec.offering.id, spec.client_token));
         let delay = *self.launch_delay.lock().unwrap_or_else(|e| e.into_inner());
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -462,9 +475,6 @@ impl CloudProvider for SimCloud {
         let now = self.clock.now();
         let catalog = self.catalog().clone();
         let mut state = self.state();
-        state
-            .calls
-            .push(format!("launch {} {}", spec.offering.id, spec.client_token));
         if let Some(existing) = state.by_token.get(&spec.client_token).cloned() {
             return refresh(&mut state, &catalog, &existing, now)
                 .ok_or(CloudError::NotFound(existing));
@@ -534,6 +544,22 @@ impl CloudProvider for SimCloud {
         );
         state.by_token.insert(spec.client_token.clone(), id.clone());
         refresh(&mut state, &catalog, &id, now).ok_or(CloudError::NotFound(id))
+    }
+}
+
+#[async_trait]
+impl CloudProvider for SimCloud {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Sim
+    }
+
+    async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        let answer = self.launch_now(spec).await;
+        let delay = *self.answer_delay.lock().unwrap_or_else(|e| e.into_inner());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        answer
     }
 
     async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {

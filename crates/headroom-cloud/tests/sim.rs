@@ -75,16 +75,37 @@ fn spec(offering: &Offering, token: &str) -> LaunchSpec {
 async fn sim_passes_the_provider_contract() {
     let ok = offering("ok", Market::OnDemand, 1);
     let none = offering("none", Market::OnDemand, 1);
-    let cloud = sim(clock(), vec![(ok.clone(), 10, 0.0), (none.clone(), 0, 0.0)]);
+    let cloud = Arc::new(sim(
+        clock(),
+        vec![(ok.clone(), 10, 0.0), (none.clone(), 0, 0.0)],
+    ));
     run_all(
-        &cloud,
+        cloud.as_ref(),
         &ContractFixture {
             cluster: "contract".into(),
             offering: ok,
             stockout: Some(none),
+            faults: Some(Arc::new(SimFaults(cloud.clone()))),
         },
     )
     .await;
+}
+
+/// The simulated cloud's faults for the contract: server errors on launch. Its launch answers
+/// with the instance and it keeps ownership as tags, so the read-back and label checks do not
+/// apply.
+#[derive(Debug)]
+struct SimFaults(Arc<SimCloud>);
+
+impl headroom_cloud::contract::ContractFaults for SimFaults {
+    fn fail_launches(&self, offering: &Offering) -> bool {
+        self.0
+            .inject_launch_fault(&offering.id, headroom_core::ErrorClass::Transient, u32::MAX);
+        true
+    }
+    fn heal(&self) {
+        self.0.clear_launch_faults();
+    }
 }
 
 #[tokio::test]

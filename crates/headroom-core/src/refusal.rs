@@ -79,12 +79,15 @@ pub enum RefusalReason {
     GlobalCeiling,
     /// Every allowed offering is unavailable.
     NoOffering,
+    /// One offering kept failing with transient errors (HTTP 5xx, timeouts) within the window:
+    /// it is treated as refused (cooled down, ranked lower) and the planner falls back.
+    ProviderErrors,
 }
 
 impl RefusalReason {
     /// Every reason, so stores and reports that must agree with [`RefusalReason::closes_request`]
     /// can list the codes from it instead of by hand.
-    pub const ALL: [RefusalReason; 12] = [
+    pub const ALL: [RefusalReason; 13] = [
         RefusalReason::Cloud(ErrorClass::Capacity),
         RefusalReason::Cloud(ErrorClass::Quota),
         RefusalReason::Cloud(ErrorClass::Price),
@@ -97,6 +100,7 @@ impl RefusalReason {
         RefusalReason::MaxReplicas,
         RefusalReason::GlobalCeiling,
         RefusalReason::NoOffering,
+        RefusalReason::ProviderErrors,
     ];
 
     pub fn code(self) -> String {
@@ -106,6 +110,7 @@ impl RefusalReason {
             RefusalReason::MaxReplicas => "max_replicas".to_string(),
             RefusalReason::GlobalCeiling => "global_ceiling".to_string(),
             RefusalReason::NoOffering => "no_offering".to_string(),
+            RefusalReason::ProviderErrors => "provider_errors".to_string(),
         }
     }
 
@@ -124,9 +129,22 @@ impl RefusalReason {
     }
 
     /// A refusal that ends a capacity request: nothing more will be tried for it. A cloud
-    /// refusal does not: the planner falls back to another offering.
+    /// refusal does not, nor do provider errors: the planner falls back to another offering.
     pub fn closes_request(self) -> bool {
-        !matches!(self, RefusalReason::Cloud(_))
+        !matches!(
+            self,
+            RefusalReason::Cloud(_) | RefusalReason::ProviderErrors
+        )
+    }
+
+    /// A refusal of one offering that the planner falls back from at once (and that cools the
+    /// offering down and ranks it lower).
+    pub fn falls_back(self) -> bool {
+        match self {
+            RefusalReason::Cloud(class) => class.falls_back(),
+            RefusalReason::ProviderErrors => true,
+            _ => false,
+        }
     }
 }
 
@@ -158,7 +176,7 @@ mod tests {
     fn all_lists_every_reason_once() {
         // Exhaustive on purpose: a new variant stops these compiling until `ALL` has it too.
         let listed_by_hand = |r: RefusalReason| match r {
-            RefusalReason::Cloud(_) => false,
+            RefusalReason::Cloud(_) | RefusalReason::ProviderErrors => false,
             RefusalReason::Budget
             | RefusalReason::MaxReplicas
             | RefusalReason::GlobalCeiling
@@ -181,7 +199,8 @@ mod tests {
         }
         let others = RefusalReason::ALL.iter().filter(|r| listed_by_hand(**r));
         assert_eq!(others.count(), 4);
-        assert_eq!(RefusalReason::ALL.len(), ErrorClass::ALL.len() + 4);
+        assert_eq!(RefusalReason::ALL.len(), ErrorClass::ALL.len() + 5);
+        assert!(RefusalReason::ALL.contains(&RefusalReason::ProviderErrors));
         assert_eq!(
             RefusalReason::closing_codes(),
             ["budget", "max_replicas", "global_ceiling", "no_offering"]

@@ -143,7 +143,7 @@ impl Default for Metrics {
         );
         registry.register(
             "fallbacks",
-            "Replicas supplied by a fallback, by the widest step taken: instance_type, zone, region or smaller_model",
+            "Replicas supplied by a fallback, by step: the widest of instance_type, zone or region, market when it changed too (a launch can count under both), or smaller_model",
             m.fallbacks.clone(),
         );
         registry.register(

@@ -1437,5 +1437,175 @@ async fn a_restart_remembers_the_offerings_that_refused_and_the_launches_of_the_
     assert_eq!(outcome.state, RequestState::Delivered, "{outcome:?}");
 }
 
+fn launch_calls(h: &Harness, offering: &str) -> usize {
+    let prefix = format!("launch {offering} ");
+    h.cloud
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with(&prefix))
+        .count()
+}
+
+/// Issue 19: a spot offering that answers HTTP 500 to every launch. A few transient failures
+/// within the window end its intent as a refusal that says provider errors, cool the offering
+/// down and fall back to the on-demand offering in the same tick, instead of retrying the same
+/// call every tick forever.
+#[tokio::test]
+async fn a_persistent_transient_error_falls_back_after_a_bounded_number_of_failures() {
+    let h = harness(CONFIG).await;
+    h.cloud
+        .inject_launch_fault(&"cheap".parse().unwrap(), ErrorClass::Transient, u32::MAX);
+    let id = h.request(1).await;
+    let mut fell_back_at = None;
+    // Four minutes of one-second ticks, as the issue measured, and the ladder's climb after.
+    for tick in 1..=300 {
+        h.clock.advance(Duration::from_secs(1));
+        h.engine.tick().await.unwrap();
+        if fell_back_at.is_none() && launch_calls(&h, "dear") > 0 {
+            fell_back_at = Some(tick);
+        }
+    }
+    let cheap = launch_calls(&h, "cheap");
+    eprintln!(
+        "persistent 500 on spot, 300 ticks of 1s: {cheap} spot launch calls, first on-demand launch at tick {fell_back_at:?}"
+    );
+    assert_eq!(
+        fell_back_at,
+        Some(3),
+        "the third failure falls back in its own tick"
+    );
+    assert_eq!(
+        cheap, 3,
+        "three failures, then the offering cools down (5 minutes)"
+    );
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    assert_eq!(outcome.state, RequestState::Delivered);
+    let codes: Vec<String> = outcome.refusals.iter().map(|r| r.reason.code()).collect();
+    assert_eq!(codes, ["provider_errors"]);
+    assert_eq!(
+        outcome.refusals[0].offering.as_ref().unwrap().as_str(),
+        "cheap"
+    );
+    assert!(
+        outcome.refusals[0].detail.contains("3 transient failures"),
+        "{}",
+        outcome.refusals[0].detail
+    );
+    // The refused intent never got an instance; exactly one instance exists, on dear.
+    assert_eq!(h.live_instances().await, 1);
+    let offerings = h.engine.offering_prices();
+    let cheap = offerings
+        .iter()
+        .find(|o| o.offering.as_str() == "cheap")
+        .unwrap();
+    assert_eq!(cheap.recent_refusals, 1, "ranked lower for a while");
+}
+
+/// Issue 19, the same for a provider that times out: every offering hangs past
+/// `engine.provider_timeout`, each is refused for provider errors after three timeouts, and the
+/// pool, unable to launch for `engine.provider_errors_alert_after`, raises `ProviderErrors`.
+#[tokio::test]
+async fn a_provider_that_keeps_timing_out_is_bounded_and_raises_provider_errors() {
+    let h = harness(&CONFIG.replace(
+        "offering_cooldown = \"5m\"",
+        "offering_cooldown = \"5m\"\nprovider_timeout = \"100ms\"\nprovider_errors_alert_after = \"2m\"",
+    ))
+    .await;
+    h.cloud.set_launch_delay(Duration::from_secs(30));
+    let id = h.request(1).await;
+    let firing = |h: &Harness| {
+        h.engine
+            .active_alerts()
+            .into_iter()
+            .any(|a| a.alert.name == "ProviderErrors")
+    };
+    let mut first_alert_at = None;
+    for tick in 1..=30 {
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+        if first_alert_at.is_none() && firing(&h) {
+            first_alert_at = Some(tick);
+        }
+    }
+    let (cheap, dear) = (launch_calls(&h, "cheap"), launch_calls(&h, "dear"));
+    eprintln!("every launch times out, 30 ticks of 5s: {cheap} + {dear} launch calls");
+    assert_eq!(
+        (cheap, dear),
+        (3, 3),
+        "three timeouts per offering, then refused"
+    );
+    let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
+    let codes: Vec<String> = outcome.refusals.iter().map(|r| r.reason.code()).collect();
+    assert_eq!(codes, ["provider_errors", "provider_errors", "no_offering"]);
+    assert!(
+        outcome.refusals[0].detail.contains("Timeout"),
+        "{}",
+        outcome.refusals[0].detail
+    );
+    // The first timeout was at tick 1 (5 s); two minutes later the pool still launched nothing.
+    assert_eq!(first_alert_at, Some(25), "ProviderErrors after two minutes");
+    assert_eq!(h.live_instances().await, 0);
+    h.cloud.set_launch_delay(Duration::ZERO);
+}
+
+/// A launch that goes through clears the pool's provider trouble: no `ProviderErrors` after a
+/// fallback that worked.
+#[tokio::test]
+async fn a_fallback_that_launches_raises_no_provider_errors_alert() {
+    let h = harness(&CONFIG.replace(
+        "offering_cooldown = \"5m\"",
+        "offering_cooldown = \"5m\"\nprovider_errors_alert_after = \"10s\"",
+    ))
+    .await;
+    h.cloud
+        .inject_launch_fault(&"cheap".parse().unwrap(), ErrorClass::Transient, u32::MAX);
+    h.request(1).await;
+    h.run_for(60).await;
+    let names: Vec<String> = h
+        .engine
+        .active_alerts()
+        .into_iter()
+        .map(|a| a.alert.name)
+        .collect();
+    assert!(!names.contains(&"ProviderErrors".to_string()), "{names:?}");
+    assert_eq!(h.live_instances().await, 1);
+}
+
+/// Issue 19: a spot offering stocked out and an on-demand one in another zone of the region: the
+/// launch counts as a `zone` fallback and a `market` one, in `/metrics` and in the simulator's
+/// fallbacks (both read `headroom_fallbacks_total`).
+#[tokio::test]
+async fn a_spot_to_on_demand_switch_in_another_zone_counts_zone_and_market() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}{}{}",
+        offering("s", "us-east-1", "use1-az1", "g6.xlarge", "spot", "0.30", 0),
+        offering(
+            "o",
+            "us-east-1",
+            "use1-az2",
+            "g6.xlarge",
+            "on-demand",
+            "0.80",
+            4
+        ),
+        pool_block(
+            "llm",
+            "\"s\", \"o\"",
+            "max_replicas = 4\nmax_scale_up_per_step = 4",
+            ""
+        ),
+    );
+    let h = harness(&config).await;
+    h.request(1).await;
+    h.engine.tick().await.unwrap();
+    assert_eq!(launch_calls(&h, "o"), 1);
+    let fallbacks = h.engine.metrics().fallbacks_of("llm");
+    assert_eq!(
+        fallbacks,
+        [("market".to_string(), 1), ("zone".to_string(), 1)].into(),
+        "{fallbacks:?}"
+    );
+}
+
 #[path = "engine/budgets.rs"]
 mod budgets;

@@ -62,6 +62,34 @@ pub fn labels(tags: &OwnershipTags, client_token: &str) -> Vec<(String, String)>
     labels
 }
 
+/// The labels of an instance to read ownership from (the second source after the description):
+/// the token, offering and tags as [`labels`] wrote them, with the cluster the caller asks
+/// about when its label matches. `None` unless the cluster, node and token labels are all there
+/// (a VM that merely copied the cluster label is not ours).
+pub fn ownership_from_labels<'a>(
+    get: impl Fn(&str) -> Option<&'a str>,
+    cluster: &str,
+) -> Option<DescriptionBody> {
+    if get("headroom-cluster")? != label_value(cluster) {
+        return None;
+    }
+    let node = get("headroom-node")?.to_string();
+    let client_token = get("headroom-token")?.to_string();
+    Some(DescriptionBody {
+        client_token,
+        offering: get(OFFERING_LABEL).unwrap_or_default().to_string(),
+        tags: OwnershipTags {
+            cluster: cluster.to_string(),
+            pool: get("headroom-pool").unwrap_or_default().to_string(),
+            node,
+            request: get("headroom-request").map(str::to_string),
+        },
+    })
+}
+
+/// The label holding the offering id an instance was launched for.
+pub const OFFERING_LABEL: &str = "headroom-offering";
+
 /// What Headroom writes into an instance's `description` at insert: the exact ownership tags,
 /// client token and offering, which labels cannot hold losslessly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -263,6 +263,10 @@ impl GcpProvider {
             offering.zone, offering.instance_type
         ));
         inst.labels = labels(&spec.tags, &spec.client_token).into_iter().collect();
+        inst.labels.insert(
+            crate::naming::OFFERING_LABEL.to_string(),
+            crate::naming::label_value(offering.id.as_str()),
+        );
         inst.description = Some(
             Description {
                 headroom: DescriptionBody {
@@ -439,15 +443,39 @@ impl GcpProvider {
         })
     }
 
-    /// Headroom's view of a GCE instance; `None` for instances Headroom did not make.
-    fn to_instance(&self, zone: &str, inst: &model::Instance, preempted: bool) -> Option<Instance> {
-        let description = Description::decode(inst.description.as_deref()?)?;
-        let body = description.headroom;
+    /// Headroom's view of a GCE instance; `None` for instances Headroom did not make. Ownership
+    /// is read from the description (exact), else from the labels Headroom writes (lossy, for
+    /// a VM whose description was lost or edited) when `cluster` names the cluster asked about.
+    fn to_instance(
+        &self,
+        zone: &str,
+        inst: &model::Instance,
+        preempted: bool,
+        cluster: Option<&str>,
+    ) -> Option<Instance> {
+        let from_description = inst
+            .description
+            .as_deref()
+            .and_then(Description::decode)
+            .map(|d| d.headroom);
+        let body = from_description.or_else(|| {
+            crate::naming::ownership_from_labels(
+                |k| inst.labels.get(k).map(String::as_str),
+                cluster?,
+            )
+        })?;
+        let offering = body.offering.parse::<OfferingId>().ok().or_else(|| {
+            // A labels-only VM without its offering label: name it by its machine type.
+            inst.machine_type
+                .as_deref()
+                .and_then(|t| t.rsplit('/').next())
+                .and_then(|t| t.parse().ok())
+        })?;
         let times = times_of(inst);
         let now = self.clock.now();
         Some(Instance {
             id: InstanceId(instance_id(zone, inst.name.as_deref()?)),
-            offering: body.offering.parse::<OfferingId>().ok()?,
+            offering,
             client_token: body.client_token,
             tags: body.tags,
             phase: phase_of(
@@ -479,7 +507,8 @@ impl GcpProvider {
         } else {
             false
         };
-        self.to_instance(zone, &inst, preempted)
+        let cluster = inst.labels.get("headroom-cluster").cloned();
+        self.to_instance(zone, &inst, preempted, cluster.as_deref())
             .ok_or_else(|| CloudError::NotFound(id.clone()))
     }
 
@@ -594,7 +623,7 @@ impl CloudProvider for GcpProvider {
                 tracing::info!(instance = %id, "insert repeated; the VM exists, adopting it");
             }
         }
-        let found = self.describe_in(&id, &zone, &name).await?;
+        let found = self.read_back(&id, &zone, &name).await?;
         if found.client_token != spec.client_token {
             // Only a hash collision could get here; never adopt someone else's VM.
             return Err(invalid(
@@ -715,8 +744,8 @@ impl CloudProvider for GcpProvider {
                 if preempted {
                     tracing::debug!(zone = %zone, instance = ?inst.name, "spot VM preempted by GCE");
                 }
-                if let Some(i) = self.to_instance(zone, inst, preempted)
-                    // Labels are lossy; the description holds the exact cluster.
+                if let Some(i) = self.to_instance(zone, inst, preempted, Some(cluster))
+                    // Labels are lossy; the description, when there, holds the exact cluster.
                     && i.tags.cluster == cluster
                     && i.phase != InstancePhase::Terminated
                 {
@@ -728,78 +757,6 @@ impl CloudProvider for GcpProvider {
     }
 }
 
+mod read_back;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(s: &str) -> Timestamp {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn statuses_map_to_phases() {
-        let now = t("2026-11-30T10:00:00Z");
-        let times = Times {
-            created: Some(t("2026-11-30T09:00:00Z")),
-            last_start: Some(t("2026-11-30T09:00:00Z")),
-            ..Times::default()
-        };
-        let p = |s, pre| phase_of(s, pre, times, now, Duration::ZERO);
-        assert_eq!(p("PROVISIONING", false), InstancePhase::Pending);
-        assert_eq!(p("STAGING", false), InstancePhase::Pending);
-        assert_eq!(p("RUNNING", false), InstancePhase::Ready);
-        for s in [
-            "STOPPING",
-            "TERMINATED",
-            "STOPPED",
-            "SUSPENDING",
-            "SUSPENDED",
-        ] {
-            assert_eq!(p(s, false), InstancePhase::Stopped, "{s}");
-        }
-        assert_eq!(p("TERMINATED", true), InstancePhase::Interrupted);
-        assert_eq!(p("DEPROVISIONING", false), InstancePhase::Terminated);
-    }
-
-    #[test]
-    fn running_is_booting_until_ready_after_with_the_rung_it_skips_to() {
-        let ready_after = Duration::from_secs(300);
-        let fresh = Times {
-            created: Some(t("2026-11-30T09:58:00Z")),
-            last_start: Some(t("2026-11-30T09:58:00Z")),
-            ..Times::default()
-        };
-        let now = t("2026-11-30T10:00:00Z");
-        assert_eq!(
-            phase_of("RUNNING", false, fresh, now, ready_after),
-            InstancePhase::Booting(LadderRung::ImagePull)
-        );
-        let restarted = Times {
-            last_stop: Some(t("2026-11-30T09:30:00Z")),
-            ..fresh
-        };
-        assert_eq!(
-            phase_of("RUNNING", false, restarted, now, ready_after),
-            InstancePhase::Booting(LadderRung::WeightLoad)
-        );
-        let resumed = Times {
-            last_suspended: Some(t("2026-11-30T09:40:00Z")),
-            ..restarted
-        };
-        // Suspend kept memory: weight load is skipped.
-        assert_eq!(
-            phase_of("RUNNING", false, resumed, now, ready_after),
-            InstancePhase::Booting(LadderRung::Compile)
-        );
-        assert_eq!(
-            phase_of(
-                "RUNNING",
-                false,
-                fresh,
-                t("2026-11-30T10:03:00Z"),
-                ready_after
-            ),
-            InstancePhase::Ready
-        );
-    }
-}
+mod tests;

@@ -52,6 +52,8 @@ pub enum FaultKind {
     Invalid,
     /// HTTP 503, reason `backendError`.
     Unavailable,
+    /// HTTP 500, reason `backendError` (an internal error of the API).
+    Internal,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +80,11 @@ struct ServerState {
     duplicates_in_operation: bool,
     /// The next this many GETs (get, list, operation polls) answer HTTP 503.
     failing_gets: u32,
+    /// After each insert, this many `instances.get` of the new VM answer 404 `notFound` (a
+    /// read that lags the write).
+    reads_missing_after_insert: u32,
+    /// (project, zone, name) → `instances.get` calls still to answer 404.
+    hidden: HashMap<(String, String, String), u32>,
     /// Every call as `METHOD path-suffix`, for tests.
     calls: Vec<String>,
 }
@@ -263,6 +270,17 @@ impl ComputeServer {
     /// The next `n` GET calls answer HTTP 503 `backendError` (a flaky API).
     pub fn fail_next_gets(&self, n: u32) {
         self.state().failing_gets = n;
+    }
+
+    /// After each insert, the first `n` `instances.get` of the new VM answer 404 `notFound`,
+    /// although the insert's operation finished and the VM exists (and is listed).
+    pub fn miss_reads_after_insert(&self, n: u32) {
+        self.state().reads_missing_after_insert = n;
+    }
+
+    /// Makes every VM readable again (ends [`ComputeServer::miss_reads_after_insert`]'s misses).
+    pub fn clear_hidden(&self) {
+        self.state().hidden.clear();
     }
 
     /// Forgets every requestId, as GCE does after its idempotency window (about an hour).
@@ -524,6 +542,11 @@ fn fault_reply(
         FaultKind::Invalid => Err(invalid(format!(
             "Invalid value for field 'resource.machineType' ({what})."
         ))),
+        FaultKind::Internal => Err(failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "backendError",
+            "Internal error. Please try again or contact Google Support.".into(),
+        )),
         FaultKind::Unavailable => Err(failure(
             StatusCode::SERVICE_UNAVAILABLE,
             "backendError",
@@ -648,6 +671,10 @@ async fn insert(
     if let Some(t) = q.get("sourceInstanceTemplate") {
         vm["sourceInstanceTemplate"] = json!(t);
     }
+    let hide = st.reads_missing_after_insert;
+    if hide > 0 {
+        st.hidden.insert(key.clone(), hide);
+    }
     st.instances.insert(key, vm.clone());
     let op = new_operation(&mut st, &project, &zone, &vm, "insert", &now, None);
     Ok(Json(record_operation(&mut st, op, request_id.as_deref())))
@@ -681,6 +708,13 @@ async fn get_instance(
     let mut st = server.state();
     st.calls.push(format!("GET /zones/{zone}/instances/{name}"));
     failing_get(&mut st)?;
+    let key = (project.clone(), zone.clone(), name.clone());
+    if let Some(left) = st.hidden.get_mut(&key)
+        && *left > 0
+    {
+        *left -= 1;
+        return Err(not_found(&project, &zone, &name));
+    }
     st.instances
         .get(&(project.clone(), zone.clone(), name.clone()))
         .cloned()

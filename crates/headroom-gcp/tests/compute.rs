@@ -100,8 +100,73 @@ fn stockout_fault() -> Fault {
     }
 }
 
-fn fixture(cluster: &str) -> ContractFixture {
+/// The local server's faults for the contract: HTTP 500 on insert, reads that miss right after
+/// an insert, and a VM carrying only Headroom's labels.
+#[derive(Debug)]
+struct ServerFaults(ComputeServer);
+
+impl headroom_cloud::contract::ContractFaults for ServerFaults {
+    fn fail_launches(&self, offering: &Offering) -> bool {
+        self.0.inject(Fault {
+            matches: FaultMatch::MachineType(offering.instance_type.clone()),
+            kind: FaultKind::Internal,
+            times: None,
+        });
+        true
+    }
+    fn heal(&self) {
+        self.0.clear_faults();
+        self.0.inject(stockout_fault());
+        self.0.clear_hidden();
+    }
+    fn miss_reads_after_create(&self, n: u32) -> bool {
+        self.0.miss_reads_after_insert(n);
+        true
+    }
+    fn plant_tagged_only(
+        &self,
+        cluster: &str,
+        offering: &Offering,
+        token: &str,
+    ) -> Option<InstanceId> {
+        let token = format!("{cluster}-{token}");
+        let name = headroom_gcp::naming::instance_name(&token);
+        let tags = OwnershipTags {
+            cluster: cluster.into(),
+            pool: "contract".into(),
+            node: format!("n-{token}"),
+            request: None,
+        };
+        let mut labels: serde_json::Map<String, serde_json::Value> =
+            headroom_gcp::naming::labels(&tags, &token)
+                .into_iter()
+                .map(|(k, v)| (k, json!(v)))
+                .collect();
+        labels.insert(
+            headroom_gcp::naming::OFFERING_LABEL.into(),
+            json!(headroom_gcp::naming::label_value(offering.id.as_str())),
+        );
+        self.0.put_instance(
+            PROJECT,
+            &offering.zone,
+            json!({
+                "name": name,
+                "status": "RUNNING",
+                "machineType": format!("zones/{}/machineTypes/{}", offering.zone, offering.instance_type),
+                "creationTimestamp": "2026-11-30T08:00:00.000-00:00",
+                "labels": labels,
+            }),
+        );
+        Some(InstanceId(headroom_gcp::naming::instance_id(
+            &offering.zone,
+            &name,
+        )))
+    }
+}
+
+fn fixture(cluster: &str, server: &ComputeServer) -> ContractFixture {
     ContractFixture {
+        faults: Some(Arc::new(ServerFaults(server.clone()))),
         cluster: cluster.into(),
         offering: offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand),
         stockout: Some(offering(
@@ -117,7 +182,7 @@ fn fixture(cluster: &str) -> ContractFixture {
 async fn the_shared_contract_holds() {
     let e = env("").await;
     e.server.server.inject(stockout_fault());
-    run_all(e.provider.as_ref(), &fixture("contract")).await;
+    run_all(e.provider.as_ref(), &fixture("contract", &e.server.server)).await;
 }
 
 #[tokio::test]
@@ -125,7 +190,11 @@ async fn the_contract_holds_when_operations_take_several_polls() {
     let e = env("").await;
     e.server.server.inject(stockout_fault());
     e.server.server.set_operation_polls(3);
-    run_all(e.provider.as_ref(), &fixture("contract-slow")).await;
+    run_all(
+        e.provider.as_ref(),
+        &fixture("contract-slow", &e.server.server),
+    )
+    .await;
     let waits = e
         .server
         .server
@@ -731,5 +800,164 @@ llm = "projects/headroom-test/global/instanceTemplates/llm-v2"
     assert!(
         vm(&plain.id).get("metadata").is_none(),
         "no bootstrap: the template's metadata stands"
+    );
+}
+
+/// Issue 19: a VM whose insert finished but whose first reads answer 404 (GCE's reads can lag
+/// the write) is read again by its name and returned: a successful create is never a refusal.
+/// Reads that keep missing past `gcp.operation_timeout` are a transient error, and the retry
+/// with the same client token adopts the one VM.
+#[tokio::test]
+async fn a_vm_that_cannot_be_read_right_after_its_insert_is_read_again_and_adopted() {
+    let e = env("").await;
+    let o = offering("gcp-a2-od", ZONE, "a2-highgpu-1g", Market::OnDemand);
+    e.server.server.miss_reads_after_insert(3);
+    let launched = e
+        .provider
+        .launch(&spec(&o, "readback", "rb-1"))
+        .await
+        .expect("a created VM is adopted, not refused");
+    assert_eq!(e.server.server.instances().len(), 1);
+    let gets = |e: &Env| {
+        e.server
+            .server
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with(&format!("GET /zones/{ZONE}/instances/hr-")))
+            .count()
+    };
+    assert_eq!(gets(&e), 4, "three misses, then the read that found it");
+    assert_eq!(launched.client_token, "rb-1");
+
+    // Reads that never come back within the bound: transient (the intent stays), not NotFound.
+    let quick_text = settings_text(&e.server.endpoint(), "").replace("\"10s\"", "\"1s\"");
+    let table: toml::Table = toml::from_str(&quick_text).unwrap();
+    let quick = GcpProvider::new(
+        GcpSettings::parse(Some(&table)).unwrap(),
+        [ZONE.to_string()],
+        e.clock.clone(),
+    )
+    .await
+    .unwrap();
+    e.server.server.miss_reads_after_insert(1_000);
+    let err = quick
+        .launch(&spec(&o, "readback", "rb-2"))
+        .await
+        .expect_err("never readable within the bound");
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+    assert_eq!(err.code(), "read_back_pending");
+    e.server.server.miss_reads_after_insert(0);
+    e.server.server.clear_hidden();
+    let again = quick.launch(&spec(&o, "readback", "rb-2")).await.unwrap();
+    assert_eq!(again.client_token, "rb-2");
+    assert_eq!(
+        e.server.server.instances().len(),
+        2,
+        "one VM per client token"
+    );
+}
+
+/// Issue 19, with the engine: before, the miss was recorded as `refused NotFound` and the pool
+/// launched a fresh VM under a new name; now the one VM is adopted and nothing is refused.
+#[tokio::test]
+async fn the_engine_adopts_a_vm_whose_first_reads_miss_and_launches_no_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let server = ComputeServer::start(clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let text = engine_config(&server.endpoint()).replace("\"10s\"", "\"2s\"");
+    let config = Arc::new(headroom_engine::Config::parse(&text, "test").unwrap());
+    let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("l.db"))
+            .await
+            .unwrap(),
+    );
+    let gcp = Arc::new(
+        GcpProvider::new(settings, [ZONE.to_string()], clock.clone())
+            .await
+            .unwrap(),
+    );
+    let engine = headroom_engine::Engine::new(config, ledger.clone(), gcp.clone(), clock.clone());
+    server.server.miss_reads_after_insert(2);
+    let request = headroom_testkit::request(ledger.as_ref(), clock.as_ref(), "llm", 1).await;
+    for _ in 0..5 {
+        engine.tick().await.unwrap();
+        clock.advance(Duration::from_secs(1));
+    }
+    let inserts = server
+        .server
+        .calls()
+        .iter()
+        .filter(|c| *c == &format!("POST /zones/{ZONE}/instances"))
+        .count();
+    eprintln!("first two reads after each insert miss, 5 ticks: {inserts} inserts");
+    assert_eq!(inserts, 1, "one insert, no VM under a new name");
+    let vms = server.server.instances();
+    assert_eq!(vms.len(), 1, "one VM: {vms:#?}");
+    let outcome = ledger.capacity_request(&request).await.unwrap().unwrap();
+    assert!(outcome.refusals.is_empty(), "{:?}", outcome.refusals);
+    let live = ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(
+        live[0].instance.as_deref(),
+        Some(format!("{ZONE}/{}", vms[0]["name"].as_str().unwrap()).as_str())
+    );
+}
+
+/// Issue 19: ownership is read from the labels Headroom writes when the description is gone, so
+/// such a VM unknown to the ledger is seen, and swept as an orphan.
+#[tokio::test]
+async fn a_vm_with_headroom_s_labels_but_no_description_is_owned_and_swept_as_an_orphan() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
+    let server = ComputeServer::start(clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let config = Arc::new(
+        headroom_engine::Config::parse(&engine_config(&server.endpoint()), "test").unwrap(),
+    );
+    let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
+    let gcp = Arc::new(
+        GcpProvider::new(settings, [ZONE.to_string()], clock.clone())
+            .await
+            .unwrap(),
+    );
+    server.server.put_instance(
+        PROJECT,
+        ZONE,
+        json!({
+            "name": "hr-0123456789abcdef0123456789abcdef",
+            "status": "RUNNING",
+            "machineType": format!("zones/{ZONE}/machineTypes/a2-highgpu-1g"),
+            "creationTimestamp": "2026-11-30T08:00:00.000-00:00",
+            "labels": {
+                "headroom-cluster": "gcp-crash",
+                "headroom-pool": "llm",
+                "headroom-node": "n-lost",
+                "headroom-token": "hr-n-lost",
+                "headroom-offering": "gcp-a2-od",
+            },
+        }),
+    );
+    let owned = gcp.list_owned("gcp-crash").await.unwrap();
+    assert_eq!(owned.len(), 1, "labels are a source of ownership");
+    assert_eq!(owned[0].client_token, "hr-n-lost");
+    assert_eq!(owned[0].tags.node, "n-lost");
+    assert_eq!(owned[0].offering.as_str(), "gcp-a2-od");
+    assert!(gcp.list_owned("someone-else").await.unwrap().is_empty());
+
+    let ledger = Arc::new(
+        SqliteLedger::open_path(&dir.path().join("l.db"))
+            .await
+            .unwrap(),
+    );
+    let engine = headroom_engine::Engine::new(config, ledger.clone(), gcp.clone(), clock.clone());
+    engine.tick().await.unwrap();
+    assert!(
+        server.server.instances().is_empty(),
+        "the orphan was deleted: {:#?}",
+        server.server.instances()
     );
 }

@@ -94,6 +94,19 @@ impl Moto {
         std::fs::write(&self.faults, json).unwrap();
     }
 
+    /// The contract suite's faults on this server, over `base` (the test's own faults, the
+    /// members of a JSON object). `fleet`: the provider launches by CreateFleet, which reads
+    /// the instance back after the create.
+    pub fn contract_faults(&self, base: &str, fleet: bool) -> ContractFaults {
+        ContractFaults {
+            file: self.faults.clone(),
+            base: base.to_string(),
+            fleet,
+            failing: std::sync::Mutex::new(None),
+            misses: std::sync::Mutex::new(0),
+        }
+    }
+
     pub fn loader(&self) -> aws_config::ConfigLoader {
         // Static credentials and an explicit region: nothing probes the environment or IMDS.
         aws_config::defaults(BehaviorVersion::latest())
@@ -179,5 +192,60 @@ pub fn spec(cluster: &str, offering: &Offering, node: &str) -> LaunchSpec {
             request: Some("req-1".to_string()),
         },
         user_data: None,
+    }
+}
+
+/// Faults the shared contract suite asks for, written into moto's fault file: HTTP 500 on the
+/// launch call, and (for CreateFleet, the path that reads an instance back) DescribeInstances
+/// missing right after a create. Ownership on AWS is the tags alone (no description to fall
+/// back from), which the suite's listing checks already cover.
+#[derive(Debug)]
+pub struct ContractFaults {
+    file: PathBuf,
+    base: String,
+    fleet: bool,
+    failing: std::sync::Mutex<Option<String>>,
+    misses: std::sync::Mutex<u32>,
+}
+
+impl ContractFaults {
+    fn write(&self) {
+        let mut parts = Vec::new();
+        if !self.base.is_empty() {
+            parts.push(self.base.clone());
+        }
+        if let Some(t) = self.failing.lock().unwrap().as_ref() {
+            let key = if self.fleet { "fleet_http" } else { "launch" };
+            parts.push(format!(
+                r#""{key}": {{"{t}": {{"code": "InternalError", "status": 500}}}}"#
+            ));
+        }
+        let misses = *self.misses.lock().unwrap();
+        if misses > 0 {
+            parts.push(format!(r#""describe_misses": {misses}"#));
+        }
+        std::fs::write(&self.file, format!("{{{}}}", parts.join(", "))).unwrap();
+    }
+}
+
+impl headroom_cloud::contract::ContractFaults for ContractFaults {
+    fn fail_launches(&self, offering: &headroom_core::Offering) -> bool {
+        *self.failing.lock().unwrap() = Some(offering.instance_type.clone());
+        self.write();
+        true
+    }
+    fn heal(&self) {
+        *self.failing.lock().unwrap() = None;
+        *self.misses.lock().unwrap() = 0;
+        self.write();
+    }
+    fn miss_reads_after_create(&self, n: u32) -> bool {
+        if !self.fleet {
+            // RunInstances answers with the instance itself: nothing is read back.
+            return false;
+        }
+        *self.misses.lock().unwrap() = n;
+        self.write();
+        true
     }
 }

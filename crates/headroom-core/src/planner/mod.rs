@@ -183,14 +183,18 @@ pub enum FallbackKind {
     Region,
     /// Another pool (a smaller model) serves the traffic.
     SmallerModel,
+    /// The launch changed market (spot to on-demand, or back): recorded beside the location
+    /// step, so a spot → on-demand switch in another zone counts as `zone` and `market`.
+    Market,
 }
 
 impl FallbackKind {
-    pub const ALL: [FallbackKind; 4] = [
+    pub const ALL: [FallbackKind; 5] = [
         FallbackKind::InstanceType,
         FallbackKind::Zone,
         FallbackKind::Region,
         FallbackKind::SmallerModel,
+        FallbackKind::Market,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -199,14 +203,17 @@ impl FallbackKind {
             FallbackKind::Zone => "zone",
             FallbackKind::Region => "region",
             FallbackKind::SmallerModel => "smaller_model",
+            FallbackKind::Market => "market",
         }
     }
 
-    /// How `chosen` differs from `first`: the widest step the fallback took.
-    pub fn between(first: &Offering, chosen: &Offering) -> Option<FallbackKind> {
+    /// How `chosen` differs from `first`: the widest step of place or type the fallback took
+    /// (region, zone, instance type), and `Market` too when the market changed.
+    pub fn between(first: &Offering, chosen: &Offering) -> Vec<FallbackKind> {
         if first.id == chosen.id {
-            None
-        } else if first.region != chosen.region {
+            return Vec::new();
+        }
+        let place = if first.region != chosen.region {
             Some(FallbackKind::Region)
         } else if first.zone != chosen.zone {
             Some(FallbackKind::Zone)
@@ -214,7 +221,9 @@ impl FallbackKind {
             Some(FallbackKind::InstanceType)
         } else {
             None
-        }
+        };
+        let market = (first.market != chosen.market).then_some(FallbackKind::Market);
+        place.into_iter().chain(market).collect()
     }
 }
 
@@ -234,8 +243,9 @@ pub enum Action {
         request: Option<RequestId>,
         destination: Destination,
         hold: Money,
-        /// Set when the pool's first choice was unavailable or refused.
-        fallback: Option<FallbackKind>,
+        /// The steps from the pool's first choice, when that was unavailable or refused
+        /// (empty otherwise).
+        fallbacks: Vec<FallbackKind>,
     },
     /// Take a node out of service: back to the warm pool, or terminated (drained first when it
     /// is serving).

@@ -153,12 +153,12 @@ fn rebalancing(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
             offering,
             request: None,
             destination: Destination::Serve,
-            fallback,
+            fallbacks,
             ..
         } = action
         {
             debug_assert_eq!(market_of(input, offering), Some(Market::Spot));
-            debug_assert!(fallback.is_none(), "a replacement is never a fallback");
+            debug_assert!(fallbacks.is_empty(), "a replacement is never a fallback");
         }
     }
 }

@@ -52,7 +52,7 @@ impl Builder<'_> {
                 request: None,
                 destination: Destination::Serve,
                 hold,
-                fallback: None,
+                fallbacks: Vec::new(),
             });
             self.spend_limits(false, true);
             // Counted as if the on-demand node it replaces were already gone.

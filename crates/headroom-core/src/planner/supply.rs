@@ -148,12 +148,13 @@ impl<'a> Builder<'a> {
         } else {
             Market::OnDemand
         };
-        let fallback = match offering.market {
-            Market::Reserved => None,
+        let fallbacks = match offering.market {
+            Market::Reserved => Vec::new(),
             _ => self
                 .first_choice(wanted)
                 .or(self.first_choice(offering.market))
-                .and_then(|first| FallbackKind::between(first, offering)),
+                .map(|first| FallbackKind::between(first, offering))
+                .unwrap_or_default(),
         };
         if destination == Destination::Serve {
             if offering.market == Market::Spot {
@@ -167,7 +168,7 @@ impl<'a> Builder<'a> {
             request: request.cloned(),
             destination,
             hold,
-            fallback,
+            fallbacks,
         });
         Supply::Supplied
     }

@@ -416,13 +416,15 @@ mod supply_tests {
             .sum()
     }
 
-    fn launched(plan: &Plan) -> Vec<(String, Option<FallbackKind>)> {
+    fn launched(plan: &Plan) -> Vec<(String, Vec<FallbackKind>)> {
         plan.actions
             .iter()
             .filter_map(|a| match a {
                 Action::Launch {
-                    offering, fallback, ..
-                } => Some((offering.to_string(), *fallback)),
+                    offering,
+                    fallbacks,
+                    ..
+                } => Some((offering.to_string(), fallbacks.clone())),
                 _ => None,
             })
             .collect()
@@ -504,7 +506,7 @@ mod supply_tests {
         let got = launched(&run(&p, &offerings, &[], 1));
         assert_eq!(
             got,
-            [("r1-z2-p4d-on-demand".to_string(), Some(FallbackKind::Zone))]
+            [("r1-z2-p4d-on-demand".to_string(), vec![FallbackKind::Zone])]
         );
     }
 
@@ -516,13 +518,33 @@ mod supply_tests {
             ("r1/z2/p4d/on-demand", FallbackKind::Zone),
             ("r2/z9/p4d/on-demand", FallbackKind::Region),
         ] {
+            let kind = vec![kind];
             let mut gone = first.clone();
             gone.available = false;
             let offerings = [gone, offering(other, "30")];
             let p = pool(&ids(&offerings), SupplyPolicy::default());
+            assert_eq!(launched(&run(&p, &offerings, &[], 1))[0].1, kind, "{other}");
+        }
+    }
+
+    /// Issue 19: a spot → on-demand switch records `market` beside the place it moved to.
+    #[test]
+    fn a_switch_of_market_is_recorded_as_market_too() {
+        for (other, kinds) in [
+            (
+                "r1/z2/g6/on-demand",
+                vec![FallbackKind::Zone, FallbackKind::Market],
+            ),
+            ("r1/z1/g6/on-demand", vec![FallbackKind::Market]),
+            ("r1/z2/g6/spot", vec![FallbackKind::Zone]),
+        ] {
+            let mut gone = offering("r1/z1/g6/spot", "0.30");
+            gone.available = false;
+            let offerings = [gone, offering(other, "0.80")];
+            let p = pool(&ids(&offerings), SupplyPolicy::default());
             assert_eq!(
                 launched(&run(&p, &offerings, &[], 1))[0].1,
-                Some(kind),
+                kinds,
                 "{other}"
             );
         }

@@ -11,7 +11,7 @@ use headroom_core::{Budget, ErrorClass, OfferingId, PoolName, RefusalReason, Tim
 use headroom_ledger::RefusalRecord;
 
 use super::Alert;
-use crate::engine::PoolStatus;
+use crate::engine::{PoolStatus, ProviderTrouble};
 
 /// A reservation unused this long raises an alert...
 pub const RESERVATION_IDLE_ALERT: chrono::Duration = chrono::Duration::minutes(30);
@@ -30,6 +30,10 @@ pub struct AlertSnapshot<'a> {
     pub refusals: Vec<RefusalRecord>,
     /// Orphans left running under `engine.orphan_policy = "report"`, by pool (empty otherwise).
     pub reported_orphans: BTreeMap<PoolName, Vec<InstanceId>>,
+    /// Owned pools whose launches fail with provider errors (5xx, timeouts), none succeeding.
+    pub provider_trouble: Vec<ProviderTrouble>,
+    /// How long that must last before `ProviderErrors` fires (`engine.provider_errors_alert_after`).
+    pub provider_errors_after: chrono::Duration,
     pub reservations: Vec<ReservationUse>,
     pub budgets: Vec<(Budget, BudgetStanding)>,
 }
@@ -50,6 +54,11 @@ pub fn conditions(s: &AlertSnapshot<'_>) -> Vec<Alert> {
     let mut holding: Vec<Alert> = s.pools.iter().flat_map(pool_conditions).collect();
     holding.extend(s.refusals.iter().filter_map(refusal_condition));
     holding.extend(orphan_conditions(s));
+    holding.extend(
+        s.provider_trouble
+            .iter()
+            .filter_map(|t| provider_errors_condition(t, s.now, s.provider_errors_after)),
+    );
     holding.extend(
         s.reservations
             .iter()
@@ -185,6 +194,27 @@ fn orphan_conditions<'a>(s: &'a AlertSnapshot<'_>) -> impl Iterator<Item = Alert
     })
 }
 
+/// `ProviderErrors`: a pool's launches have failed with provider errors for at least `after`,
+/// none succeeding since, and the latest failure is within `after` (a quiet spell resolves it,
+/// as does a launch that goes through).
+fn provider_errors_condition(
+    t: &ProviderTrouble,
+    now: Timestamp,
+    after: chrono::Duration,
+) -> Option<Alert> {
+    (now - t.since >= after && now - t.last_at < after).then(|| {
+        Alert::new(
+            "ProviderErrors",
+            "critical",
+            &[("pool", t.pool.to_string())],
+            format!(
+                "pool {} cannot launch: {} launch attempts failed with provider errors (5xx, timeouts) since {}, none succeeding (last: {}); check the cloud's status and the provider's endpoint and credentials",
+                t.pool, t.failures, t.since, t.last_error
+            ),
+        )
+    })
+}
+
 fn reservation_conditions(r: &ReservationUse, now: Timestamp) -> Vec<Alert> {
     let labels = [("offering", r.offering.to_string())];
     let mut out = Vec::new();
@@ -231,4 +261,42 @@ fn budget_condition(budget: &Budget, s: &BudgetStanding) -> Option<Alert> {
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    /// `ProviderErrors` waits for its span, holds while failures continue, and resolves after a
+    /// quiet span.
+    #[test]
+    fn provider_errors_fire_after_their_span_and_resolve_when_quiet() {
+        let trouble = ProviderTrouble {
+            pool: "llm".parse().unwrap(),
+            since: at("2026-11-30T09:00:00Z"),
+            last_at: at("2026-11-30T09:04:00Z"),
+            failures: 9,
+            last_error: "InternalError on spot".into(),
+        };
+        let after = chrono::Duration::minutes(5);
+        let fires = |now: &str| provider_errors_condition(&trouble, at(now), after).is_some();
+        assert!(!fires("2026-11-30T09:04:30Z"), "not yet five minutes");
+        assert!(fires("2026-11-30T09:05:00Z"));
+        assert!(fires("2026-11-30T09:08:59Z"), "the last failure is recent");
+        assert!(
+            !fires("2026-11-30T09:09:00Z"),
+            "five quiet minutes resolve it"
+        );
+        let alert = provider_errors_condition(&trouble, at("2026-11-30T09:06:00Z"), after).unwrap();
+        assert_eq!(alert.name, "ProviderErrors");
+        assert!(
+            alert.summary.contains("InternalError on spot"),
+            "{}",
+            alert.summary
+        );
+    }
 }

@@ -14,7 +14,17 @@ pub(super) fn engine(raw: &RawEngine, p: &mut Problems) -> EngineSettings {
         global_max_nodes: raw.global_max_nodes,
         price_refresh: p.duration("engine.price_refresh", &raw.price_refresh),
         orphan_policy: orphan_policy(&raw.orphan_policy, p),
+        transient_failure_limit: raw.transient_failure_limit,
+        transient_failure_window: p.duration(
+            "engine.transient_failure_window",
+            &raw.transient_failure_window,
+        ),
+        provider_errors_alert_after: p.duration(
+            "engine.provider_errors_alert_after",
+            &raw.provider_errors_alert_after,
+        ),
     };
+    transient_bounds(&engine, p);
     if !engine.price_refresh.is_zero() && engine.price_refresh < Duration::from_secs(10) {
         p.add(
             "engine.price_refresh",
@@ -37,6 +47,33 @@ pub(super) fn engine(raw: &RawEngine, p: &mut Problems) -> EngineSettings {
         );
     }
     engine
+}
+
+/// The bound on transient launch failures: a limit of a few, within a window of ticks.
+fn transient_bounds(engine: &EngineSettings, p: &mut Problems) {
+    if !(1..=100).contains(&engine.transient_failure_limit) {
+        p.add(
+            "engine.transient_failure_limit",
+            "must be between 1 and 100",
+            "use e.g. 3 (failures of one offering before it is treated as refused)",
+        );
+    }
+    let window = engine.transient_failure_window;
+    if window < Duration::from_secs(1) || window > Duration::from_secs(3600) {
+        p.add(
+            "engine.transient_failure_window",
+            "must be between 1s and 1h",
+            "use e.g. \"5m\"",
+        );
+    }
+    let after = engine.provider_errors_alert_after;
+    if after < Duration::from_secs(1) || after > Duration::from_secs(24 * 3600) {
+        p.add(
+            "engine.provider_errors_alert_after",
+            "must be between 1s and 24h",
+            "use e.g. \"5m\"",
+        );
+    }
 }
 
 fn orphan_policy(text: &str, p: &mut Problems) -> OrphanPolicy {

@@ -84,6 +84,13 @@ pub struct EngineSettings {
     pub price_refresh: Duration,
     /// What happens to instances tagged as this deployment's that the ledger does not know.
     pub orphan_policy: OrphanPolicy,
+    /// Transient launch failures (5xx, timeouts) of one offering within
+    /// `transient_failure_window` after which it is treated as refused (`provider_errors`).
+    pub transient_failure_limit: u32,
+    pub transient_failure_window: Duration,
+    /// A pool whose launches have failed with provider errors, none succeeding, for this long
+    /// raises `ProviderErrors`.
+    pub provider_errors_alert_after: Duration,
 }
 
 /// `engine.orphan_policy`: what reconciliation does with an orphan (an instance tagged with this
@@ -132,6 +139,9 @@ pub struct SimSettings {
     /// Keep the simulated cloud's state in this file, shared by every process that names it.
     pub state_file: Option<std::path::PathBuf>,
     pub gpu_quota_per_region: BTreeMap<String, u32>,
+    /// How long a launch takes to answer after the instance exists: the window between the
+    /// cloud call and its ledger outcome, for crash tests (zero: at once).
+    pub launch_answer_delay: Duration,
 }
 
 /// An offering plus what the simulated cloud needs to imitate it.
@@ -289,6 +299,7 @@ impl RawConfig {
         let budgets = budgets::budgets(self.budgets, &mut p);
         let alerts = alerts::alerts(self.alerts, &mut p);
         let api = api::api(&self.api, &mut p);
+        let sim = sim(self.sim, &mut p);
         if !p.lines.is_empty() {
             return Err(ConfigErrors(p.lines));
         }
@@ -297,7 +308,7 @@ impl RawConfig {
             listen,
             database_url: self.database_url,
             engine,
-            sim: sim(self.sim),
+            sim,
             offerings,
             pools: pools.specs,
             budgets,
@@ -335,12 +346,24 @@ fn listen(listen: &str, p: &mut Problems) -> SocketAddr {
     })
 }
 
-/// `[sim]` has nothing to check: any seed, file and quotas will do.
-fn sim(raw: RawSim) -> SimSettings {
+/// `[sim]`: any seed, file and quotas will do; the launch delay is a duration of at most 10m.
+fn sim(raw: RawSim, p: &mut Problems) -> SimSettings {
+    let launch_answer_delay = raw
+        .launch_answer_delay
+        .as_deref()
+        .map_or(Duration::ZERO, |d| p.duration("sim.launch_answer_delay", d));
+    if launch_answer_delay > Duration::from_secs(600) {
+        p.add(
+            "sim.launch_answer_delay",
+            "must be at most 10m",
+            "use e.g. \"300ms\" (a slow cloud API), or remove it",
+        );
+    }
     SimSettings {
         seed: raw.seed,
         state_file: raw.state_file,
         gpu_quota_per_region: raw.gpu_quota_per_region,
+        launch_answer_delay,
     }
 }
 

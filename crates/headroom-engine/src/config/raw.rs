@@ -77,6 +77,24 @@ pub(super) struct RawEngine {
     pub(super) price_refresh: String,
     #[serde(default = "default_orphan_policy")]
     pub(super) orphan_policy: String,
+    #[serde(default = "default_transient_failure_limit")]
+    pub(super) transient_failure_limit: u32,
+    #[serde(default = "default_transient_failure_window")]
+    pub(super) transient_failure_window: String,
+    #[serde(default = "default_provider_errors_alert_after")]
+    pub(super) provider_errors_alert_after: String,
+}
+
+fn default_transient_failure_limit() -> u32 {
+    3
+}
+
+fn default_transient_failure_window() -> String {
+    "5m".into()
+}
+
+fn default_provider_errors_alert_after() -> String {
+    "5m".into()
 }
 
 fn default_orphan_policy() -> String {
@@ -111,6 +129,9 @@ impl Default for RawEngine {
             global_max_nodes: None,
             price_refresh: default_price_refresh(),
             orphan_policy: default_orphan_policy(),
+            transient_failure_limit: default_transient_failure_limit(),
+            transient_failure_window: default_transient_failure_window(),
+            provider_errors_alert_after: default_provider_errors_alert_after(),
         }
     }
 }
@@ -123,6 +144,7 @@ pub(super) struct RawSim {
     pub(super) state_file: Option<std::path::PathBuf>,
     #[serde(default)]
     pub(super) gpu_quota_per_region: BTreeMap<String, u32>,
+    pub(super) launch_answer_delay: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

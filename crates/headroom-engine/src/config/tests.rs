@@ -146,6 +146,56 @@ fn price_refresh_is_off_at_zero_and_never_a_hammering_loop() {
 }
 
 #[test]
+fn transient_failures_are_bounded_by_validated_knobs() {
+    let c = Config::parse("cluster_id = \"t\"\n", "t").unwrap();
+    assert_eq!(c.engine.transient_failure_limit, 3);
+    assert_eq!(c.engine.transient_failure_window, Duration::from_secs(300));
+    assert_eq!(
+        c.engine.provider_errors_alert_after,
+        Duration::from_secs(300)
+    );
+    for (from, to, key) in [
+        (
+            "transient_failure_limit = 3",
+            "transient_failure_limit = 0",
+            "engine.transient_failure_limit",
+        ),
+        (
+            "transient_failure_window = \"5m\"",
+            "transient_failure_window = \"2h\"",
+            "engine.transient_failure_window",
+        ),
+        (
+            "provider_errors_alert_after = \"5m\"",
+            "provider_errors_alert_after = \"0s\"",
+            "engine.provider_errors_alert_after",
+        ),
+    ] {
+        assert!(EXAMPLE.contains(from), "{from}");
+        let e = errors(&EXAMPLE.replace(from, to));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains(key) && e[0].contains("e.g."), "{}", e[0]);
+    }
+}
+
+#[test]
+fn the_simulated_launch_answer_delay_is_a_bounded_duration() {
+    let c = Config::parse(
+        "cluster_id = \"t\"\n[sim]\nlaunch_answer_delay = \"300ms\"\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.sim.launch_answer_delay, Duration::from_millis(300));
+    for bad in ["\"soon\"", "\"11m\""] {
+        let e = errors(&format!(
+            "cluster_id = \"t\"\n[sim]\nlaunch_answer_delay = {bad}\n"
+        ));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("sim.launch_answer_delay"), "{}", e[0]);
+    }
+}
+
+#[test]
 fn orphan_policy_is_terminate_or_report() {
     let c = Config::parse(
         &EXAMPLE.replace(

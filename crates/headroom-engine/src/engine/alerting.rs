@@ -106,6 +106,16 @@ impl Engine {
                 .collect(),
             refusals,
             reported_orphans,
+            provider_trouble: lock(&self.offerings)
+                .provider_trouble
+                .values()
+                .filter(|t| input.owned.contains(&t.pool))
+                .cloned()
+                .collect(),
+            provider_errors_after: chrono_or(
+                self.config.engine.provider_errors_alert_after,
+                chrono::Duration::minutes(5),
+            ),
             reservations,
             budgets,
         })

@@ -84,14 +84,14 @@ impl Engine {
                     request,
                     destination,
                     hold,
-                    fallback,
+                    fallbacks,
                 } => {
                     let launch = Launch {
                         offering,
                         request: request.as_ref(),
                         destination: *destination,
                         hold: *hold,
-                        fallback: *fallback,
+                        fallbacks,
                     };
                     self.launch(input, pool, launch, &mut applied).await?
                 }
@@ -180,12 +180,12 @@ impl Engine {
             .instrument(span)
             .await?;
         Ok(match refused {
-            Some(err) if err.class().falls_back() => Step::Replan,
-            Some(err) if err.class() == ErrorClass::InvalidRequest => Step::Stop,
+            Some(reason) if reason.falls_back() => Step::Replan,
+            Some(RefusalReason::Cloud(ErrorClass::InvalidRequest)) => Step::Stop,
             Some(_) => Step::Next,
             None => {
-                if let Some(kind) = launch.fallback {
-                    self.count_fallback(pool, kind, 1);
+                for kind in launch.fallbacks {
+                    self.count_fallback(pool, *kind, 1);
                 }
                 Step::Next
             }
@@ -359,14 +359,14 @@ impl Engine {
     }
 
     /// Sends the launch for an intent already in the ledger and records the outcome.
-    /// Returns the cloud's refusal, if any, for the planner to fall back on.
+    /// Returns the reason the intent was refused, if it was, for the planner to fall back on.
     pub(super) async fn launch_for_intent(
         &self,
         input: &mut TickInput,
         pool: &PoolSpec,
         offering: &Offering,
         intent: &NodeEvent,
-    ) -> Result<Option<CloudError>, EngineError> {
+    ) -> Result<Option<RefusalReason>, EngineError> {
         let spec = self.launch_spec(pool, offering, intent);
         // Throttling is retried here, a few times with jittered backoff, within the tick; past
         // that the intent stays and the next tick repeats it with the same client token.
@@ -389,18 +389,48 @@ impl Engine {
                 let mut e = intent.next(NodeState::Launching, "accepted", now);
                 e.instance = Some(instance.id.0);
                 self.record(input, e).await?;
+                self.clear_transient(Some(&pool.name), &offering.id);
                 Ok(None)
             }
+            Err(err) if err.class() == ErrorClass::Transient => {
+                // 5xx or a timeout: repeated by the next ticks with the same client token, a
+                // bounded number of times within the window; then the offering is refused.
+                let failures = self.note_transient(&pool.name, &offering.id, &err, now);
+                let limit = self.config.engine.transient_failure_limit.max(1);
+                if failures < limit {
+                    tracing::warn!(node = %intent.node, error = %err, failures, "launch deferred to the next tick");
+                    return Ok(None);
+                }
+                self.clear_transient(None, &offering.id);
+                let window = self.config.engine.transient_failure_window;
+                let refusal = LaunchRefusal {
+                    reason: RefusalReason::ProviderErrors,
+                    code: "provider_errors".to_string(),
+                    detail: format!(
+                        "provider errors: {failures} transient failures of offering {} within {}; last: {err}",
+                        offering.id,
+                        humantime::format_duration(window)
+                    ),
+                };
+                self.record_launch_refusal(input, pool, offering, intent, refusal, now)
+                    .await?;
+                Ok(Some(RefusalReason::ProviderErrors))
+            }
             Err(err) if err.class().is_retryable() => {
-                // Throttled or transient: keep the intent; the next activation repeats the call
-                // with the same client token.
+                // Throttled past the retries within the tick: keep the intent; the next
+                // activation repeats the call with the same client token.
                 tracing::warn!(node = %intent.node, error = %err, "launch deferred to the next tick");
                 Ok(None)
             }
             Err(err) => {
-                self.record_launch_refusal(input, pool, offering, intent, &err, now)
+                let refusal = LaunchRefusal {
+                    reason: RefusalReason::Cloud(err.class()),
+                    code: err.code().to_string(),
+                    detail: err.to_string(),
+                };
+                self.record_launch_refusal(input, pool, offering, intent, refusal, now)
                     .await?;
-                Ok(Some(err))
+                Ok(Some(RefusalReason::Cloud(err.class())))
             }
         }
     }
@@ -422,19 +452,24 @@ impl Engine {
         }
     }
 
-    /// A cloud's final "no" to a launch: the node is refused, the refusal recorded and counted,
-    /// and the offering cooled down (or the pool halted, for an invalid request).
+    /// A final "no" to a launch (the cloud's, or its errors past the bound): the node is
+    /// refused, the refusal recorded and counted, and the offering cooled down (or the pool
+    /// halted, for an invalid request).
     async fn record_launch_refusal(
         &self,
         input: &mut TickInput,
         pool: &PoolSpec,
         offering: &Offering,
         intent: &NodeEvent,
-        err: &CloudError,
+        refusal: LaunchRefusal,
         now: Timestamp,
     ) -> Result<(), EngineError> {
-        let class = err.class();
-        self.record(input, intent.next(NodeState::Refused, err.code(), now))
+        let LaunchRefusal {
+            reason,
+            code,
+            detail,
+        } = refusal;
+        self.record(input, intent.next(NodeState::Refused, &code, now))
             .await?;
         self.ledger
             .append_refusal(&RefusalRecord {
@@ -443,8 +478,8 @@ impl Engine {
                 node: Some(intent.node.clone()),
                 offering: Some(offering.id.clone()),
                 replicas: 1,
-                reason: RefusalReason::Cloud(class),
-                detail: err.to_string(),
+                reason,
+                detail: detail.clone(),
                 at: now,
             })
             .await?;
@@ -452,23 +487,24 @@ impl Engine {
             .refusals
             .get_or_create(&crate::metrics::RefusalLabels {
                 pool: pool.name.to_string(),
-                reason: RefusalReason::Cloud(class).code(),
+                reason: reason.code(),
                 provider: offering.provider.to_string(),
                 offering: offering.id.to_string(),
             })
             .inc();
-        if class.falls_back() {
+        if reason.falls_back() {
+            tracing::warn!(pool = %pool.name, offering = %offering.id, %detail, "launch refused; falling back");
             self.mark_unavailable(&offering.id);
-        } else if class == ErrorClass::InvalidRequest {
+        } else if reason == RefusalReason::Cloud(ErrorClass::InvalidRequest) {
             // Our request is wrong or not permitted: every retry would fail the same way (and
             // may spam the cloud's audit log). Stop the pool and alert.
-            tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused as invalid or not permitted; pool halted");
+            tracing::error!(pool = %pool.name, offering = %offering.id, %detail, "launch refused as invalid or not permitted; pool halted");
             lock(&self.halted).insert(
                 pool.name.clone(),
-                format!("{} on {}: {err}", err.code(), offering.id),
+                format!("{code} on {}: {detail}", offering.id),
             );
         } else {
-            tracing::error!(pool = %pool.name, offering = %offering.id, error = %err, "launch refused; not falling back for this class");
+            tracing::error!(pool = %pool.name, offering = %offering.id, %detail, "launch refused; not falling back for this class");
         }
         Ok(())
     }
@@ -568,6 +604,15 @@ struct Refusal<'a> {
     detail: String,
 }
 
+/// A launch's intent about to be ended as refused: the ledger's reason, the node event's
+/// reason (the cloud's code) and what the refusal says.
+#[derive(Debug)]
+struct LaunchRefusal {
+    reason: RefusalReason,
+    code: String,
+    detail: String,
+}
+
 /// A launch action's fields.
 #[derive(Debug, Clone, Copy)]
 struct Launch<'a> {
@@ -575,7 +620,7 @@ struct Launch<'a> {
     request: Option<&'a RequestId>,
     destination: Destination,
     hold: Money,
-    fallback: Option<FallbackKind>,
+    fallbacks: &'a [FallbackKind],
 }
 
 fn refusal_detail(
@@ -606,6 +651,9 @@ fn refusal_detail(
             pool.name
         ),
         RefusalReason::Cloud(class) => format!("{whose} refused by the cloud ({})", class.as_str()),
+        RefusalReason::ProviderErrors => {
+            format!("{whose} refused: the cloud keeps failing with transient errors")
+        }
     }
 }
 

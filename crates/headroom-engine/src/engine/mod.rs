@@ -59,7 +59,7 @@ mod status;
 mod warm_pool;
 
 pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
-pub use offerings::OfferingPrice;
+pub use offerings::{OfferingPrice, ProviderTrouble};
 pub use signals::SignalInput;
 pub use status::{Clamp, PoolStatus};
 pub use warm_pool::WarmPoolSize;
@@ -130,6 +130,7 @@ pub fn sim_cloud_for(config: &Config, clock: Arc<dyn Clock>) -> SimCloud {
         },
         clock,
     );
+    cloud.set_launch_answer_delay(config.sim.launch_answer_delay);
     match &config.sim.state_file {
         Some(path) => cloud.with_state_file(path.clone()),
         None => cloud,

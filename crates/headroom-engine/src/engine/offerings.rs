@@ -27,6 +27,22 @@ pub(super) struct OfferingBook {
     /// When prices were last asked for, and when an answer last came.
     pub prices_asked_at: Option<Timestamp>,
     prices_quoted_at: Option<Timestamp>,
+    /// Transient launch failures (5xx, timeouts) per offering since its last success, within
+    /// `engine.transient_failure_window`.
+    transient_log: HashMap<OfferingId, VecDeque<Timestamp>>,
+    /// Pools whose launches fail with provider errors and have not succeeded since.
+    pub provider_trouble: HashMap<PoolName, ProviderTrouble>,
+}
+
+/// A pool's launches failing with transient provider errors, none succeeding since `since`:
+/// what the `ProviderErrors` alert reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderTrouble {
+    pub pool: PoolName,
+    pub since: Timestamp,
+    pub last_at: Timestamp,
+    pub failures: u32,
+    pub last_error: String,
 }
 
 impl OfferingBook {
@@ -113,6 +129,52 @@ impl Engine {
             .entry(offering.clone())
             .or_default()
             .push_back(now);
+    }
+
+    /// Counts a transient launch failure of `offering` for `pool`; returns how many there were
+    /// within `engine.transient_failure_window`, this one included.
+    pub(super) fn note_transient(
+        &self,
+        pool: &PoolName,
+        offering: &OfferingId,
+        err: &CloudError,
+        now: Timestamp,
+    ) -> u32 {
+        let window = chrono_or(
+            self.config.engine.transient_failure_window,
+            chrono::Duration::minutes(5),
+        );
+        let mut book = lock(&self.offerings);
+        let log = book.transient_log.entry(offering.clone()).or_default();
+        while log.front().is_some_and(|t| *t <= now - window) {
+            log.pop_front();
+        }
+        log.push_back(now);
+        let failures = log.len() as u32;
+        let trouble = book
+            .provider_trouble
+            .entry(pool.clone())
+            .or_insert_with(|| ProviderTrouble {
+                pool: pool.clone(),
+                since: now,
+                last_at: now,
+                failures: 0,
+                last_error: String::new(),
+            });
+        trouble.last_at = now;
+        trouble.failures += 1;
+        trouble.last_error = format!("{} on {offering}", err.code());
+        failures
+    }
+
+    /// Forgets `offering`'s transient failures (it was refused, or it launched) and, when it
+    /// launched, `pool`'s provider trouble.
+    pub(super) fn clear_transient(&self, pool: Option<&PoolName>, offering: &OfferingId) {
+        let mut book = lock(&self.offerings);
+        book.transient_log.remove(offering);
+        if let Some(pool) = pool {
+            book.provider_trouble.remove(pool);
+        }
     }
 
     /// Counts a spot interruption notice against its offering, once per wave (several notices

@@ -62,7 +62,7 @@ impl Engine {
                 let mut times: Vec<Timestamp> = refusals
                     .iter()
                     .filter(|r| r.offering.as_ref() == Some(offering))
-                    .filter(|r| matches!(r.reason, RefusalReason::Cloud(c) if c.falls_back()))
+                    .filter(|r| r.reason.falls_back())
                     .map(|r| r.at)
                     .collect();
                 if times.is_empty() {

@@ -230,7 +230,7 @@ impl Fleet {
 }
 
 /// Launches that landed on another offering within `cooldown` of a cloud refusal, by the biggest
-/// thing that changed: region, then instance type, then zone (or market, when only that did).
+/// thing that changed of region, instance type and zone, and market too when it changed.
 fn fallbacks(
     log: &[LaunchRecord],
     offerings: &HashMap<OfferingId, Offering>,
@@ -250,16 +250,20 @@ fn fallbacks(
         let Some(from) = offerings.get(&r.offering) else {
             continue;
         };
-        let kind = if from.region != to.region {
-            "region"
+        let place = if from.region != to.region {
+            Some("region")
         } else if from.instance_type != to.instance_type {
-            "instance_type"
+            Some("instance_type")
         } else if from.zone != to.zone {
-            "zone"
+            Some("zone")
         } else {
-            "market"
+            None
         };
-        *out.entry(kind.to_string()).or_insert(0) += 1;
+        // As the engine counts them: the place, and the market too when it changed.
+        let market = (from.market != to.market || place.is_none()).then_some("market");
+        for kind in place.into_iter().chain(market) {
+            *out.entry(kind.to_string()).or_insert(0) += 1;
+        }
     }
     out
 }
