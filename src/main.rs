@@ -283,6 +283,17 @@ pub async fn run_until_shutdown(
     listener: tokio::net::TcpListener,
     require_auth: bool,
 ) -> anyhow::Result<()> {
+    serve_until(engine, listener, require_auth, shutdown_signal()).await
+}
+
+/// Serves the API and runs the reconcile loop until `stop` completes; returns once the loop has
+/// ended its tick, so nothing writes to the ledger after it.
+pub async fn serve_until(
+    engine: Arc<Engine>,
+    listener: tokio::net::TcpListener,
+    require_auth: bool,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
     let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
@@ -304,7 +315,7 @@ pub async fn run_until_shutdown(
             let _ = stop_tx.send(true);
             result.context("API server task")?.context("API server failed")?;
         }
-        () = shutdown_signal() => {
+        () = stop => {
             // Stop taking requests, let in-flight ones finish, and let the loop end its tick.
             let _ = stop_tx.send(true);
             server.await.context("API server task")?.context("API server failed")?;

@@ -771,6 +771,22 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
     let json: Value = serde_json::from_str(&report("json", &dir.path().join("r.json"))).unwrap();
     let total = json["totals"]["spend"].as_str().unwrap().to_string();
     assert_ne!(total, "0.000000", "the demo spent money");
+    // The demo's own summary, written on its scaled clock, and the report read afterwards on the
+    // wall clock are one figure: the demo ends its nodes when it ends.
+    let summary: Value = serde_json::from_slice(&demo.stdout).unwrap();
+    assert_eq!(
+        summary["spend_usd"].as_str().unwrap(),
+        total,
+        "the demo's summary and the report disagree"
+    );
+    assert_eq!(
+        json["generated_at"], summary["spend_as_of"],
+        "the report is computed to the instant the demo ended"
+    );
+    let csv = report("csv", &dir.path().join("r.csv"));
+    let total_line = csv.lines().last().unwrap();
+    assert!(total_line.starts_with("total,"), "{csv}");
+    assert_eq!(total_line.split(',').nth(4).unwrap(), total, "{csv}");
     let names: Vec<&str> = json["rows"]
         .as_array()
         .unwrap()

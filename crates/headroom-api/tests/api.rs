@@ -696,6 +696,70 @@ async fn budget_reports_come_in_every_format_and_agree() {
     }
 }
 
+/// One figure of spend, at the engine's instant, whoever asks: the budget endpoint, `/metrics`,
+/// the report and the ledger's summary, on a clock far from the wall clock.
+#[tokio::test]
+async fn spend_is_one_figure_in_budgets_metrics_reports_and_the_summary() {
+    let api = api().await;
+    api.clock
+        .advance(std::time::Duration::from_secs(3 * 86_400 * 365));
+    for _ in 0..=60 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let now = headroom_cloud::Clock::now(api.clock.as_ref());
+    let metrics = api.get("/metrics").await;
+    let metrics = metrics.body.as_str().unwrap();
+    let budgets = api.get("/v1/budgets").await;
+    let (day, _) = headroom_core::BudgetPeriod::Day.bounds(now);
+    let range = format!(
+        "from={}&to={}",
+        day.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        (day + chrono::Duration::days(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    let report = api
+        .get(&format!(
+            "/v1/reports/budget?{range}&group_by=account&format=json"
+        ))
+        .await;
+    assert_eq!(report.status, StatusCode::OK, "{:?}", report.body);
+    let mut total = headroom_core::Money::ZERO;
+    for budget in budgets.body["budgets"].as_array().unwrap() {
+        let account = budget["account"].as_str().unwrap();
+        let spent = budget["spent"].as_str().unwrap();
+        let row = report.body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["group"] == account)
+            .unwrap_or_else(|| panic!("no report row for {account}"));
+        assert_eq!(row["spend"].as_str().unwrap(), spent, "{account}: report");
+        let gauge = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    r#"headroom_budget_spent_dollars{{account="{account}"}}"#
+                ))
+            })
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap();
+        let spent: headroom_core::Money = spent.parse().unwrap();
+        assert!(
+            (gauge - spent.micros() as f64 / 1e6).abs() < 1e-6,
+            "{account}: /metrics says {gauge}, the budget {spent}"
+        );
+        total += spent;
+    }
+    assert_ne!(total, headroom_core::Money::ZERO);
+    let summary = api.ledger.summary(now).await.unwrap();
+    assert_eq!(summary.spend, total, "the ledger's summary");
+    assert_eq!(summary.as_of, now);
+}
+
 #[tokio::test]
 async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
     let api = api().await;

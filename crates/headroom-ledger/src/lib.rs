@@ -235,7 +235,10 @@ pub struct LedgerSummary {
     pub capacity_delivered: u64,
     pub refusals: u64,
     pub refusals_by_reason: BTreeMap<String, u64>,
+    /// Every node's spend up to `as_of`.
     pub spend: Money,
+    /// The instant `spend` is computed to ([`derive::as_of`]).
+    pub as_of: Timestamp,
 }
 
 /// The answer to "may this node event place its hold?" (the governor's budget check).
