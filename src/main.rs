@@ -112,7 +112,13 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let telemetry = telemetry::init();
+    let telemetry = match telemetry::init() {
+        Ok(telemetry) => telemetry,
+        Err(line) => {
+            eprintln!("error: {line}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     // The simulator is one sequential loop in virtual time: on a single thread it does not pay
     // a cross-thread wake-up for every ledger query. Everything else serves concurrently.
     let runtime = if matches!(cli.command, Command::Simulate(_)) {

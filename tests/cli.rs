@@ -1302,6 +1302,7 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
             format!("http://127.0.0.1:{otlp_port}"),
         )
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .env("OTEL_SERVICE_NAME", "headroom-canary")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1332,11 +1333,21 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
     child.wait().unwrap();
 
     let mut spans: Vec<(String, String)> = Vec::new(); // (trace id, name)
+    let mut services = std::collections::BTreeSet::new();
     for text in bodies.lock().unwrap().iter() {
         let Ok(doc) = serde_json::from_str::<Value>(text) else {
             continue;
         };
         for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
+            for attr in rs["resource"]["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if attr["key"] == "service.name" {
+                    services.insert(attr["value"]["stringValue"].to_string());
+                }
+            }
             for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
                 for span in ss["spans"].as_array().into_iter().flatten() {
                     spans.push((
@@ -1347,6 +1358,11 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
             }
         }
     }
+    assert_eq!(
+        services.into_iter().collect::<Vec<_>>(),
+        [r#""headroom-canary""#],
+        "OTEL_SERVICE_NAME names the service"
+    );
     let api = spans
         .iter()
         .find(|(_, name)| name == "api.create_capacity_request")
@@ -1360,6 +1376,30 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         assert!(
             in_trace.contains(name),
             "{name} is not in the request's trace: {in_trace:?}"
+        );
+    }
+}
+
+/// An OTLP protocol this binary cannot speak is refused at start, naming the variable, rather
+/// than exporting over another protocol.
+#[test]
+fn an_otlp_protocol_that_is_not_built_in_is_refused_naming_the_variable() {
+    for (protocol, says) in [
+        ("grpc", "not built into this binary"),
+        ("carrier-pigeon", "not an OTLP protocol"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("openapi")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{protocol}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("error: OTEL_EXPORTER_OTLP_PROTOCOL: ") && stderr.contains(says),
+            "{stderr}"
         );
     }
 }
