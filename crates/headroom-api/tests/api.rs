@@ -421,6 +421,22 @@ async fn decisions_explain_themselves() {
 async fn health_and_readiness() {
     let api = api().await;
     assert_eq!(api.get("/healthz").await.status, StatusCode::OK);
+    // Ready once the reconcile loop has ticked, and no longer when its ticks stop succeeding.
+    assert_problem(
+        &api.get("/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "has not completed a tick",
+    );
+    api.engine.tick().await.unwrap();
+    assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
+    api.clock
+        .advance(api.engine.readiness_window() + std::time::Duration::from_secs(1));
+    assert_problem(
+        &api.get("/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "last good tick",
+    );
+    api.engine.tick().await.unwrap();
     assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
 }
 
@@ -825,6 +841,23 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         500.0
     );
     assert!(value(r#"headroom_budget_spent_dollars{account="research"}"#) > 0.0);
+    // The loop's own health: the version running, ticks timed and counted, the last good one,
+    // and the alert outbox (no webhook configured: nothing queued).
+    assert_eq!(
+        value(&format!(
+            r#"headroom_build_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
+    assert_eq!(value(r#"headroom_ticks_total{outcome="ok"}"#), 61.0);
+    assert_eq!(value("headroom_tick_duration_seconds_count"), 61.0);
+    let last = headroom_cloud::Clock::now(api.clock.as_ref()) - chrono::Duration::seconds(5);
+    assert_eq!(
+        value("headroom_last_successful_tick_timestamp_seconds"),
+        last.timestamp() as f64
+    );
+    assert_eq!(value("headroom_alert_outbox_depth"), 0.0);
 }
 
 /// An API that requires tokens, with the ledger to mint them.

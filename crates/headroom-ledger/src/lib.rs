@@ -377,6 +377,9 @@ pub trait Ledger: Send + Sync + Debug {
     /// The oldest pending notifications, at most `limit`.
     async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError>;
 
+    /// How many queued notifications no webhook has taken yet: the outbox's depth.
+    async fn pending_alert_count(&self) -> Result<u64, LedgerError>;
+
     /// Closes a notification as delivered (idempotent).
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
 

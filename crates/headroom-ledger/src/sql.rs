@@ -547,6 +547,14 @@ where
             .collect()
     }
 
+    async fn pending_alert_count(&self) -> Result<u64, LedgerError> {
+        self.count(Self::query(
+            "SELECT COUNT(*) AS n FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)",
+        ))
+        .await
+    }
+
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
         Self::query(
             "INSERT INTO alert_deliveries (outbox_seq, outcome, {at}) VALUES (?, 'delivered', ?)

@@ -35,12 +35,30 @@ async fn healthz() -> &'static str {
     get,
     path = "/readyz",
     responses(
-        (status = 200, description = "The ledger answers", body = String),
+        (
+            status = 200,
+            description = "The ledger answers and the reconcile loop ticked without error lately",
+            body = String
+        ),
         (status = 503, response = LedgerUnavailable),
     )
 )]
-async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
-    state.engine.ledger().ping().await?;
+async fn readyz(State(state): State<AppState>) -> Result<&'static str, Response> {
+    state
+        .engine
+        .ledger()
+        .ping()
+        .await
+        .map_err(|e| ApiError::from(e).into_response())?;
+    state.engine.readiness().map_err(|why| {
+        crate::Problem::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "not-ready",
+            "Not ready",
+            why,
+        )
+        .into_response()
+    })?;
     Ok("ready")
 }
 
