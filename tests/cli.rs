@@ -1380,6 +1380,96 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
     }
 }
 
+/// `serve` takes its configuration from a file, standard input (`--config -`) or the
+/// HEADROOM_CONFIG variable, and says so in one line when it has none.
+#[test]
+fn serve_reads_its_configuration_from_stdin_or_the_environment() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, from_stdin) in [true, false].into_iter().enumerate() {
+        let port = free_port();
+        let db = format!("sqlite://{}", dir.path().join(format!("{i}.db")).display());
+        let mut command = Command::new(BIN);
+        command
+            .arg("serve")
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--database-url",
+                &db,
+            ])
+            .arg("--no-auth")
+            .env_remove("HEADROOM_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if from_stdin {
+            command.args(["--config", "-"]).stdin(Stdio::piped());
+        } else {
+            command.env("HEADROOM_CONFIG", &text).stdin(Stdio::null());
+        }
+        let mut child = command.spawn().unwrap();
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(&mut stdin, text.as_bytes()).unwrap();
+        }
+        let agent = agent();
+        let ready = eventually(300, || {
+            agent
+                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .call()
+                .is_ok_and(|r| r.status() == 200)
+        });
+        let pools = call(
+            &agent,
+            "GET",
+            &format!("http://127.0.0.1:{port}/v1/pools"),
+            None,
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            ready,
+            "serve from {} never became ready",
+            ["stdin", "HEADROOM_CONFIG"][i]
+        );
+        assert_eq!(pools.body["pools"].as_array().unwrap().len(), 2);
+    }
+    let out = Command::new(BIN)
+        .arg("serve")
+        .env_remove("HEADROOM_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --config: missing;") && stderr.contains("HEADROOM_CONFIG"),
+        "{stderr}"
+    );
+    let bad = Command::new(BIN)
+        .args(["serve", "--config", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut bad = bad;
+        std::io::Write::write_all(bad.stdin.as_mut().unwrap(), b"[engine]\ntick = \"soon\"\n")
+            .unwrap();
+        drop(bad.stdin.take());
+        let out = bad.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("standard input"),
+            "the origin is named: {stderr}"
+        );
+    }
+}
+
 /// An OTLP protocol this binary cannot speak is refused at start, naming the variable, rather
 /// than exporting over another protocol.
 #[test]
