@@ -858,6 +858,28 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         last.timestamp() as f64
     );
     assert_eq!(value("headroom_alert_outbox_depth"), 0.0);
+    // Requests by route template, not raw path: the capacity request above was a 201.
+    assert_eq!(
+        value(
+            r#"headroom_http_requests_total{method="POST",route="/v1/capacity-requests",status="201"}"#
+        ),
+        1.0
+    );
+    api.get("/v1/pools/mistral-7b-batch").await;
+    api.get("/no/such/thing").await;
+    let text = api.get("/metrics").await.body.as_str().unwrap().to_string();
+    assert!(
+        text.contains(
+            r#"headroom_http_requests_total{method="GET",route="/v1/pools/{name}",status="200"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        r#"headroom_http_requests_total{method="GET",route="unmatched",status="404"} 1"#
+    ));
+    assert!(text.contains(
+        r#"headroom_http_request_duration_seconds_count{method="GET",route="/v1/pools/{name}"} 1"#
+    ));
 }
 
 /// An API that requires tokens, with the ledger to mint them.

@@ -68,6 +68,20 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    /// The matched route template, e.g. `/v1/pools/{name}`; `unmatched` for a 404.
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpStatusLabels {
+    pub method: String,
+    pub route: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
 }
@@ -102,6 +116,8 @@ pub struct Metrics {
     pub ticks: Family<OutcomeLabels, Counter>,
     pub last_good_tick_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub alert_outbox_depth: Gauge,
+    pub http_requests: Family<HttpStatusLabels, Counter>,
+    pub http_request_seconds: Family<HttpLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -130,6 +146,10 @@ impl Default for Metrics {
             ticks: Family::default(),
             last_good_tick_seconds: Gauge::default(),
             alert_outbox_depth: Gauge::default(),
+            http_requests: Family::default(),
+            http_request_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
             registry: Registry::default(),
         };
         m.build_info
@@ -156,6 +176,16 @@ impl Default for Metrics {
             "last_successful_tick_timestamp_seconds",
             "When the last reconcile tick that succeeded started (Unix seconds, engine clock)",
             m.last_good_tick_seconds.clone(),
+        );
+        registry.register(
+            "http_requests",
+            "API requests by method, matched route and status",
+            m.http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "API request latency by method and matched route",
+            m.http_request_seconds.clone(),
         );
         registry.register(
             "alert_outbox_depth",
