@@ -339,7 +339,8 @@ pub async fn serve_until(
         burst: api.burst,
         request_timeout: api.request_timeout,
     };
-    let app = headroom_api::app(headroom_api::AppState::new(engine, require_auth, limits));
+    let app = headroom_api::app(headroom_api::AppState::new(engine, require_auth, limits))
+        .layer(axum::middleware::from_fn(telemetry::trace_incoming));
     let mut server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(wait_for(stop_rx))

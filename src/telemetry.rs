@@ -122,3 +122,36 @@ pub fn init() -> Result<Telemetry, String> {
         .init();
     Ok(Telemetry { provider })
 }
+
+/// Reads a W3C `traceparent` header, as `opentelemetry::propagation::Extractor` asks.
+struct Headers<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// Each API request in an `http.request` span whose parent is the caller's W3C trace context
+/// (`traceparent`, `tracestate`), so Headroom's spans join the caller's trace.
+pub async fn trace_incoming(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .extract(&Headers(request.headers()));
+    let span = tracing::info_span!(
+        "http.request",
+        method = %request.method(),
+        path = %request.uri().path()
+    );
+    let _ = span.set_parent(parent);
+    next.run(request).instrument(span).await
+}

@@ -1312,16 +1312,18 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
     let up = eventually(300, || agent.get(format!("{base}/readyz")).call().is_ok());
     assert!(up, "serve did not start");
     let body = json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string();
-    assert_eq!(
-        call(
-            &agent,
-            "POST",
-            &format!("{base}/v1/capacity-requests"),
-            Some(&body)
+    // The caller's W3C trace context: Headroom's spans join the caller's trace.
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let created = agent
+        .post(format!("{base}/v1/capacity-requests"))
+        .header("content-type", "application/json")
+        .header(
+            "traceparent",
+            format!("00-{caller_trace}-00f067aa0ba902b7-01"),
         )
-        .status,
-        201
-    );
+        .send(&body)
+        .unwrap();
+    assert_eq!(created.status(), 201);
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         Command::new("kill")
@@ -1367,6 +1369,11 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         .iter()
         .find(|(_, name)| name == "api.create_capacity_request")
         .unwrap_or_else(|| panic!("no API span exported: {spans:?}"));
+    assert_eq!(
+        api.0.to_ascii_lowercase(),
+        caller_trace,
+        "the request's spans are in the caller's trace (traceparent)"
+    );
     let in_trace: std::collections::BTreeSet<&str> = spans
         .iter()
         .filter(|(t, _)| *t == api.0)
