@@ -851,6 +851,55 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         "the spend chart rendered"
     );
     assert!(dom.contains(r#"data-group="llama-70b-interactive""#));
+    // The chart plots against time: the line starts at the x axis's origin and its last point
+    // (the spend to now) sits on the "now" marker; both axes are labelled; every budget's
+    // ceiling is drawn however far above the spend; fill is a percentage; periods are named.
+    let attr = |tag_start: &str, name: &str| -> String {
+        let at = dom
+            .find(tag_start)
+            .unwrap_or_else(|| panic!("{tag_start} missing: {dom}"));
+        let rest = &dom[at..];
+        let rest = &rest[..rest.find('>').unwrap()];
+        let key = format!(" {name}=\"");
+        let from = rest
+            .find(&key)
+            .unwrap_or_else(|| panic!("{name} in {rest}"))
+            + key.len();
+        rest[from..from + rest[from..].find('"').unwrap()].to_string()
+    };
+    let now_x: f64 = attr(r#"<line id="now-marker""#, "x1").parse().unwrap();
+    let origin_x: f64 = attr(r#"<line id="x-axis""#, "x1").parse().unwrap();
+    let points = attr(r#"<polyline id="spend-line""#, "points");
+    let xs: Vec<f64> = points
+        .split(' ')
+        .map(|p| p.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(xs[0], origin_x, "{points}");
+    assert!(
+        (xs.last().unwrap() - now_x).abs() < 0.5,
+        "{points} ends at now ({now_x})"
+    );
+    assert!(dom.contains(">time (UTC)</text>") && dom.contains(">cumulative spend (USD)</text>"));
+    for account in ["ml-platform", "research"] {
+        assert!(
+            dom.contains(&format!(r#"class="ceiling" data-account="{account}""#)),
+            "{account}'s ceiling is drawn"
+        );
+    }
+    let fill = attr(r#"<span id="total-fill-ratio""#, "id");
+    assert_eq!(fill, "total-fill-ratio");
+    let fill_text = &dom[dom.find(r#"id="total-fill-ratio">"#).unwrap() + 22..];
+    let fill_text = &fill_text[..fill_text.find('<').unwrap()];
+    assert!(
+        fill_text.ends_with(" %"),
+        "fill as a percentage: {fill_text}"
+    );
+    let expected = json["totals"]["fill_ratio"].as_f64().unwrap() * 100.0;
+    assert_eq!(fill_text, format!("{expected:.1} %"));
+    assert!(
+        dom.contains(r#"<td class="period">daily from "#),
+        "period named: {dom}"
+    );
 }
 
 #[test]
