@@ -1286,6 +1286,27 @@ async fn the_committed_openapi_document_matches_the_code() {
         assert!(doc["paths"][path].is_object(), "{path} is not documented");
     }
     assert_eq!(served.body, doc);
+
+    // Bearer tokens, declared: the scheme, required by default, waived only where auth is.
+    let scheme = &doc["components"]["securitySchemes"]["bearer"];
+    assert_eq!(
+        (scheme["type"].as_str(), scheme["scheme"].as_str()),
+        (Some("http"), Some("bearer"))
+    );
+    assert_eq!(doc["security"], json!([{"bearer": []}]));
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let public = ["/healthz", "/readyz", "/openapi.json"].contains(&path.as_str());
+            if public {
+                assert_eq!(op["security"], json!([{}]), "{method} {path} is public");
+            } else {
+                assert!(
+                    op.get("security").is_none(),
+                    "{method} {path} keeps the bearer default"
+                );
+            }
+        }
+    }
 }
 
 #[tokio::test]

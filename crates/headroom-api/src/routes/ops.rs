@@ -25,6 +25,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 #[utoipa::path(
     get,
     path = "/healthz",
+    security(()),
     responses((status = 200, description = "Alive", body = String))
 )]
 async fn healthz() -> &'static str {
@@ -34,6 +35,7 @@ async fn healthz() -> &'static str {
 #[utoipa::path(
     get,
     path = "/readyz",
+    security(()),
     responses(
         (
             status = 200,
@@ -111,6 +113,7 @@ async fn metrics(
 #[utoipa::path(
     get,
     path = "/openapi.json",
+    security(()),
     responses((status = 200, description = "This document", body = Object))
 )]
 async fn openapi_json() -> Response {
