@@ -56,6 +56,8 @@ struct Summary {
     refusals: u64,
     refusals_by_reason: std::collections::BTreeMap<String, u64>,
     spend_usd: String,
+    /// The instant `spend_usd` is computed to: the demo's (virtual) end, when its nodes ended.
+    spend_as_of: headroom_core::Timestamp,
     ledger: String,
     pools: Vec<headroom_engine::PoolStatus>,
 }
@@ -81,7 +83,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let clock = Arc::new(ScaledClock::new(SystemClock::new(), args.speedup));
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let cloud = Arc::new(sim_cloud_for(&config, dyn_clock.clone()));
-    let engine = Engine::new(config.clone(), ledger.clone(), cloud, dyn_clock);
+    let engine = Engine::new(config.clone(), ledger.clone(), cloud.clone(), dyn_clock);
 
     let mut traffic = demo_traffic(&config)?;
     push_signals(&engine, &traffic);
@@ -118,10 +120,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
     eprintln!("  try: curl -s http://{}/v1/pools", args.listen);
     let server_engine = engine.clone();
-    let server =
-        tokio::spawn(
-            async move { crate::run_until_shutdown(server_engine, listener, false).await },
-        );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let stop = async move {
+            let _ = stop_rx.await;
+        };
+        crate::serve_until(server_engine, listener, false, stop).await
+    });
 
     let deadline = args
         .seconds
@@ -161,9 +166,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    server.abort();
-
-    let now = clock.now();
+    // Stop the loop (it ends its tick), then close the ledger: the simulated cloud ends with
+    // this process, so every node ends here, and the ledger's figures stay what this summary says
+    // whenever a report reads them.
+    let _ = stop_tx.send(());
+    server.await.context("demo server task")??;
+    // To the millisecond, the ledger's resolution, so the summary names the instant it holds.
+    let now = chrono::SubsecRound::trunc_subsecs(clock.now(), 3);
+    close_fleet(ledger.as_ref(), cloud.as_ref(), now).await?;
     let totals = ledger.summary(now).await?;
     let summary = Summary {
         virtual_seconds: (now - start).num_seconds(),
@@ -182,6 +192,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         refusals: totals.refusals,
         refusals_by_reason: totals.refusals_by_reason,
         spend_usd: totals.spend.to_string(),
+        spend_as_of: totals.as_of,
         ledger: ledger_path.display().to_string(),
         pools: engine.pool_statuses(),
     };
@@ -200,6 +211,25 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Terminates every node still live and records its end at `at`, with the reason `demo_ended`.
+async fn close_fleet(
+    ledger: &dyn Ledger,
+    cloud: &dyn headroom_cloud::CloudProvider,
+    at: headroom_core::Timestamp,
+) -> anyhow::Result<()> {
+    for last in ledger.live_nodes().await? {
+        if let Some(id) = last.instance.clone() {
+            match cloud.terminate(&headroom_cloud::InstanceId(id)).await {
+                Ok(()) | Err(headroom_cloud::CloudError::NotFound(_)) => {}
+                Err(e) => return Err(e).context("terminating the demo's nodes"),
+            }
+        }
+        let end = last.next(headroom_core::NodeState::Terminated, "demo_ended", at);
+        ledger.append_node_event(&end).await?;
+    }
+    Ok(())
 }
 
 fn demo_traffic(config: &Config) -> anyhow::Result<Vec<Traffic>> {

@@ -44,8 +44,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the API and the reconcile loop from a configuration file.
     Serve {
+        /// The TOML configuration: a file, or `-` for standard input. Without it, the
+        /// configuration is the text of the environment variable HEADROOM_CONFIG.
         #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        config: Option<PathBuf>,
         /// Overrides the file's `listen`.
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
@@ -102,7 +104,10 @@ enum BenchCommand {
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Validate a configuration file; each problem is one line naming the key and the fix.
-    Check { file: PathBuf },
+    Check {
+        /// The file, or `-` for standard input.
+        file: PathBuf,
+    },
 }
 
 /// Exit code for bad input (configuration or arguments), as clap uses for usage errors.
@@ -110,7 +115,13 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let telemetry = telemetry::init();
+    let telemetry = match telemetry::init() {
+        Ok(telemetry) => telemetry,
+        Err(line) => {
+            eprintln!("error: {line}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     // The simulator is one sequential loop in virtual time: on a single thread it does not pay
     // a cross-thread wake-up for every ledger query. Everything else serves concurrently.
     let runtime = if matches!(cli.command, Command::Simulate(_)) {
@@ -135,7 +146,7 @@ fn main() -> ExitCode {
                 listen,
                 database_url,
                 no_auth,
-            } => serve(&config, listen, database_url, no_auth).await,
+            } => serve(config.as_deref(), listen, database_url, no_auth).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::WhatIf(args) => whatif::run(args),
             Command::Simulate(args) => simulate::run(args).await,
@@ -188,20 +199,43 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
-fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        BadInput(format!("--config: cannot read {} ({e}); pass the path of a TOML configuration such as config/headroom.example.toml", path.display()))
-    })?;
-    Ok(Config::parse(&text, &path.display().to_string())?)
+/// The environment variable `serve` reads its configuration from when `--config` is not given.
+const CONFIG_VAR: &str = "HEADROOM_CONFIG";
+
+/// A configuration's text and where it came from (named in every message about it): a file,
+/// standard input (`-`), or, with no path, the variable [`CONFIG_VAR`].
+fn config_text(path: Option<&Path>) -> Result<(String, String), BadInput> {
+    match path {
+        Some(p) if p == Path::new("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| {
+                BadInput(format!("--config -: cannot read standard input ({e})"))
+            })?;
+            Ok((text, "standard input".to_string()))
+        }
+        Some(p) => std::fs::read_to_string(p)
+            .map(|text| (text, p.display().to_string()))
+            .map_err(|e| BadInput(format!("--config: cannot read {} ({e}); pass the path of a TOML configuration such as config/headroom.example.toml", p.display()))),
+        None => match std::env::var(CONFIG_VAR) {
+            Ok(text) if !text.trim().is_empty() => Ok((text, CONFIG_VAR.to_string())),
+            _ => Err(BadInput(format!(
+                "--config: missing; pass a TOML file, `--config -` to read it from standard input, or set {CONFIG_VAR} to its text"
+            ))),
+        },
+    }
+}
+
+fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, String)> {
+    let (text, origin) = config_text(path)?;
+    Ok((Config::parse(&text, &origin)?, origin))
 }
 
 fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
-    let config = load_config(path)?;
+    let (config, origin) = load_config(Some(path))?;
     cloud::check(&config)?;
-    cluster::check(&config, &path.display().to_string())?;
+    cluster::check(&config, &origin)?;
     println!(
-        "{}: ok ({} offerings, {} pools, {} budgets)",
-        path.display(),
+        "{origin}: ok ({} offerings, {} pools, {} budgets)",
         config.offerings.len(),
         config.pools.len(),
         config.budgets.len()
@@ -233,12 +267,13 @@ pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
 }
 
 async fn serve(
-    path: &Path,
+    path: Option<&Path>,
     listen: Option<SocketAddr>,
     database_url: Option<String>,
     no_auth: bool,
 ) -> anyhow::Result<ExitCode> {
-    let config = Arc::new(load_config(path)?);
+    let (config, origin) = load_config(path)?;
+    let config = Arc::new(config);
     let url = database_url
         .or_else(|| config.database_url.clone())
         .unwrap_or_else(|| "sqlite://headroom.db".to_string());
@@ -249,7 +284,7 @@ async fn serve(
         headroom_core::ProviderKind::Sim => "simulated",
         other => other.as_str(),
     };
-    let cluster = cluster::cluster_for(&config, &path.display().to_string()).await?;
+    let cluster = cluster::cluster_for(&config, &origin).await?;
     let engine = Engine::with_cluster(config.clone(), ledger, cloud, clock, cluster);
     let addr = listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -277,6 +312,17 @@ pub async fn run_until_shutdown(
     listener: tokio::net::TcpListener,
     require_auth: bool,
 ) -> anyhow::Result<()> {
+    serve_until(engine, listener, require_auth, shutdown_signal()).await
+}
+
+/// Serves the API and runs the reconcile loop until `stop` completes; returns once the loop has
+/// ended its tick, so nothing writes to the ledger after it.
+pub async fn serve_until(
+    engine: Arc<Engine>,
+    listener: tokio::net::TcpListener,
+    require_auth: bool,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let loop_task = tokio::spawn(engine.clone().run(wait_for(stop_rx.clone())));
     let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
@@ -292,7 +338,8 @@ pub async fn run_until_shutdown(
         token_recheck_interval: api.token_recheck_interval,
         token_outage_grace: api.token_outage_grace,
     };
-    let app = headroom_api::app(headroom_api::AppState::new(engine, require_auth, limits));
+    let app = headroom_api::app(headroom_api::AppState::new(engine, require_auth, limits))
+        .layer(axum::middleware::from_fn(telemetry::trace_incoming));
     let mut server = tokio::spawn(
         // The peer address feeds the per-client limit in front of authentication.
         axum::serve(
@@ -307,7 +354,7 @@ pub async fn run_until_shutdown(
             let _ = stop_tx.send(true);
             result.context("API server task")?.context("API server failed")?;
         }
-        () = shutdown_signal() => {
+        () = stop => {
             // Stop taking requests, let in-flight ones finish, and let the loop end its tick.
             let _ = stop_tx.send(true);
             server.await.context("API server task")?.context("API server failed")?;

@@ -875,6 +875,22 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
     let json: Value = serde_json::from_str(&report("json", &dir.path().join("r.json"))).unwrap();
     let total = json["totals"]["spend"].as_str().unwrap().to_string();
     assert_ne!(total, "0.000000", "the demo spent money");
+    // The demo's own summary, written on its scaled clock, and the report read afterwards on the
+    // wall clock are one figure: the demo ends its nodes when it ends.
+    let summary: Value = serde_json::from_slice(&demo.stdout).unwrap();
+    assert_eq!(
+        summary["spend_usd"].as_str().unwrap(),
+        total,
+        "the demo's summary and the report disagree"
+    );
+    assert_eq!(
+        json["generated_at"], summary["spend_as_of"],
+        "the report is computed to the instant the demo ended"
+    );
+    let csv = report("csv", &dir.path().join("r.csv"));
+    let total_line = csv.lines().last().unwrap();
+    assert!(total_line.starts_with("total,"), "{csv}");
+    assert_eq!(total_line.split(',').nth(4).unwrap(), total, "{csv}");
     let names: Vec<&str> = json["rows"]
         .as_array()
         .unwrap()
@@ -939,6 +955,55 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         "the spend chart rendered"
     );
     assert!(dom.contains(r#"data-group="llama-70b-interactive""#));
+    // The chart plots against time: the line starts at the x axis's origin and its last point
+    // (the spend to now) sits on the "now" marker; both axes are labelled; every budget's
+    // ceiling is drawn however far above the spend; fill is a percentage; periods are named.
+    let attr = |tag_start: &str, name: &str| -> String {
+        let at = dom
+            .find(tag_start)
+            .unwrap_or_else(|| panic!("{tag_start} missing: {dom}"));
+        let rest = &dom[at..];
+        let rest = &rest[..rest.find('>').unwrap()];
+        let key = format!(" {name}=\"");
+        let from = rest
+            .find(&key)
+            .unwrap_or_else(|| panic!("{name} in {rest}"))
+            + key.len();
+        rest[from..from + rest[from..].find('"').unwrap()].to_string()
+    };
+    let now_x: f64 = attr(r#"<line id="now-marker""#, "x1").parse().unwrap();
+    let origin_x: f64 = attr(r#"<line id="x-axis""#, "x1").parse().unwrap();
+    let points = attr(r#"<polyline id="spend-line""#, "points");
+    let xs: Vec<f64> = points
+        .split(' ')
+        .map(|p| p.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(xs[0], origin_x, "{points}");
+    assert!(
+        (xs.last().unwrap() - now_x).abs() < 0.5,
+        "{points} ends at now ({now_x})"
+    );
+    assert!(dom.contains(">time (UTC)</text>") && dom.contains(">cumulative spend (USD)</text>"));
+    for account in ["ml-platform", "research"] {
+        assert!(
+            dom.contains(&format!(r#"class="ceiling" data-account="{account}""#)),
+            "{account}'s ceiling is drawn"
+        );
+    }
+    let fill = attr(r#"<span id="total-fill-ratio""#, "id");
+    assert_eq!(fill, "total-fill-ratio");
+    let fill_text = &dom[dom.find(r#"id="total-fill-ratio">"#).unwrap() + 22..];
+    let fill_text = &fill_text[..fill_text.find('<').unwrap()];
+    assert!(
+        fill_text.ends_with(" %"),
+        "fill as a percentage: {fill_text}"
+    );
+    let expected = json["totals"]["fill_ratio"].as_f64().unwrap() * 100.0;
+    assert_eq!(fill_text, format!("{expected:.1} %"));
+    assert!(
+        dom.contains(r#"<td class="period">daily from "#),
+        "period named: {dom}"
+    );
 }
 
 #[test]
@@ -1618,6 +1683,7 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
             format!("http://127.0.0.1:{otlp_port}"),
         )
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .env("OTEL_SERVICE_NAME", "headroom-canary")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1627,16 +1693,18 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
     let up = eventually(300, || agent.get(format!("{base}/readyz")).call().is_ok());
     assert!(up, "serve did not start");
     let body = json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string();
-    assert_eq!(
-        call(
-            &agent,
-            "POST",
-            &format!("{base}/v1/capacity-requests"),
-            Some(&body)
+    // The caller's W3C trace context: Headroom's spans join the caller's trace.
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let created = agent
+        .post(format!("{base}/v1/capacity-requests"))
+        .header("content-type", "application/json")
+        .header(
+            "traceparent",
+            format!("00-{caller_trace}-00f067aa0ba902b7-01"),
         )
-        .status,
-        201
-    );
+        .send(&body)
+        .unwrap();
+    assert_eq!(created.status(), 201);
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         Command::new("kill")
@@ -1648,11 +1716,21 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
     child.wait().unwrap();
 
     let mut spans: Vec<(String, String)> = Vec::new(); // (trace id, name)
+    let mut services = std::collections::BTreeSet::new();
     for text in bodies.lock().unwrap().iter() {
         let Ok(doc) = serde_json::from_str::<Value>(text) else {
             continue;
         };
         for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
+            for attr in rs["resource"]["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if attr["key"] == "service.name" {
+                    services.insert(attr["value"]["stringValue"].to_string());
+                }
+            }
             for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
                 for span in ss["spans"].as_array().into_iter().flatten() {
                     spans.push((
@@ -1663,10 +1741,20 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
             }
         }
     }
+    assert_eq!(
+        services.into_iter().collect::<Vec<_>>(),
+        [r#""headroom-canary""#],
+        "OTEL_SERVICE_NAME names the service"
+    );
     let api = spans
         .iter()
         .find(|(_, name)| name == "api.create_capacity_request")
         .unwrap_or_else(|| panic!("no API span exported: {spans:?}"));
+    assert_eq!(
+        api.0.to_ascii_lowercase(),
+        caller_trace,
+        "the request's spans are in the caller's trace (traceparent)"
+    );
     let in_trace: std::collections::BTreeSet<&str> = spans
         .iter()
         .filter(|(t, _)| *t == api.0)
@@ -1676,6 +1764,120 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         assert!(
             in_trace.contains(name),
             "{name} is not in the request's trace: {in_trace:?}"
+        );
+    }
+}
+
+/// `serve` takes its configuration from a file, standard input (`--config -`) or the
+/// HEADROOM_CONFIG variable, and says so in one line when it has none.
+#[test]
+fn serve_reads_its_configuration_from_stdin_or_the_environment() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, from_stdin) in [true, false].into_iter().enumerate() {
+        let port = free_port();
+        let db = format!("sqlite://{}", dir.path().join(format!("{i}.db")).display());
+        let mut command = Command::new(BIN);
+        command
+            .arg("serve")
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--database-url",
+                &db,
+            ])
+            .arg("--no-auth")
+            .env_remove("HEADROOM_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if from_stdin {
+            command.args(["--config", "-"]).stdin(Stdio::piped());
+        } else {
+            command.env("HEADROOM_CONFIG", &text).stdin(Stdio::null());
+        }
+        let mut child = command.spawn().unwrap();
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(&mut stdin, text.as_bytes()).unwrap();
+        }
+        let agent = agent();
+        let ready = eventually(300, || {
+            agent
+                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .call()
+                .is_ok_and(|r| r.status() == 200)
+        });
+        let pools = call(
+            &agent,
+            "GET",
+            &format!("http://127.0.0.1:{port}/v1/pools"),
+            None,
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            ready,
+            "serve from {} never became ready",
+            ["stdin", "HEADROOM_CONFIG"][i]
+        );
+        assert_eq!(pools.body["pools"].as_array().unwrap().len(), 2);
+    }
+    let out = Command::new(BIN)
+        .arg("serve")
+        .env_remove("HEADROOM_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --config: missing;") && stderr.contains("HEADROOM_CONFIG"),
+        "{stderr}"
+    );
+    let bad = Command::new(BIN)
+        .args(["serve", "--config", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut bad = bad;
+        std::io::Write::write_all(bad.stdin.as_mut().unwrap(), b"[engine]\ntick = \"soon\"\n")
+            .unwrap();
+        drop(bad.stdin.take());
+        let out = bad.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("standard input"),
+            "the origin is named: {stderr}"
+        );
+    }
+}
+
+/// An OTLP protocol this binary cannot speak is refused at start, naming the variable, rather
+/// than exporting over another protocol.
+#[test]
+fn an_otlp_protocol_that_is_not_built_in_is_refused_naming_the_variable() {
+    for (protocol, says) in [
+        ("grpc", "not built into this binary"),
+        ("carrier-pigeon", "not an OTLP protocol"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("openapi")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{protocol}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("error: OTEL_EXPORTER_OTLP_PROTOCOL: ") && stderr.contains(says),
+            "{stderr}"
         );
     }
 }

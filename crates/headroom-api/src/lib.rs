@@ -4,6 +4,7 @@
 //! to fix it. Bad input is rejected before anything is written.
 
 pub mod auth;
+mod http_metrics;
 mod problem;
 mod routes;
 pub mod token_cache;
@@ -112,5 +113,8 @@ impl AppState {
 
 /// The API router.
 pub fn app(state: AppState) -> Router {
-    routes::router(state)
+    routes::router(state.clone()).layer(axum::middleware::from_fn_with_state(
+        state,
+        http_metrics::observe,
+    ))
 }

@@ -434,6 +434,22 @@ async fn decisions_explain_themselves() {
 async fn health_and_readiness() {
     let api = api().await;
     assert_eq!(api.get("/healthz").await.status, StatusCode::OK);
+    // Ready once the reconcile loop has ticked, and no longer when its ticks stop succeeding.
+    assert_problem(
+        &api.get("/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "has not completed a tick",
+    );
+    api.engine.tick().await.unwrap();
+    assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
+    api.clock
+        .advance(api.engine.readiness_window() + std::time::Duration::from_secs(1));
+    assert_problem(
+        &api.get("/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "last good tick",
+    );
+    api.engine.tick().await.unwrap();
     assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
 }
 
@@ -709,6 +725,70 @@ async fn budget_reports_come_in_every_format_and_agree() {
     }
 }
 
+/// One figure of spend, at the engine's instant, whoever asks: the budget endpoint, `/metrics`,
+/// the report and the ledger's summary, on a clock far from the wall clock.
+#[tokio::test]
+async fn spend_is_one_figure_in_budgets_metrics_reports_and_the_summary() {
+    let api = api().await;
+    api.clock
+        .advance(std::time::Duration::from_secs(3 * 86_400 * 365));
+    for _ in 0..=60 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let now = headroom_cloud::Clock::now(api.clock.as_ref());
+    let metrics = api.get("/metrics").await;
+    let metrics = metrics.body.as_str().unwrap();
+    let budgets = api.get("/v1/budgets").await;
+    let (day, _) = headroom_core::BudgetPeriod::Day.bounds(now);
+    let range = format!(
+        "from={}&to={}",
+        day.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        (day + chrono::Duration::days(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    let report = api
+        .get(&format!(
+            "/v1/reports/budget?{range}&group_by=account&format=json"
+        ))
+        .await;
+    assert_eq!(report.status, StatusCode::OK, "{:?}", report.body);
+    let mut total = headroom_core::Money::ZERO;
+    for budget in budgets.body["budgets"].as_array().unwrap() {
+        let account = budget["account"].as_str().unwrap();
+        let spent = budget["spent"].as_str().unwrap();
+        let row = report.body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["group"] == account)
+            .unwrap_or_else(|| panic!("no report row for {account}"));
+        assert_eq!(row["spend"].as_str().unwrap(), spent, "{account}: report");
+        let gauge = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    r#"headroom_budget_spent_dollars{{account="{account}"}}"#
+                ))
+            })
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap();
+        let spent: headroom_core::Money = spent.parse().unwrap();
+        assert!(
+            (gauge - spent.micros() as f64 / 1e6).abs() < 1e-6,
+            "{account}: /metrics says {gauge}, the budget {spent}"
+        );
+        total += spent;
+    }
+    assert_ne!(total, headroom_core::Money::ZERO);
+    let summary = api.ledger.summary(now).await.unwrap();
+    assert_eq!(summary.spend, total, "the ledger's summary");
+    assert_eq!(summary.as_of, now);
+}
+
 #[tokio::test]
 async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
     let api = api().await;
@@ -774,6 +854,45 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         500.0
     );
     assert!(value(r#"headroom_budget_spent_dollars{account="research"}"#) > 0.0);
+    // The loop's own health: the version running, ticks timed and counted, the last good one,
+    // and the alert outbox (no webhook configured: nothing queued).
+    assert_eq!(
+        value(&format!(
+            r#"headroom_build_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
+    assert_eq!(value(r#"headroom_ticks_total{outcome="ok"}"#), 61.0);
+    assert_eq!(value("headroom_tick_duration_seconds_count"), 61.0);
+    let last = headroom_cloud::Clock::now(api.clock.as_ref()) - chrono::Duration::seconds(5);
+    assert_eq!(
+        value("headroom_last_successful_tick_timestamp_seconds"),
+        last.timestamp() as f64
+    );
+    assert_eq!(value("headroom_alert_outbox_depth"), 0.0);
+    // Requests by route template, not raw path: the capacity request above was a 201.
+    assert_eq!(
+        value(
+            r#"headroom_http_requests_total{method="POST",route="/v1/capacity-requests",status="201"}"#
+        ),
+        1.0
+    );
+    api.get("/v1/pools/mistral-7b-batch").await;
+    api.get("/no/such/thing").await;
+    let text = api.get("/metrics").await.body.as_str().unwrap().to_string();
+    assert!(
+        text.contains(
+            r#"headroom_http_requests_total{method="GET",route="/v1/pools/{name}",status="200"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        r#"headroom_http_requests_total{method="GET",route="unmatched",status="404"} 1"#
+    ));
+    assert!(text.contains(
+        r#"headroom_http_request_duration_seconds_count{method="GET",route="/v1/pools/{name}"} 1"#
+    ));
 }
 
 /// An API that requires tokens, with the ledger to mint them.
@@ -1182,6 +1301,27 @@ async fn the_committed_openapi_document_matches_the_code() {
         assert!(doc["paths"][path].is_object(), "{path} is not documented");
     }
     assert_eq!(served.body, doc);
+
+    // Bearer tokens, declared: the scheme, required by default, waived only where auth is.
+    let scheme = &doc["components"]["securitySchemes"]["bearer"];
+    assert_eq!(
+        (scheme["type"].as_str(), scheme["scheme"].as_str()),
+        (Some("http"), Some("bearer"))
+    );
+    assert_eq!(doc["security"], json!([{"bearer": []}]));
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let public = ["/healthz", "/readyz", "/openapi.json"].contains(&path.as_str());
+            if public {
+                assert_eq!(op["security"], json!([{}]), "{method} {path} is public");
+            } else {
+                assert!(
+                    op.get("security").is_none(),
+                    "{method} {path} keeps the bearer default"
+                );
+            }
+        }
+    }
 }
 
 #[tokio::test]

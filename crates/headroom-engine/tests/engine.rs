@@ -638,11 +638,111 @@ async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resol
     let firing: serde_json::Value = serde_json::from_str(&bodies[0]).unwrap();
     assert_eq!(firing[0]["labels"]["alertname"], "PoolSignalsMissing");
     assert_eq!(firing[0]["labels"]["pool"], "llm");
-    assert!(firing[0]["endsAt"].is_null());
+    assert!(
+        firing[0]["endsAt"].as_str().unwrap() > firing[0]["startsAt"].as_str().unwrap(),
+        "a firing alert's endsAt is ahead: {firing}"
+    );
     let resolved: serde_json::Value = serde_json::from_str(&bodies[1]).unwrap();
     assert!(
         resolved[0]["endsAt"].is_string(),
         "a resolve message: {resolved}"
+    );
+}
+
+/// Alertmanager's documented rule for a received alert: it is resolved from its `endsAt` on,
+/// or, without one, from `resolve_timeout` (5 minutes by default) after it was last received.
+fn alertmanager_resolved_at(
+    received: &[(headroom_core::Timestamp, serde_json::Value)],
+    t: headroom_core::Timestamp,
+) -> bool {
+    let Some((at, alert)) = received.iter().rev().find(|(at, _)| *at <= t) else {
+        return true;
+    };
+    match alert["endsAt"].as_str() {
+        Some(end) => end.parse::<headroom_core::Timestamp>().unwrap() <= t,
+        None => *at + chrono::Duration::minutes(5) <= t,
+    }
+}
+
+#[tokio::test]
+async fn an_alert_that_holds_stays_firing_at_alertmanager_and_resolves_when_it_clears() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = receiver(listener, 200);
+    // A day between repeats: without keep-alives Alertmanager would resolve it after 5 minutes.
+    let text = format!(
+        "{}\n[alerts]\nrepeat_interval = \"24h\"\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n",
+        CONFIG.replace("min_replicas = 0", "min_replicas = 1")
+    );
+    let h = harness(&text).await;
+    let mut received: Vec<(headroom_core::Timestamp, serde_json::Value)> = Vec::new();
+    let mut seen = 0;
+    let mut collect = async |received: &mut Vec<_>, now| {
+        h.engine.deliver_alerts().await.unwrap();
+        for _ in 0..100 {
+            if h.ledger.pending_alerts(10).await.unwrap().is_empty()
+                && bodies.lock().unwrap().len() >= seen
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let all = bodies.lock().unwrap().clone();
+        for body in &all[seen..] {
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            received.push((now, v[0].clone()));
+        }
+        seen = all.len();
+    };
+    // The pool gets no signal for 30 minutes: PoolSignalsMissing holds throughout.
+    let start = h.clock.now();
+    for _ in 0..60 {
+        h.engine.tick().await.unwrap();
+        let now = h.clock.now();
+        collect(&mut received, now).await;
+        assert!(
+            !alertmanager_resolved_at(&received, now),
+            "Alertmanager resolved the alert {}s in while it holds: {received:?}",
+            (now - start).num_seconds()
+        );
+        h.clock.advance(Duration::from_secs(30));
+        assert!(
+            !alertmanager_resolved_at(&received, h.clock.now()),
+            "Alertmanager resolved the alert {}s in, between ticks: {received:?}",
+            (h.clock.now() - start).num_seconds()
+        );
+    }
+    assert!(
+        received
+            .iter()
+            .all(|(_, a)| a["startsAt"] == received[0].1["startsAt"])
+    );
+    assert!(
+        received.len() < 40,
+        "one resend a minute, not one a tick: {}",
+        received.len()
+    );
+    h.engine.push_signal(
+        &"llm".parse().unwrap(),
+        SignalInput {
+            queue_depth: 0,
+            arrival_rate_rps: Some(1.0),
+            ..SignalInput::default()
+        },
+    );
+    h.engine.tick().await.unwrap();
+    let now = h.clock.now();
+    // The receiver records asynchronously: wait for the resolve message.
+    let before = received.len();
+    for _ in 0..50 {
+        collect(&mut received, now).await;
+        if received.len() > before {
+            break;
+        }
+    }
+    assert!(
+        alertmanager_resolved_at(&received, now),
+        "resolved when it cleared"
     );
 }
 

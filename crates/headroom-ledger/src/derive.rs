@@ -28,6 +28,14 @@ fn spans(history: &[&NodeEvent]) -> Vec<StateSpan> {
         .collect()
 }
 
+/// The instant a ledger's figures are computed to when read at `now`: `now`, or the ledger's
+/// latest entry when that is later. A ledger written on a scaled or skewed clock (the demo's,
+/// another replica's) holds entries ahead of the reader's clock; its figures never go back.
+/// Every reader of spend (the summary, reports, budgets) takes its instant from here.
+pub fn as_of(events: &[NodeEvent], now: Timestamp) -> Timestamp {
+    events.iter().map(|e| e.at).fold(now, Timestamp::max)
+}
+
 /// Spend of one node up to `until`.
 pub fn node_spend(history: &[&NodeEvent], until: Timestamp) -> Money {
     let spend = accrued(&spans(history), until);

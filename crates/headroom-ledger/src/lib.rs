@@ -292,7 +292,10 @@ pub struct LedgerSummary {
     pub capacity_delivered: u64,
     pub refusals: u64,
     pub refusals_by_reason: BTreeMap<String, u64>,
+    /// Every node's spend up to `as_of`.
     pub spend: Money,
+    /// The instant `spend` is computed to ([`derive::as_of`]).
+    pub as_of: Timestamp,
 }
 
 /// The answer to "may this node event place its hold?" (the governor's budget check).
@@ -436,6 +439,9 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// The oldest pending notifications, at most `limit`.
     async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError>;
+
+    /// How many queued notifications no webhook has taken yet: the outbox's depth.
+    async fn pending_alert_count(&self) -> Result<u64, LedgerError>;
 
     /// Closes a notification as delivered (idempotent).
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;

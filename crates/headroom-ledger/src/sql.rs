@@ -572,13 +572,15 @@ where
         let refusals_by_reason = self.refusals_by_reason().await?;
         // Every event there is, to price every node's whole life; see `derive::spend`.
         let events = self.node_events().await?;
+        let as_of = derive::as_of(&events, now);
         Ok(LedgerSummary {
             capacity_requests,
             capacity_requested,
             capacity_delivered,
             refusals: refusals_by_reason.values().sum(),
             refusals_by_reason,
-            spend: derive::spend(&events, None, None, now),
+            spend: derive::spend(&events, None, None, as_of),
+            as_of,
         })
     }
 
@@ -630,6 +632,14 @@ where
                 })
             })
             .collect()
+    }
+
+    async fn pending_alert_count(&self) -> Result<u64, LedgerError> {
+        self.count(Self::query(
+            "SELECT COUNT(*) AS n FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)",
+        ))
+        .await
     }
 
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {

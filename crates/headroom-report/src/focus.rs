@@ -8,8 +8,11 @@ use headroom_ledger::NodeEvent;
 
 use crate::{ReportError, spans};
 
-/// The FOCUS columns written, in order; Headroom's own columns carry the `x_` prefix.
-pub const COLUMNS: [&str; 35] = [
+/// The FOCUS columns written, in order; Headroom's own columns carry the `x_` prefix. The
+/// conditional ones are those the ledger's data supports: region and sub-account names, the
+/// resource's name, the SKU and its price, the contracted price, and the commitment discount
+/// columns for reserved capacity (null on other rows, as FOCUS requires).
+pub const COLUMNS: [&str; 48] = [
     "BilledCost",
     "EffectiveCost",
     "ListCost",
@@ -28,6 +31,7 @@ pub const COLUMNS: [&str; 35] = [
     "PricingQuantity",
     "PricingUnit",
     "ListUnitPrice",
+    "ContractedUnitPrice",
     "ConsumedQuantity",
     "ConsumedUnit",
     "ProviderName",
@@ -36,10 +40,22 @@ pub const COLUMNS: [&str; 35] = [
     "ServiceName",
     "ServiceCategory",
     "ResourceId",
+    "ResourceName",
     "ResourceType",
     "RegionId",
+    "RegionName",
     "AvailabilityZone",
     "SubAccountId",
+    "SubAccountName",
+    "SkuId",
+    "SkuPriceId",
+    "CommitmentDiscountId",
+    "CommitmentDiscountName",
+    "CommitmentDiscountType",
+    "CommitmentDiscountCategory",
+    "CommitmentDiscountStatus",
+    "CommitmentDiscountQuantity",
+    "CommitmentDiscountUnit",
     "Tags",
     "x_Pool",
     "x_CapacityRequestId",
@@ -74,6 +90,40 @@ fn provider_names(p: ProviderKind) -> (&'static str, &'static str) {
     }
 }
 
+/// The provider's display name of a region, for the regions Headroom's price extracts name;
+/// others keep their id (FOCUS: RegionName is null only when RegionId is).
+pub fn region_name(provider: ProviderKind, region: &str) -> String {
+    let known = match (provider, region) {
+        (ProviderKind::Aws, "us-east-1") => "US East (N. Virginia)",
+        (ProviderKind::Aws, "us-east-2") => "US East (Ohio)",
+        (ProviderKind::Aws, "us-west-2") => "US West (Oregon)",
+        (ProviderKind::Aws, "eu-west-1") => "Europe (Ireland)",
+        (ProviderKind::Aws, "eu-central-1") => "Europe (Frankfurt)",
+        (ProviderKind::Gcp, "us-central1") => "Iowa",
+        (ProviderKind::Gcp, "us-east4") => "Northern Virginia",
+        (ProviderKind::Gcp, "europe-west4") => "Netherlands",
+        _ => region,
+    };
+    known.to_string()
+}
+
+/// The commitment discount columns, from CommitmentDiscountId to CommitmentDiscountUnit: the
+/// reservation a reserved node runs on, used for the span's hours; null on other markets.
+fn commitment(e: &NodeEvent, hours: &str) -> [String; 7] {
+    match e.market {
+        Market::Reserved => [
+            e.offering.to_string(),
+            format!("{} {} in {}", e.instance_type, e.market, e.zone),
+            "Reservation".to_string(),
+            "Usage".to_string(),
+            "Used".to_string(),
+            hours.to_string(),
+            "Hours".to_string(),
+        ],
+        _ => Default::default(),
+    }
+}
+
 /// FOCUS rows for every billable span in `[from, until)`.
 pub fn to_focus_csv(
     events: &[NodeEvent],
@@ -103,6 +153,16 @@ pub fn to_focus_csv(
                 "headroom-offering": e.offering.as_str(),
             })
             .to_string();
+            let price = e.price_usd_per_hour.to_string();
+            let [
+                cd_id,
+                cd_name,
+                cd_type,
+                cd_category,
+                cd_status,
+                cd_quantity,
+                cd_unit,
+            ] = commitment(e, &hours);
             w.write_record([
                 cost.as_str(),
                 cost.as_str(),
@@ -124,7 +184,8 @@ pub fn to_focus_csv(
                 pricing_category,
                 &hours,
                 "Hours",
-                &e.price_usd_per_hour.to_string(),
+                &price,
+                &price,
                 &hours,
                 "Hours",
                 provider,
@@ -133,10 +194,22 @@ pub fn to_focus_csv(
                 service,
                 "Compute",
                 e.instance.as_deref().unwrap_or(&e.node.0),
+                &format!("{}/{}", e.pool, e.node.0),
                 "Virtual Machine",
                 &e.region,
+                &region_name(e.provider, &e.region),
                 &e.zone,
                 e.pool.as_str(),
+                e.pool.as_str(),
+                &e.instance_type,
+                &format!("{}@{price}", e.offering),
+                &cd_id,
+                &cd_name,
+                &cd_type,
+                &cd_category,
+                &cd_status,
+                &cd_quantity,
+                &cd_unit,
                 &tags,
                 e.pool.as_str(),
                 e.request.as_ref().map_or("", |r| r.0.as_str()),

@@ -22,7 +22,24 @@ const W: f64 = 640.0;
 const H: f64 = 220.0;
 const PAD: f64 = 40.0;
 
-/// Cumulative spend over the range, with each budget's ceiling as a line where it fits.
+fn percent(ratio: f64) -> String {
+    format!("{:.1} %", ratio * 100.0)
+}
+
+fn period_name(period: headroom_core::BudgetPeriod) -> &'static str {
+    match period {
+        headroom_core::BudgetPeriod::Hour => "hourly",
+        headroom_core::BudgetPeriod::Day => "daily",
+        headroom_core::BudgetPeriod::Month => "monthly",
+    }
+}
+
+fn stamp(t: headroom_core::Timestamp) -> String {
+    esc(&t.format("%Y-%m-%d %H:%M").to_string())
+}
+
+/// Cumulative spend against time over the report's range, every budget's ceiling as a line
+/// (the scale always reaches the highest), "now" marked, both axes labelled with ticks.
 fn spend_chart(report: &BudgetReport) -> String {
     let points = &report.spend_series;
     let max_spend = points
@@ -33,7 +50,6 @@ fn spend_chart(report: &BudgetReport) -> String {
         .budgets
         .iter()
         .map(|b| (b.account.clone(), b.ceiling.as_f64_lossy()))
-        .filter(|(_, c)| *c <= max_spend.max(1.0) * 4.0)
         .collect();
     let top = ceilings
         .iter()
@@ -41,60 +57,82 @@ fn spend_chart(report: &BudgetReport) -> String {
         .fold(max_spend, f64::max)
         .max(1.0)
         * 1.1;
-    let n = points.len().max(1) as f64;
-    let x = |i: usize| PAD + (W - 2.0 * PAD) * (i as f64 + 1.0) / n;
-    let y = |v: f64| H - PAD - (H - 2.0 * PAD) * v / top;
+    let range_ms = (report.to - report.from).num_milliseconds().max(1) as f64;
+    let (left, right, bottom, upper) = (PAD + 30.0, W - PAD, H - PAD, PAD / 2.0);
+    let x = |t: headroom_core::Timestamp| {
+        left + (right - left)
+            * ((t - report.from).num_milliseconds() as f64 / range_ms).clamp(0.0, 1.0)
+    };
+    let y = |v: f64| bottom - (bottom - upper) * v / top;
     let mut svg = format!(
-        r#"<svg id="spend-chart" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="Cumulative spend">"#
+        r#"<svg id="spend-chart" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="Cumulative spend against time">"#
     );
     let _ = write!(
         svg,
-        r##"<line x1="{PAD}" y1="{}" x2="{}" y2="{}" stroke="#888"/>"##,
-        H - PAD,
-        W - PAD,
-        H - PAD
+        r##"<line id="x-axis" x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#888"/><line id="y-axis" x1="{left}" y1="{upper}" x2="{left}" y2="{bottom}" stroke="#888"/>"##
     );
+    // Ticks: the range's start, middle and end; zero, half and the top of the scale.
+    let mid = report.from + (report.to - report.from) / 2;
+    for (t, anchor) in [(report.from, "start"), (mid, "middle"), (report.to, "end")] {
+        let _ = write!(
+            svg,
+            r##"<text class="x-tick" x="{:.1}" y="{}" font-size="10" text-anchor="{anchor}">{}</text>"##,
+            x(t),
+            bottom + 13.0,
+            stamp(t)
+        );
+    }
+    for v in [0.0, top / 2.0, top] {
+        let _ = write!(
+            svg,
+            r##"<text class="y-tick" x="{}" y="{:.1}" font-size="10" text-anchor="end">${v:.0}</text>"##,
+            left - 4.0,
+            y(v) + 3.0
+        );
+    }
     let _ = write!(
         svg,
-        r##"<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{}" stroke="#888"/>"##,
-        H - PAD
+        r##"<text id="x-label" x="{:.1}" y="{}" font-size="11" text-anchor="middle">time (UTC)</text><text id="y-label" x="12" y="{:.1}" font-size="11" text-anchor="middle" transform="rotate(-90 12 {:.1})">cumulative spend (USD)</text>"##,
+        (left + right) / 2.0,
+        H - 4.0,
+        (upper + bottom) / 2.0,
+        (upper + bottom) / 2.0
     );
-    let path: Vec<String> = std::iter::once(format!("{PAD},{}", y(0.0)))
+    let path: Vec<String> = std::iter::once(format!("{:.1},{:.1}", x(report.from), y(0.0)))
         .chain(
             points
                 .iter()
-                .enumerate()
-                .map(|(i, p)| format!("{:.1},{:.1}", x(i), y(p.cumulative_spend.as_f64_lossy()))),
+                .map(|p| format!("{:.1},{:.1}", x(p.at), y(p.cumulative_spend.as_f64_lossy()))),
         )
         .collect();
     let _ = write!(
         svg,
-        r##"<polyline fill="none" stroke="#2563eb" stroke-width="2" points="{}"/>"##,
+        r##"<polyline id="spend-line" fill="none" stroke="#2563eb" stroke-width="2" points="{}"/>"##,
         path.join(" ")
     );
     for (account, ceiling) in &ceilings {
         let _ = write!(
             svg,
-            r##"<line x1="{PAD}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#dc2626" stroke-dasharray="4 3"/><text x="{2}" y="{3:.1}" font-size="10" fill="#dc2626">{4} ceiling ${5:.0}</text>"##,
+            r##"<line class="ceiling" data-account="{4}" x1="{left}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#dc2626" stroke-dasharray="4 3"/><text x="{2}" y="{3:.1}" font-size="10" fill="#dc2626">{4} ceiling ${5:.0}</text>"##,
             y(*ceiling),
-            W - PAD,
-            PAD + 4.0,
+            right,
+            left + 4.0,
             y(*ceiling) - 3.0,
             esc(account),
             ceiling
         );
     }
-    let _ = write!(
-        svg,
-        r##"<text x="{PAD}" y="{}" font-size="10">{}</text><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text><text x="4" y="{}" font-size="10">${:.0}</text></svg>"##,
-        H - PAD + 14.0,
-        esc(&report.from.format("%Y-%m-%d %H:%M").to_string()),
-        W - PAD,
-        H - PAD + 14.0,
-        esc(&report.to.format("%Y-%m-%d %H:%M").to_string()),
-        PAD,
-        top
-    );
+    let now = report.generated_at;
+    if now >= report.from && now <= report.to {
+        let _ = write!(
+            svg,
+            r##"<line id="now-marker" x1="{0:.1}" y1="{upper}" x2="{0:.1}" y2="{bottom}" stroke="#111" stroke-dasharray="2 2"/><text x="{1:.1}" y="{2}" font-size="10">now</text>"##,
+            x(now),
+            x(now) + 3.0,
+            upper + 10.0
+        );
+    }
+    svg.push_str("</svg>");
     svg
 }
 
@@ -155,7 +193,7 @@ pub fn to_html(report: &BudgetReport) -> String {
 <style>body{{font:14px system-ui,sans-serif;margin:24px;color:#111}}table{{border-collapse:collapse;margin:8px 0 24px}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th:first-child,td:first-child{{text-align:left}}.warn{{color:#b45309}}</style></head><body>
 <h1>Headroom budget report</h1>
 <p>{} to {} · grouped by {} · generated {} · all amounts in USD</p>
-<p>Total spend <strong id="total-spend" title="{}">{}</strong> · requested <span id="total-requested-gpu-hours">{:.2}</span> GPU-hours, delivered <span id="total-delivered-gpu-hours">{:.2}</span> (fill ratio <span id="total-fill-ratio">{:.3}</span>)</p>
+<p>Total spend <strong id="total-spend" title="{}">{}</strong> · requested <span id="total-requested-gpu-hours">{:.2}</span> GPU-hours, delivered <span id="total-delivered-gpu-hours">{:.2}</span> (fill <span id="total-fill-ratio">{}</span>)</p>
 "#,
         esc(&report.from.to_rfc3339()),
         esc(&report.to.to_rfc3339()),
@@ -165,7 +203,7 @@ pub fn to_html(report: &BudgetReport) -> String {
         usd(report.totals.spend),
         report.totals.requested_gpu_hours,
         report.totals.delivered_gpu_hours,
-        report.totals.fill_ratio,
+        percent(report.totals.fill_ratio),
     );
 
     h.push_str("<h2>Spend against budget</h2>");
@@ -179,11 +217,11 @@ pub fn to_html(report: &BudgetReport) -> String {
         };
         let _ = write!(
             h,
-            r#"<tr{class} data-account="{}"><td>{}</td><td>{:?} from {}</td><td>{}</td><td class="spent" title="{}">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr{class} data-account="{}"><td>{}</td><td class="period">{} from {}</td><td>{}</td><td class="spent" title="{}">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
             esc(&b.account),
             esc(&b.account),
-            b.period,
-            esc(&b.period_start.format("%Y-%m-%d %H:%M").to_string()),
+            period_name(b.period),
+            stamp(b.period_start),
             usd(b.ceiling),
             b.spent,
             usd(b.spent),
@@ -204,7 +242,7 @@ pub fn to_html(report: &BudgetReport) -> String {
             .collect();
         let _ = write!(
             h,
-            r#"<tr data-group="{}"><td>{}</td><td class="spend" title="{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.3}</td><td>{}</td></tr>"#,
+            r#"<tr data-group="{}"><td>{}</td><td class="spend" title="{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>"#,
             esc(&row.group),
             esc(&row.group),
             row.spend,
@@ -215,7 +253,7 @@ pub fn to_html(report: &BudgetReport) -> String {
             usd(row.warm_idle_premium),
             row.requested_gpu_hours,
             row.delivered_gpu_hours,
-            row.fill_ratio,
+            percent(row.fill_ratio),
             esc(&refusals.join(", "))
         );
     }

@@ -494,7 +494,7 @@ pub async fn from_ledger(
         .into_iter()
         .filter(|b| visible(b.account.as_str()))
         .collect();
-    let now = events.iter().map(|e| e.at).fold(now, Timestamp::max);
+    let now = headroom_ledger::derive::as_of(&events, now);
     let report = budget_report(&ReportInput {
         events: &events,
         refusals: &refusals,

@@ -228,3 +228,118 @@ fn csv_and_html_carry_the_same_figures() {
     assert!(line.soft_threshold_reached);
     assert_eq!(line.forecast, line.spent);
 }
+
+/// FOCUS 1.2's rules for the conditional columns, row by row, over on-demand, spot and
+/// reserved nodes: each column named as FOCUS spells it (or `x_`-prefixed), names present where
+/// their ids are, SKU price ids only with a SKU, costs equal to unit price times quantity, and
+/// the commitment discount columns filled exactly on the rows priced `Committed`.
+#[test]
+fn focus_conditional_columns_follow_the_spec_s_rules() {
+    let mut events = history();
+    use NodeState::{Serving, Terminated};
+    let mut reserved = |state, at| {
+        let mut e = event(
+            "r",
+            Market::Reserved,
+            Destination::Serve,
+            state,
+            at,
+            "18.5",
+            8,
+        );
+        e.offering = "use1-p4d-reserved".parse().unwrap();
+        e
+    };
+    events.push(reserved(Serving, "2026-11-30T09:00:00Z"));
+    events.push(reserved(Terminated, "2026-11-30T09:40:00Z"));
+    let text = focus::to_focus_csv(
+        &events,
+        t("2026-11-30T00:00:00Z"),
+        t("2026-11-30T12:00:00Z"),
+    )
+    .unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    let known: std::collections::BTreeSet<&str> = focus::COLUMNS.into_iter().collect();
+    assert_eq!(known.len(), headers.len(), "no column twice");
+    for h in &headers {
+        assert!(
+            h.starts_with("x_") || h.chars().next().unwrap().is_ascii_uppercase(),
+            "{h}: FOCUS columns are PascalCase, custom ones x_"
+        );
+    }
+    for column in [
+        "RegionName",
+        "SubAccountName",
+        "ResourceName",
+        "SkuId",
+        "SkuPriceId",
+        "ListUnitPrice",
+        "ContractedUnitPrice",
+        "CommitmentDiscountId",
+        "CommitmentDiscountType",
+        "CommitmentDiscountCategory",
+        "CommitmentDiscountStatus",
+        "CommitmentDiscountQuantity",
+        "CommitmentDiscountUnit",
+    ] {
+        assert!(headers.iter().any(|h| h == column), "{column} missing");
+    }
+    let mut committed_rows = 0;
+    for row in reader.deserialize::<std::collections::BTreeMap<String, String>>() {
+        let row = row.unwrap();
+        let v = |c: &str| row[c].as_str();
+        let null = |c: &str| row[c].is_empty();
+        let money = |c: &str| v(c).parse::<f64>().unwrap();
+        // Names are null exactly when their ids are.
+        for (id, name) in [
+            ("RegionId", "RegionName"),
+            ("SubAccountId", "SubAccountName"),
+            ("ResourceId", "ResourceName"),
+            ("CommitmentDiscountId", "CommitmentDiscountName"),
+        ] {
+            assert_eq!(null(id), null(name), "{id}/{name}: {row:?}");
+        }
+        assert!(
+            null("SkuPriceId") || !null("SkuId"),
+            "a SKU price needs its SKU"
+        );
+        // Costs are unit prices times the pricing quantity (to the micro-dollar).
+        let quantity = money("PricingQuantity");
+        for (cost, unit) in [
+            ("ListCost", "ListUnitPrice"),
+            ("ContractedCost", "ContractedUnitPrice"),
+        ] {
+            assert!(
+                (money(cost) - money(unit) * quantity).abs() < 1e-5,
+                "{cost} is not {unit} × PricingQuantity: {row:?}"
+            );
+        }
+        assert!(money("EffectiveCost") <= money("ListCost") + 1e-9);
+        // Commitment discounts: exactly on Committed rows, used, in hours of the span.
+        let committed = v("PricingCategory") == "Committed";
+        assert_eq!(committed, !null("CommitmentDiscountId"), "{row:?}");
+        let cd = [
+            "CommitmentDiscountType",
+            "CommitmentDiscountCategory",
+            "CommitmentDiscountStatus",
+            "CommitmentDiscountQuantity",
+            "CommitmentDiscountUnit",
+        ];
+        if committed {
+            committed_rows += 1;
+            assert_eq!(v("CommitmentDiscountCategory"), "Usage");
+            assert_eq!(v("CommitmentDiscountStatus"), "Used");
+            assert_eq!(v("CommitmentDiscountUnit"), "Hours");
+            assert_eq!(v("CommitmentDiscountQuantity"), v("PricingQuantity"));
+            assert_eq!(v("CommitmentDiscountId"), "use1-p4d-reserved");
+        } else {
+            for c in cd {
+                assert!(null(c), "{c} on a row without a commitment: {row:?}");
+            }
+        }
+        assert_eq!(v("RegionName"), "US East (N. Virginia)");
+        assert_eq!(v("SubAccountName"), v("SubAccountId"));
+    }
+    assert_eq!(committed_rows, 1, "the reserved node's serving span");
+}

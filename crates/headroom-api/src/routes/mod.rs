@@ -82,6 +82,8 @@ async fn method_not_allowed() -> Problem {
         title = "Headroom",
         description = "GPU capacity orchestrator. Every endpoint but the probes and this document takes `Authorization: Bearer <token>`; errors are RFC 9457 problems."
     ),
+    modifiers(&BearerScheme),
+    security(("bearer" = [])),
     components(
         schemas(Problem),
         responses(
@@ -95,6 +97,29 @@ async fn method_not_allowed() -> Problem {
     )
 )]
 struct ApiDoc;
+
+/// The `bearer` security scheme every operation requires unless it says otherwise (the probes
+/// and this document are public): tokens from `headroom token create`.
+struct BearerScheme;
+
+impl utoipa::Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("hr_<id>_<secret>")
+                    .description(Some(
+                        "A token from `headroom token create`, bound to accounts and scopes",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 /// Built once: the document cannot change while the process runs.
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {

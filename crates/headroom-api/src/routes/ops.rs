@@ -25,6 +25,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 #[utoipa::path(
     get,
     path = "/healthz",
+    security(()),
     responses((status = 200, description = "Alive", body = String))
 )]
 async fn healthz() -> &'static str {
@@ -34,13 +35,32 @@ async fn healthz() -> &'static str {
 #[utoipa::path(
     get,
     path = "/readyz",
+    security(()),
     responses(
-        (status = 200, description = "The ledger answers", body = String),
+        (
+            status = 200,
+            description = "The ledger answers and the reconcile loop ticked without error lately",
+            body = String
+        ),
         (status = 503, response = LedgerUnavailable),
     )
 )]
-async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
-    state.engine.ledger().ping().await?;
+async fn readyz(State(state): State<AppState>) -> Result<&'static str, Response> {
+    state
+        .engine
+        .ledger()
+        .ping()
+        .await
+        .map_err(|e| ApiError::from(e).into_response())?;
+    state.engine.readiness().map_err(|why| {
+        crate::Problem::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "not-ready",
+            "Not ready",
+            why,
+        )
+        .into_response()
+    })?;
     Ok("ready")
 }
 
@@ -106,6 +126,7 @@ async fn metrics(
 #[utoipa::path(
     get,
     path = "/openapi.json",
+    security(()),
     responses((status = 200, description = "This document", body = Object))
 )]
 async fn openapi_json() -> Response {

@@ -42,8 +42,13 @@ fn default_format() -> WebhookFormat {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlertSettings {
     pub webhooks: Vec<Webhook>,
-    /// A still-firing alert is sent again after this long.
+    /// A still-firing alert is sent again to every webhook after this long (people read these).
     pub repeat_interval: Duration,
+    /// A still-firing alert is sent again to Alertmanager webhooks after this long, with `endsAt`
+    /// [`KEEP_ALIVE_RESENDS`] of these ahead: Alertmanager resolves an alert whose `endsAt` has
+    /// passed, or that was not re-sent within its `resolve_timeout` (5 minutes by default), and
+    /// expects clients to re-send every 30 s to 3 minutes.
+    pub resend_interval: Duration,
     /// A refusal keeps its alert firing this long after it happened.
     pub refusal_window: Duration,
 }
@@ -53,6 +58,7 @@ impl Default for AlertSettings {
         AlertSettings {
             webhooks: Vec::new(),
             repeat_interval: Duration::from_secs(4 * 3600),
+            resend_interval: Duration::from_secs(60),
             refusal_window: Duration::from_secs(600),
         }
     }
@@ -106,13 +112,43 @@ pub enum Status {
     Resolved,
 }
 
+/// How many resend intervals ahead a firing alert's `endsAt` is set for Alertmanager (as
+/// Prometheus does): three lost or late resends in a row before it would resolve by itself.
+pub const KEEP_ALIVE_RESENDS: i32 = 4;
+
 /// A message to send.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Notification {
     pub status: Status,
     pub alert: Alert,
     pub starts_at: Timestamp,
+    /// When the alert resolved; `None` while it fires.
     pub ends_at: Option<Timestamp>,
+    /// While firing: the `endsAt` Alertmanager is given, moved ahead at every resend.
+    #[serde(skip)]
+    pub firing_until: Option<Timestamp>,
+    /// A keep-alive resend for Alertmanager only: people's webhooks (Slack, JSON) skip it.
+    #[serde(skip)]
+    pub keep_alive: bool,
+}
+
+impl Notification {
+    fn firing(alert: Alert, starts_at: Timestamp, now: Timestamp, resend: Duration) -> Self {
+        let resend = chrono::Duration::from_std(resend).unwrap_or(chrono::Duration::minutes(1));
+        Notification {
+            status: Status::Firing,
+            alert,
+            starts_at,
+            ends_at: None,
+            firing_until: Some(now + resend * KEEP_ALIVE_RESENDS),
+            keep_alive: false,
+        }
+    }
+
+    /// Whether a webhook of `format` is sent this notification.
+    pub fn is_for(&self, format: WebhookFormat) -> bool {
+        !self.keep_alive || format == WebhookFormat::Alertmanager
+    }
 }
 
 /// An alert that is firing.
@@ -121,6 +157,8 @@ pub struct ActiveAlert {
     pub alert: Alert,
     pub starts_at: Timestamp,
     pub last_sent_at: Timestamp,
+    /// Last sent to Alertmanager webhooks (a repeat counts).
+    pub last_resent_at: Timestamp,
 }
 
 /// The alerts firing now. Pure: `update` takes the conditions that hold and says what to send.
@@ -135,13 +173,15 @@ impl AlertBook {
     }
 
     /// Folds in the conditions that hold at `now` (within `scope`, the keys this process
-    /// evaluates) and returns the notifications to send: new alerts, repeats, resolutions.
+    /// evaluates) and returns the notifications to send: new alerts, repeats every `repeat`,
+    /// keep-alive resends every `resend` in between, resolutions.
     pub fn update(
         &mut self,
         holding: Vec<Alert>,
         in_scope: impl Fn(&Alert) -> bool,
         now: Timestamp,
         repeat: Duration,
+        resend: Duration,
     ) -> Vec<Notification> {
         let mut out = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
@@ -150,30 +190,28 @@ impl AlertBook {
             seen.insert(key.clone());
             match self.active.get_mut(&key) {
                 Some(active) => {
-                    let due = (now - active.last_sent_at).to_std().unwrap_or_default() >= repeat;
-                    if due {
-                        active.last_sent_at = now;
-                        out.push(Notification {
-                            status: Status::Firing,
-                            alert: alert.clone(),
-                            starts_at: active.starts_at,
-                            ends_at: None,
-                        });
+                    let since = |t: Timestamp| (now - t).to_std().unwrap_or_default();
+                    let repeat_due = since(active.last_sent_at) >= repeat;
+                    let resend_due = since(active.last_resent_at) >= resend;
+                    if repeat_due || resend_due {
+                        active.last_resent_at = now;
+                        if repeat_due {
+                            active.last_sent_at = now;
+                        }
+                        let mut n = Notification::firing(alert, active.starts_at, now, resend);
+                        n.keep_alive = !repeat_due;
+                        out.push(n);
                     }
                 }
                 None => {
-                    out.push(Notification {
-                        status: Status::Firing,
-                        alert: alert.clone(),
-                        starts_at: now,
-                        ends_at: None,
-                    });
+                    out.push(Notification::firing(alert.clone(), now, now, resend));
                     self.active.insert(
                         key,
                         ActiveAlert {
                             alert,
                             starts_at: now,
                             last_sent_at: now,
+                            last_resent_at: now,
                         },
                     );
                 }
@@ -192,6 +230,8 @@ impl AlertBook {
                     alert: gone.alert,
                     starts_at: gone.starts_at,
                     ends_at: Some(now),
+                    firing_until: None,
+                    keep_alive: false,
                 });
             }
         }
@@ -213,7 +253,7 @@ pub fn render(format: WebhookFormat, n: &Notification) -> String {
                 "annotations": {"summary": n.alert.summary},
                 "startsAt": iso(n.starts_at),
             });
-            if let Some(end) = n.ends_at {
+            if let Some(end) = n.ends_at.or(n.firing_until) {
                 alert["endsAt"] = serde_json::json!(iso(end));
             }
             serde_json::json!([alert]).to_string()
@@ -257,26 +297,57 @@ mod tests {
     fn alerts_fire_once_repeat_on_interval_and_resolve() {
         let mut book = AlertBook::default();
         let repeat = Duration::from_secs(3600);
-        let first = book.update(vec![refused()], |_| true, at(0), repeat);
+        let first = book.update(vec![refused()], |_| true, at(0), repeat, repeat);
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].status, Status::Firing);
         assert!(
-            book.update(vec![refused(), refused()], |_| true, at(60), repeat)
+            book.update(vec![refused(), refused()], |_| true, at(60), repeat, repeat)
                 .is_empty(),
             "deduplicated"
         );
-        let again = book.update(vec![refused()], |_| true, at(3600), repeat);
+        let again = book.update(vec![refused()], |_| true, at(3600), repeat, repeat);
         assert_eq!(
             (again.len(), again[0].starts_at),
             (1, at(0)),
             "repeated with its start"
         );
-        let resolved = book.update(vec![], |_| true, at(4000), repeat);
+        let resolved = book.update(vec![], |_| true, at(4000), repeat, repeat);
         assert_eq!(
             (resolved[0].status, resolved[0].ends_at),
             (Status::Resolved, Some(at(4000)))
         );
         assert!(book.active().is_empty());
+    }
+
+    #[test]
+    fn alertmanager_gets_keep_alives_with_end_s_at_moving_ahead_and_people_do_not() {
+        let mut book = AlertBook::default();
+        let (repeat, resend) = (Duration::from_secs(3600), Duration::from_secs(60));
+        let first = book.update(vec![refused()], |_| true, at(0), repeat, resend);
+        assert_eq!(first[0].firing_until, Some(at(240)));
+        assert!(first[0].is_for(WebhookFormat::Slack));
+        assert!(
+            book.update(vec![refused()], |_| true, at(30), repeat, resend)
+                .is_empty()
+        );
+        let again = book.update(vec![refused()], |_| true, at(60), repeat, resend);
+        assert_eq!(again.len(), 1);
+        assert!(again[0].keep_alive);
+        assert!(again[0].is_for(WebhookFormat::Alertmanager));
+        assert!(!again[0].is_for(WebhookFormat::Slack) && !again[0].is_for(WebhookFormat::Json));
+        assert_eq!(
+            (again[0].starts_at, again[0].firing_until),
+            (at(0), Some(at(300)))
+        );
+        let am: serde_json::Value =
+            serde_json::from_str(&render(WebhookFormat::Alertmanager, &again[0])).unwrap();
+        assert_eq!(am[0]["endsAt"], "2026-11-30T03:05:00Z");
+        assert_eq!(am[0]["startsAt"], "2026-11-30T03:00:00Z");
+        let repeated = book.update(vec![refused()], |_| true, at(3600), repeat, resend);
+        assert!(
+            !repeated[0].keep_alive,
+            "the hourly repeat goes to people too"
+        );
     }
 
     #[test]
@@ -286,6 +357,8 @@ mod tests {
             alert: refused(),
             starts_at: at(0),
             ends_at: None,
+            firing_until: None,
+            keep_alive: false,
         };
         let am: serde_json::Value =
             serde_json::from_str(&render(WebhookFormat::Alertmanager, &n)).unwrap();

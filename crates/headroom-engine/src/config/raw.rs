@@ -52,6 +52,7 @@ pub(super) struct RawApi {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAlerts {
     pub(super) repeat_interval: Option<String>,
+    pub(super) resend_interval: Option<String>,
     pub(super) refusal_window: Option<String>,
     #[serde(default)]
     pub(super) webhooks: Vec<crate::alerts::Webhook>,

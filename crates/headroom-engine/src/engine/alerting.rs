@@ -56,10 +56,13 @@ impl Engine {
             },
             now,
             settings.repeat_interval,
+            settings.resend_interval,
         );
         for n in &notifications {
-            tracing::warn!(alert = %n.alert.name, status = ?n.status, summary = %n.alert.summary, "alert");
-            for webhook in &settings.webhooks {
+            if !n.keep_alive {
+                tracing::warn!(alert = %n.alert.name, status = ?n.status, summary = %n.alert.summary, "alert");
+            }
+            for webhook in settings.webhooks.iter().filter(|w| n.is_for(w.format)) {
                 let body = crate::alerts::render(webhook.format, n);
                 self.ledger.enqueue_alert(&webhook.url, &body, now).await?;
             }

@@ -47,6 +47,7 @@ mod cluster_steps;
 mod decide;
 mod decisions;
 mod execute;
+mod health;
 mod input;
 mod observe;
 mod offerings;
@@ -103,6 +104,8 @@ pub struct Engine {
     alerting: Mutex<alerting::AlertMemory>,
     delivery: AlertDelivery,
     spans: spans::RequestSpans,
+    /// When the last tick that finished without error started, on the engine's clock.
+    last_good_tick: Mutex<Option<Timestamp>>,
 }
 
 /// Locks one of the engine's state structs. A panic elsewhere never leaves them half-written
@@ -187,6 +190,7 @@ impl Engine {
             serving: Mutex::default(),
             alerting: Mutex::default(),
             spans: spans::RequestSpans::default(),
+            last_good_tick: Mutex::default(),
         })
     }
 
@@ -228,9 +232,27 @@ impl Engine {
     }
 
     /// One activation: read, observe and settle, decide and execute per pool, publish status,
-    /// evaluate alerts. Idempotent: it repeats nothing a previous activation finished.
+    /// evaluate alerts. Idempotent: it repeats nothing a previous activation finished. Timed
+    /// for `/metrics`, and remembered for `/readyz` when it succeeds.
     pub async fn tick(&self) -> Result<(), EngineError> {
         let _one_at_a_time = self.tick_lock.lock().await;
+        let started = self.clock.now();
+        let timer = std::time::Instant::now();
+        let result = self.tick_phases().await;
+        self.record_tick(started, timer.elapsed(), result.is_ok());
+        if result.is_ok() {
+            // The outbox's depth after this tick queued its notifications.
+            match self.ledger.pending_alert_count().await {
+                Ok(n) => {
+                    self.metrics.alert_outbox_depth.set(n as i64);
+                }
+                Err(e) => tracing::warn!(error = %error_chain(&e), "reading the outbox depth"),
+            }
+        }
+        result
+    }
+
+    async fn tick_phases(&self) -> Result<(), EngineError> {
         self.seed_budgets().await?;
         // Leases first: only the pools this process owns are observed, planned and changed.
         let names: Vec<PoolName> = self.config.pools.iter().map(|p| p.name.clone()).collect();
