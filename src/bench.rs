@@ -288,33 +288,36 @@ async fn hold_admissions(
 /// Preloads `rows` node events as history of the benchmark's accounts, in one statement: nodes
 /// that launched, served a minute and were released, within today's budget period.
 async fn preload(url: &str, run: &str, rows: u64, clients: u32) -> anyhow::Result<()> {
-    let pool = sqlx::PgPool::connect(url)
-        .await
-        .context("connecting to preload history")?;
-    let accounts: Vec<String> = (0..clients).map(|c| bench_account(run, c)).collect();
-    sqlx::query(
+    // Every value below is made here (digits, dashes, letters), never taken from input.
+    let accounts: Vec<String> = (0..clients)
+        .map(|c| format!("'{}'", bench_account(run, c)))
+        .collect();
+    let sql = format!(
         "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
             instance_type, market, request_id, destination, state, instance_id, client_token,
             price_micros, gpus, hold_micros, reason, at, event_key)
-         SELECT 'hist-' || $1 || '-' || (i / 3), 'bench',
-                ($2::text[])[1 + (i / 3) % array_length($2::text[], 1)],
+         SELECT 'hist-{run}-' || (i / 3), 'bench',
+                (ARRAY[{accounts}])[1 + (i / 3) % {clients}],
                 'bench-offering', 'sim', 'r', 'z', 't', 'on-demand', NULL, 'serve',
                 (ARRAY['requested', 'serving', 'terminated'])[1 + i % 3], NULL,
-                'hr-hist-' || $1 || '-' || (i / 3), 1000000, 1,
+                'hr-hist-{run}-' || (i / 3), 1000000, 1,
                 CASE WHEN i % 3 = 0 THEN 1000 ELSE 0 END,
                 (ARRAY['launch', 'ready', 'released'])[1 + i % 3],
                 date_trunc('day', now()) + make_interval(secs => (i % 3) * 0.06),
-                'hist-' || $1 || '-' || i
-         FROM generate_series(0, $3 - 1) AS i",
-    )
-    .bind(run)
-    .bind(&accounts)
-    .bind(rows as i64)
-    .execute(&pool)
-    .await
-    .context("preloading history")?;
-    sqlx::query("ANALYZE node_events").execute(&pool).await?;
-    pool.close().await;
+                'hist-{run}-' || i
+         FROM generate_series(0, {last}) AS i; ANALYZE node_events;",
+        accounts = accounts.join(", "),
+        last = rows - 1,
+    );
+    let out = std::process::Command::new(which("psql")?)
+        .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", &sql])
+        .output()
+        .context("running psql to preload history")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "preloading history failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
     Ok(())
 }
 

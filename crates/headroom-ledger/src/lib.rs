@@ -358,6 +358,9 @@ pub trait Ledger: Send + Sync + Debug {
         to: Timestamp,
     ) -> Result<Vec<RefusalRecord>, LedgerError>;
 
+    /// Every node event that carries request `id`, in order: what its fill is derived from.
+    async fn request_events(&self, id: &RequestId) -> Result<Vec<NodeEvent>, LedgerError>;
+
     /// Every node event of `pool`, in order.
     async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError>;
 

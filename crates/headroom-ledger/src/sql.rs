@@ -351,6 +351,34 @@ where
             .collect()
     }
 
+    async fn request_events(&self, id: &RequestId) -> Result<Vec<NodeEvent>, LedgerError> {
+        self.events(
+            Self::query("SELECT * FROM node_events WHERE request_id = ? ORDER BY seq")
+                .bind(id.0.as_str()),
+        )
+        .await
+    }
+
+    async fn cancelled_requests(
+        &self,
+        ids: &[RequestId],
+    ) -> Result<std::collections::HashSet<RequestId>, LedgerError> {
+        let mut cancelled = std::collections::HashSet::new();
+        for chunk in ids.chunks(IN_LIST_CHUNK) {
+            let mut query = Self::query(&format!(
+                "SELECT request_id FROM request_cancellations WHERE request_id IN ({})",
+                dialect::params(chunk.len())
+            ));
+            for id in chunk {
+                query = query.bind(id.0.as_str());
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                cancelled.insert(RequestId(row.try_get("request_id")?));
+            }
+        }
+        Ok(cancelled)
+    }
+
     async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {
         self.events(
             Self::query("SELECT * FROM node_events WHERE pool = ? ORDER BY seq")

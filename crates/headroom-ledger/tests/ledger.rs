@@ -224,6 +224,16 @@ async fn cancellation_is_recorded_once(ledger: &dyn Ledger) {
             .all(|r| r.id != req.id)
     );
     let unknown = headroom_core::RequestId("cr-nope".into());
+    let (open, _) = ledger
+        .record_capacity_request(&new_request(None, 1))
+        .await
+        .unwrap();
+    // One query for the whole list (the engine asks every tick), the same answer as one by one.
+    let cancelled = ledger
+        .cancelled_requests(&[req.id.clone(), open.id.clone(), unknown.clone()])
+        .await
+        .unwrap();
+    assert_eq!(cancelled, std::collections::HashSet::from([req.id.clone()]));
     assert!(matches!(
         ledger.cancel_capacity_request(&unknown, at).await,
         Err(LedgerError::UnknownRequest(_))

@@ -254,7 +254,8 @@ async fn get_capacity_request(
         .await?
         .filter(|o| visible_request(&state, &principal, &o.request))
         .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
-    let events = ledger.pool_events(&outcome.request.pool).await?;
+    // The request's own events, not its pool's history: the cost stays with the request.
+    let events = ledger.request_events(&outcome.request.id).await?;
     let fill = headroom_ledger::derive::fill(std::slice::from_ref(&outcome), &events);
     Ok(Json(RequestView { outcome, fill }).into_response())
 }
