@@ -605,6 +605,11 @@ async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resol
         1,
         "deduplicated: not queued again"
     );
+    assert_eq!(
+        h.engine.metrics().service.alert_outbox_depth.get(),
+        1,
+        "the outbox's depth on /metrics"
+    );
 
     let bodies = receiver(
         std::net::TcpListener::bind(("127.0.0.1", port)).unwrap(),
