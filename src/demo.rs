@@ -1,4 +1,5 @@
-//! `headroom demo`: the whole loop on a laptop, with no account and no set-up.
+//! `headroom demo`: the whole loop on a laptop, with no account and no set-up. Its logs are
+//! errors only unless RUST_LOG asks for more, so they stay out of its progress lines.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

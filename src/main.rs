@@ -115,7 +115,13 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let telemetry = match telemetry::init() {
+    // The demo prints its own progress lines: its logs stay out of them (errors only) unless
+    // RUST_LOG asks for more.
+    let default_level = match cli.command {
+        Command::Demo(_) => "error",
+        _ => "warn",
+    };
+    let telemetry = match telemetry::init(default_level) {
         Ok(telemetry) => telemetry,
         Err(line) => {
             eprintln!("error: {line}");

@@ -89,11 +89,11 @@ fn tracer_provider() -> Result<Option<SdkTracerProvider>, String> {
 }
 
 /// Installs the log subscriber, and the trace exporter when configured; a variable that asks for
-/// what cannot be had is the one line returned.
-pub fn init() -> Result<Telemetry, String> {
-    // RUST_LOG sets the log level (default warn); traces carry Headroom's own info spans.
+/// what cannot be had is the one line returned. `default_level` applies when RUST_LOG is unset.
+pub fn init(default_level: &str) -> Result<Telemetry, String> {
+    // RUST_LOG sets the log level; traces carry Headroom's own info spans.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let logs = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)

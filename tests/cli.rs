@@ -1858,6 +1858,43 @@ fn serve_reads_its_configuration_from_stdin_or_the_environment() {
     }
 }
 
+/// The demo's progress lines are not interleaved with logs unless RUST_LOG asks for them.
+#[test]
+fn the_demo_keeps_logs_out_of_its_progress_lines_unless_asked() {
+    let run = |rust_log: Option<&str>| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = Command::new(BIN);
+        command
+            .args(["demo", "--seconds", "5", "--speedup", "20", "--listen"])
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg("--database")
+            .arg(dir.path().join("d.db"))
+            .env_remove("RUST_LOG");
+        if let Some(level) = rust_log {
+            command.env("RUST_LOG", level);
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let logs = all.lines().filter(|l| l.starts_with('{')).count();
+        let progress = all.lines().filter(|l| l.starts_with("[+")).count();
+        (logs, progress)
+    };
+    let (logs, progress) = run(None);
+    assert!(progress > 0, "progress lines are printed");
+    assert_eq!(logs, 0, "no log lines among the progress lines by default");
+    let (logs, _) = run(Some("warn"));
+    assert!(logs > 0, "RUST_LOG=warn brings the warnings back");
+}
+
 /// An OTLP protocol this binary cannot speak is refused at start, naming the variable, rather
 /// than exporting over another protocol.
 #[test]

@@ -19,9 +19,9 @@ pub(crate) async fn observe(
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let method = request.method().as_str().to_string();
-    let started = std::time::Instant::now();
+    let started = headroom_engine::metrics::latency_timer();
     let response = next.run(request).await;
-    let m = state.engine.metrics();
+    let m = &state.engine.metrics().service;
     m.http_request_seconds
         .get_or_create(&HttpLabels {
             method: method.clone(),

@@ -10,11 +10,7 @@ use headroom_core::{Money, Offering, OfferingId, ProviderKind};
 
 use crate::metrics::{CallErrorLabels, CallLabels, Metrics};
 
-/// Measures real call latency, not decision time, so it reads the monotonic clock directly.
-#[allow(clippy::disallowed_methods)]
-fn start_timer() -> std::time::Instant {
-    std::time::Instant::now()
-}
+use crate::metrics::latency_timer as start_timer;
 
 /// A cloud provider that bounds every call's time and records its latency and error class. A
 /// call that overruns is abandoned and reported as a transient error, so a hanging cloud API

@@ -91,6 +91,13 @@ pub struct AccountLabels {
     pub account: String,
 }
 
+/// Starts a latency measurement (a cloud call, a tick, an HTTP request): real elapsed time, not
+/// decision time, so it reads the monotonic clock directly.
+#[allow(clippy::disallowed_methods)]
+pub fn latency_timer() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
 /// Every metric Headroom exports, registered once.
 #[derive(Debug)]
 pub struct Metrics {
@@ -111,6 +118,12 @@ pub struct Metrics {
     pub offering_price_dollars:
         Family<OfferingPriceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub orphan_instances: Family<PoolLabels, Gauge>,
+    pub service: ServiceMetrics,
+}
+
+/// The service's own health: the build, the loop's ticks, the alert outbox, HTTP requests.
+#[derive(Debug)]
+pub struct ServiceMetrics {
     pub build_info: Family<BuildLabels, Gauge>,
     pub tick_seconds: Histogram,
     pub ticks: Family<OutcomeLabels, Counter>,
@@ -118,6 +131,22 @@ pub struct Metrics {
     pub alert_outbox_depth: Gauge,
     pub http_requests: Family<HttpStatusLabels, Counter>,
     pub http_request_seconds: Family<HttpLabels, Histogram>,
+}
+
+impl Default for ServiceMetrics {
+    fn default() -> Self {
+        ServiceMetrics {
+            build_info: Family::default(),
+            tick_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            ticks: Family::default(),
+            last_good_tick_seconds: Gauge::default(),
+            alert_outbox_depth: Gauge::default(),
+            http_requests: Family::default(),
+            http_request_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -141,57 +170,10 @@ impl Default for Metrics {
             budget_held_dollars: Family::default(),
             offering_price_dollars: Family::default(),
             orphan_instances: Family::default(),
-            build_info: Family::default(),
-            tick_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
-            ticks: Family::default(),
-            last_good_tick_seconds: Gauge::default(),
-            alert_outbox_depth: Gauge::default(),
-            http_requests: Family::default(),
-            http_request_seconds: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-            }),
+            service: ServiceMetrics::default(),
             registry: Registry::default(),
         };
-        m.build_info
-            .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION").to_string(),
-            })
-            .set(1);
-        registry.register(
-            "build_info",
-            "Always 1, labelled with the version running",
-            m.build_info.clone(),
-        );
-        registry.register(
-            "tick_duration_seconds",
-            "How long one reconcile tick took",
-            m.tick_seconds.clone(),
-        );
-        registry.register(
-            "ticks",
-            "Reconcile ticks by outcome (ok, error)",
-            m.ticks.clone(),
-        );
-        registry.register(
-            "last_successful_tick_timestamp_seconds",
-            "When the last reconcile tick that succeeded started (Unix seconds, engine clock)",
-            m.last_good_tick_seconds.clone(),
-        );
-        registry.register(
-            "http_requests",
-            "API requests by method, matched route and status",
-            m.http_requests.clone(),
-        );
-        registry.register(
-            "http_request_duration_seconds",
-            "API request latency by method and matched route",
-            m.http_request_seconds.clone(),
-        );
-        registry.register(
-            "alert_outbox_depth",
-            "Alert notifications queued that no webhook has taken yet",
-            m.alert_outbox_depth.clone(),
-        );
+        register_service(&mut registry, &m.service);
         registry.register(
             "pool_replicas",
             "Nodes per pool by state (requested, starting, ready, warm, warming, draining)",
@@ -269,6 +251,49 @@ impl Default for Metrics {
         );
         Metrics { registry, ..m }
     }
+}
+
+fn register_service(registry: &mut Registry, m: &ServiceMetrics) {
+    m.build_info
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        })
+        .set(1);
+    registry.register(
+        "build_info",
+        "Always 1, labelled with the version running",
+        m.build_info.clone(),
+    );
+    registry.register(
+        "tick_duration_seconds",
+        "How long one reconcile tick took",
+        m.tick_seconds.clone(),
+    );
+    registry.register(
+        "ticks",
+        "Reconcile ticks by outcome (ok, error)",
+        m.ticks.clone(),
+    );
+    registry.register(
+        "last_successful_tick_timestamp_seconds",
+        "When the last reconcile tick that succeeded started (Unix seconds, engine clock)",
+        m.last_good_tick_seconds.clone(),
+    );
+    registry.register(
+        "http_requests",
+        "API requests by method, matched route and status",
+        m.http_requests.clone(),
+    );
+    registry.register(
+        "http_request_duration_seconds",
+        "API request latency by method and matched route",
+        m.http_request_seconds.clone(),
+    );
+    registry.register(
+        "alert_outbox_depth",
+        "Alert notifications queued that no webhook has taken yet",
+        m.alert_outbox_depth.clone(),
+    );
 }
 
 impl Metrics {

@@ -605,6 +605,21 @@ async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resol
         1,
         "deduplicated: not queued again"
     );
+    assert_eq!(
+        h.engine.metrics().service.alert_outbox_depth.get(),
+        1,
+        "the outbox's depth on /metrics"
+    );
+    // Keep-alives do not pile up behind a webhook that is down.
+    for _ in 0..5 {
+        h.clock.advance(Duration::from_secs(60));
+        h.engine.tick().await.unwrap();
+    }
+    assert_eq!(
+        h.ledger.pending_alerts(10).await.unwrap().len(),
+        1,
+        "no keep-alive queued behind the undelivered firing"
+    );
 
     let bodies = receiver(
         std::net::TcpListener::bind(("127.0.0.1", port)).unwrap(),

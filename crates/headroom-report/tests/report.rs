@@ -237,7 +237,7 @@ fn csv_and_html_carry_the_same_figures() {
 fn focus_conditional_columns_follow_the_spec_s_rules() {
     let mut events = history();
     use NodeState::{Serving, Terminated};
-    let mut reserved = |state, at| {
+    let reserved = |state, at| {
         let mut e = event(
             "r",
             Market::Reserved,

@@ -58,11 +58,29 @@ impl Engine {
             settings.repeat_interval,
             settings.resend_interval,
         );
+        // A keep-alive is worth sending only promptly: none is queued behind undelivered
+        // notifications (the webhook is down or slow), so keep-alives never push a firing or a
+        // resolve out of the bounded outbox.
+        let backlogged: BTreeSet<String> = if notifications.iter().any(|n| n.keep_alive) {
+            self.ledger
+                .pending_alerts(headroom_ledger::ALERT_OUTBOX_BOUND)
+                .await?
+                .into_iter()
+                .map(|p| p.webhook)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         for n in &notifications {
             if !n.keep_alive {
                 tracing::warn!(alert = %n.alert.name, status = ?n.status, summary = %n.alert.summary, "alert");
             }
-            for webhook in settings.webhooks.iter().filter(|w| n.is_for(w.format)) {
+            for webhook in settings
+                .webhooks
+                .iter()
+                .filter(|w| n.is_for(w.format))
+                .filter(|w| !(n.keep_alive && backlogged.contains(&w.url)))
+            {
                 let body = crate::alerts::render(webhook.format, n);
                 self.ledger.enqueue_alert(&webhook.url, &body, now).await?;
             }

@@ -5,7 +5,7 @@ use super::*;
 
 impl Engine {
     pub(super) fn record_tick(&self, started: Timestamp, took: std::time::Duration, ok: bool) {
-        let m = &self.metrics;
+        let m = &self.metrics.service;
         m.tick_seconds.observe(took.as_secs_f64());
         let outcome = if ok { "ok" } else { "error" };
         m.ticks

@@ -237,14 +237,15 @@ impl Engine {
     pub async fn tick(&self) -> Result<(), EngineError> {
         let _one_at_a_time = self.tick_lock.lock().await;
         let started = self.clock.now();
-        let timer = std::time::Instant::now();
+        let timer = crate::metrics::latency_timer();
         let result = self.tick_phases().await;
         self.record_tick(started, timer.elapsed(), result.is_ok());
-        if result.is_ok() {
-            // The outbox's depth after this tick queued its notifications.
+        if result.is_ok() && !self.config.alerts.webhooks.is_empty() {
+            // The outbox's depth after this tick queued its notifications (without webhooks
+            // nothing is queued: no query).
             match self.ledger.pending_alert_count().await {
                 Ok(n) => {
-                    self.metrics.alert_outbox_depth.set(n as i64);
+                    self.metrics.service.alert_outbox_depth.set(n as i64);
                 }
                 Err(e) => tracing::warn!(error = %error_chain(&e), "reading the outbox depth"),
             }
