@@ -2,7 +2,7 @@
 # The headroom service image.
 #   docker build -t headroom .                          # simulated cloud only (the default build)
 #   docker build --build-arg FEATURES=aws -t headroom . # with the AWS provider (gcp, or aws,gcp)
-# Orchestrators probe GET /readyz (200 while the ledger answers) and GET /healthz (process alive)
+# Orchestrators probe GET /readyz (200 while the ledger answers and the loop ticks) and GET /healthz (process alive)
 # on port 8080; the Terraform modules in terraform/ do.
 
 ARG RUST_VERSION=1.94

@@ -66,7 +66,7 @@ resource "google_cloud_run_v2_service" "this" {
         mount_path = local.config_dir
       }
 
-      # Ready only when the ledger answers; alive as long as the process serves.
+      # Ready once the ledger answers and the loop has ticked; alive as long as the process serves.
       startup_probe {
         http_get {
           path = "/readyz"
