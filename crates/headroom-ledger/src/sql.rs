@@ -19,9 +19,8 @@ use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool,
 use crate::dialect::{self, Dialect, render};
 use crate::{
     ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, IdempotencyKey, Ledger, LedgerError,
-    LedgerSummary,
-    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
-    new_request_id,
+    LedgerSummary, NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome,
+    derive, new_request_id,
 };
 
 /// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
