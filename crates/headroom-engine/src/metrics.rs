@@ -224,33 +224,38 @@ impl Default for Metrics {
             "Cloud provider call errors by class",
             m.provider_errors.clone(),
         );
-        registry.register(
-            "budget_ceiling_dollars",
-            "Budget ceiling for the current period",
-            m.budget_ceiling_dollars.clone(),
-        );
-        registry.register(
-            "budget_spent_dollars",
-            "Spend in the budget's current period",
-            m.budget_spent_dollars.clone(),
-        );
-        registry.register(
-            "budget_held_dollars",
-            "Money held for launches not yet spent",
-            m.budget_held_dollars.clone(),
-        );
-        registry.register(
-            "offering_price_dollars_per_hour",
-            "Price per node-hour the planner ranks and holds budgets with, live or configured",
-            m.offering_price_dollars.clone(),
-        );
-        registry.register(
-            "orphan_instances",
-            "Instances tagged for the pool that the ledger does not know, in the last inventory (terminated or reported per engine.orphan_policy)",
-            m.orphan_instances.clone(),
-        );
+        register_money(&mut registry, &m);
         Metrics { registry, ..m }
     }
+}
+
+/// The money series: budgets and what offerings cost.
+fn register_money(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "budget_ceiling_dollars",
+        "Budget ceiling for the current period",
+        m.budget_ceiling_dollars.clone(),
+    );
+    registry.register(
+        "budget_spent_dollars",
+        "Spend in the budget's current period",
+        m.budget_spent_dollars.clone(),
+    );
+    registry.register(
+        "budget_held_dollars",
+        "Money held for launches not yet spent",
+        m.budget_held_dollars.clone(),
+    );
+    registry.register(
+        "offering_price_dollars_per_hour",
+        "Price per node-hour the planner ranks and holds budgets with, live or configured",
+        m.offering_price_dollars.clone(),
+    );
+    registry.register(
+        "orphan_instances",
+        "Instances tagged for the pool that the ledger does not know, in the last inventory (terminated or reported per engine.orphan_policy)",
+        m.orphan_instances.clone(),
+    );
 }
 
 fn register_service(registry: &mut Registry, m: &ServiceMetrics) {

@@ -216,10 +216,21 @@ pub(crate) async fn grant_runtime_role(
         }
         (true, None) => {}
     }
-    let tables = ledger_tables(&mut tx).await?;
+    grant_select_insert(&mut tx, role.name).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Leaves `role` exactly schema USAGE, CONNECT, USAGE on the sequences, SELECT and INSERT on
+/// every ledger table and SELECT on the migrations table: anything granted before is revoked.
+async fn grant_select_insert(
+    tx: &mut Transaction<'_, Postgres>,
+    role: &str,
+) -> Result<(), LedgerError> {
+    let tables = ledger_tables(tx).await?;
     let (schema, database): (String, String) =
         sqlx::query_as("SELECT current_schema()::text, current_database()::text")
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut **tx)
             .await?;
     for statement in [
         "REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM %I",
@@ -227,29 +238,18 @@ pub(crate) async fn grant_runtime_role(
         "GRANT USAGE ON SCHEMA %I TO %I",
         "GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO %I",
     ] {
-        run_formatted(&mut tx, statement, &[&schema, role.name]).await?;
+        run_formatted(tx, statement, &[&schema, role]).await?;
     }
-    run_formatted(
-        &mut tx,
-        "GRANT CONNECT ON DATABASE %I TO %I",
-        &[&database, role.name],
-    )
-    .await?;
+    run_formatted(tx, "GRANT CONNECT ON DATABASE %I TO %I", &[&database, role]).await?;
     for table in &tables {
-        run_formatted(
-            &mut tx,
-            "GRANT SELECT, INSERT ON TABLE %I TO %I",
-            &[table, role.name],
-        )
-        .await?;
+        run_formatted(tx, "GRANT SELECT, INSERT ON TABLE %I TO %I", &[table, role]).await?;
     }
     run_formatted(
-        &mut tx,
+        tx,
         "GRANT SELECT ON TABLE %I TO %I",
-        &[MIGRATIONS_TABLE, role.name],
+        &[MIGRATIONS_TABLE, role],
     )
     .await?;
-    tx.commit().await?;
     Ok(())
 }
 
