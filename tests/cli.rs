@@ -1098,24 +1098,23 @@ fn tokens_are_printed_once_listed_without_secrets_and_revoked() {
     assert!(String::from_utf8(open.stderr).unwrap().contains("loopback"));
 }
 
-/// `headroom serve` killed with SIGKILL at many points while it provisions, restarted each time:
-/// afterwards no instance leaked, none was launched twice, no ledger entry was lost or doubled,
-/// and every request was delivered.
-#[test]
-fn sigkill_at_any_point_loses_nothing_and_duplicates_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let state_file = dir.path().join("cloud.json");
-    let config = dir.path().join("crash.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-cluster_id = "crash-test"
+/// The crash tests' configuration: one pool of one on-demand offering on the simulated cloud
+/// (its state in `state_file`, shared by every life of `serve`), the cloud's rungs `rung` long,
+/// `sim_extra` added to `[sim]`, and a clamping budget.
+fn crash_config(
+    cluster_id: &str,
+    state_file: &std::path::Path,
+    rung: &str,
+    sim_extra: &str,
+) -> String {
+    format!(
+        r#"
+cluster_id = "{cluster_id}"
 [engine]
 tick = "100ms"
 [sim]
 state_file = "{}"
-[[offerings]]
+{sim_extra}[[offerings]]
 id = "o"
 provider = "sim"
 region = "us-east-1"
@@ -1126,11 +1125,11 @@ price_usd_per_hour = "0.8048"
 gpus = 1
 sim_capacity = 100
 [offerings.sim_ladder]
-node_acquisition = "200ms"
-image_pull = "200ms"
-weight_load = "200ms"
-compile = "200ms"
-warmup = "200ms"
+node_acquisition = "{rung}"
+image_pull = "{rung}"
+weight_load = "{rung}"
+compile = "{rung}"
+warmup = "{rung}"
 [[pools]]
 name = "p"
 account = "ml"
@@ -1151,8 +1150,21 @@ period = "day"
 ceiling_usd = "1000"
 hard_action = "clamp"
 "#,
-            state_file.display()
-        ),
+        state_file.display()
+    )
+}
+
+/// `headroom serve` killed with SIGKILL at many points while it provisions, restarted each time:
+/// afterwards no instance leaked, none was launched twice, no ledger entry was lost or doubled,
+/// and every request was delivered.
+#[test]
+fn sigkill_at_any_point_loses_nothing_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_file = dir.path().join("cloud.json");
+    let config = dir.path().join("crash.toml");
+    std::fs::write(
+        &config,
+        crash_config("crash-test", &state_file, "200ms", ""),
     )
     .unwrap();
     let config = config.to_str().unwrap().to_string();
@@ -1291,51 +1303,11 @@ fn sigkill_between_the_cloud_call_and_its_outcome_loses_and_duplicates_nothing()
     let config = dir.path().join("window.toml");
     std::fs::write(
         &config,
-        format!(
-            r#"
-cluster_id = "window-test"
-[engine]
-tick = "100ms"
-[sim]
-state_file = "{}"
-launch_answer_delay = "300ms"
-[[offerings]]
-id = "o"
-provider = "sim"
-region = "us-east-1"
-zone = "use1-az1"
-instance_type = "g6.xlarge"
-market = "on-demand"
-price_usd_per_hour = "0.8048"
-gpus = 1
-sim_capacity = 100
-[offerings.sim_ladder]
-node_acquisition = "100ms"
-image_pull = "100ms"
-weight_load = "100ms"
-compile = "100ms"
-warmup = "100ms"
-[[pools]]
-name = "p"
-account = "ml"
-offerings = ["o"]
-max_replicas = 40
-max_scale_up_per_step = 40
-[pools.ladder]
-node_acquisition = "1s"
-image_pull = "1s"
-weight_load = "1s"
-compile = "1s"
-warmup = "1s"
-[pools.scaling]
-replica_throughput_rps = 5.0
-[[budgets]]
-account = "ml"
-period = "day"
-ceiling_usd = "1000"
-hard_action = "clamp"
-"#,
-            state_file.display()
+        crash_config(
+            "window-test",
+            &state_file,
+            "100ms",
+            "launch_answer_delay = \"300ms\"\n",
         ),
     )
     .unwrap();
