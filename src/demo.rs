@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use headroom_cloud::{Clock, ScaledClock, SystemClock};
-use headroom_core::PoolName;
+use headroom_core::{PoolName, Priority};
 use headroom_engine::{Config, Engine, SignalInput, sim_cloud_for};
 use headroom_ledger::{Ledger, SqliteLedger};
 use headroom_sim::{BurstProfile, QueueModel};
@@ -26,7 +26,8 @@ pub struct DemoArgs {
     /// Keep the SQLite ledger in this file (default: a temporary file, removed at exit).
     #[arg(long, value_name = "PATH")]
     database: Option<PathBuf>,
-    /// Stop after this many real seconds (default: run until Ctrl-C).
+    /// Stop after this many real seconds (default: when the story is over — the bursts served,
+    /// the backlog drained and the pools scaled back in — or at Ctrl-C).
     #[arg(long, value_name = "N")]
     seconds: Option<u64>,
     /// Print the summary as one JSON object on stdout (interval lines go to stderr).
@@ -40,9 +41,40 @@ pub struct DemoArgs {
 /// One pool's traffic in the demo.
 struct Traffic {
     pool: PoolName,
+    /// The priority tier of the pool's requests: the serving layer admits or sheds them as the
+    /// pool's admission answer says for this tier.
+    tier: Priority,
     profile: BurstProfile,
     queue: QueueModel,
     replica_rps: f64,
+    /// Arrivals turned away (answered 429) while the tier was shed.
+    shed_total: f64,
+}
+
+impl Traffic {
+    /// When this pool's burst is over.
+    fn burst_end_s(&self) -> f64 {
+        self.profile.start_s + self.profile.ramp_s + self.profile.hold_s
+    }
+
+    /// Advances the pool's queue by `dt` seconds, admitting arrivals as the pool's admission
+    /// answer says for the traffic's tier.
+    fn step(&mut self, dt: f64, t: f64, status: Option<&headroom_engine::PoolStatus>) {
+        let arriving = self.profile.rps_at(t) * dt;
+        let answer = status.and_then(|s| s.admission.iter().find(|a| a.priority == self.tier));
+        let admitted = match answer {
+            Some(a) if !a.admit => 0.0,
+            Some(a) => match a.max_queued {
+                Some(cap) => arriving.min((cap as f64 - self.queue.waiting).max(0.0)),
+                None => arriving,
+            },
+            None => arriving,
+        };
+        self.shed_total += arriving - admitted;
+        let ready = status.map_or(0, |s| s.ready);
+        let rps = if dt > 0.0 { admitted / dt } else { 0.0 };
+        self.queue.step(dt, rps, ready, self.replica_rps);
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -51,6 +83,13 @@ struct Summary {
     requests_total: u64,
     requests_served: u64,
     requests_waiting: u64,
+    /// Requests turned away (429) while their tier was shed.
+    requests_shed: u64,
+    /// The story's turns, in order, as printed: warm nodes woken, a tier shed and admitted again,
+    /// cold nodes landing, the backlog drained, scale-in.
+    story: Vec<String>,
+    /// True when the demo ended because the story did (not `--seconds` or Ctrl-C).
+    story_complete: bool,
     capacity_requests: u64,
     capacity_requested: u64,
     capacity_delivered: u64,
@@ -138,6 +177,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let mut ticks = 0u64;
     let ctrl_c = crate::shutdown_signal();
     tokio::pin!(ctrl_c);
+    let mut story = Story::new(&engine, &traffic);
+    let story_end = traffic.iter().map(Traffic::burst_end_s).fold(0.0, f64::max);
+    let mut story_complete = false;
     loop {
         tokio::select! {
             _ = step.tick() => {}
@@ -151,11 +193,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         last = now;
         let t = (now - start).num_milliseconds() as f64 / 1000.0;
         for tr in &mut traffic {
-            let ready = engine.pool_status(&tr.pool).map_or(0, |s| s.ready);
-            tr.queue
-                .step(dt, tr.profile.rps_at(t), ready, tr.replica_rps);
+            let status = engine.pool_status(&tr.pool);
+            tr.step(dt, t, status.as_ref());
         }
         push_signals_at(&engine, &traffic, t);
+        for turn in story.observe(&engine, &traffic, t, story_end) {
+            if args.json {
+                eprintln!("{turn}");
+            } else {
+                println!("{turn}");
+            }
+        }
+        if args.seconds.is_none() && story.over(t, story_end) {
+            story_complete = true;
+            break;
+        }
         ticks += 1;
         if ticks.is_multiple_of(10) {
             lines += 1;
@@ -187,6 +239,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             .map(|t| t.queue.served_total.round() as u64)
             .sum(),
         requests_waiting: traffic.iter().map(|t| t.queue.depth()).sum(),
+        requests_shed: traffic.iter().map(|t| t.shed_total.round() as u64).sum(),
+        story: story.turns.clone(),
+        story_complete,
         capacity_requests: totals.capacity_requests,
         capacity_requested: totals.capacity_requested,
         capacity_delivered: totals.capacity_delivered,
@@ -200,16 +255,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
-        println!(
-            "summary after {} virtual seconds ({lines} intervals): {} requests, {} served, {} replicas requested, {} delivered, {} refused, spend ${}",
-            summary.virtual_seconds,
-            summary.requests_total,
-            summary.requests_served,
-            summary.capacity_requested,
-            summary.capacity_delivered,
-            summary.refusals,
-            summary.spend_usd
-        );
+        print_summary(&summary, &traffic, lines);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -247,13 +293,16 @@ fn demo_traffic(config: &Config) -> anyhow::Result<Vec<Traffic>> {
         // Seed 001's 09:00 burst: 20 → 200 requests/s within ten seconds, for five minutes.
         Traffic {
             pool: interactive,
+            tier: Priority::Critical,
             profile: BurstProfile::seed_001(BURST_START_S, 300.0),
             queue: QueueModel::default(),
             replica_rps: interactive_rps,
+            shed_total: 0.0,
         },
         // A batch pool whose burst outgrows its cheapest spot offerings, to show fallback.
         Traffic {
             pool: batch,
+            tier: Priority::Low,
             profile: BurstProfile {
                 base_rps: 10.0,
                 peak_rps: 40.0,
@@ -263,6 +312,7 @@ fn demo_traffic(config: &Config) -> anyhow::Result<Vec<Traffic>> {
             },
             queue: QueueModel::default(),
             replica_rps: batch_rps,
+            shed_total: 0.0,
         },
     ])
 }
@@ -291,13 +341,7 @@ async fn interval_line(
     t: f64,
     now: headroom_core::Timestamp,
 ) -> anyhow::Result<String> {
-    let secs = t.max(0.0) as u64;
-    let mut line = format!(
-        "[+{:02}:{:02}:{:02}]",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    );
+    let mut line = clock_stamp(t);
     for tr in traffic {
         if let Some(s) = engine.pool_status(&tr.pool) {
             line.push_str(&format!(
@@ -314,4 +358,178 @@ async fn interval_line(
     let spend = ledger.summary(now).await?.spend;
     line.push_str(&format!(" spend ${spend}"));
     Ok(line)
+}
+
+/// Prints the summary a person reads at the end.
+fn print_summary(summary: &Summary, traffic: &[Traffic], intervals: u64) {
+    let secs = summary.virtual_seconds.max(0);
+    println!(
+        "{} after {}m{:02}s of virtual time ({intervals} intervals):",
+        if summary.story_complete {
+            "the story is over"
+        } else {
+            "stopped"
+        },
+        secs / 60,
+        secs % 60
+    );
+    for tr in traffic {
+        println!(
+            "  {} ({} tier): {:.0} requests, {:.0} served, {:.0} shed with 429, {} still waiting",
+            tr.pool,
+            tr.tier.as_str(),
+            tr.queue.arrived_total + tr.shed_total,
+            tr.queue.served_total,
+            tr.shed_total,
+            tr.queue.depth()
+        );
+    }
+    println!(
+        "  capacity: {} replicas requested, {} delivered, {} refused; spend ${} as of {}",
+        summary.capacity_requested,
+        summary.capacity_delivered,
+        summary.refusals,
+        summary.spend_usd,
+        summary.spend_as_of.format("%H:%M:%S UTC")
+    );
+}
+
+/// What a pool looked like at the last step, to tell the story's turns as they happen.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    warm: u32,
+    desired: u32,
+    peak_ready: u32,
+    shedding: bool,
+    backlog: bool,
+    /// The story's one-off turns, once told.
+    shed_told: bool,
+    admitted_told: bool,
+    drained_told: bool,
+    scaled_in: bool,
+}
+
+/// The story's turns: each is told once as it happens (a tier shed and admitted again each
+/// time it changes).
+struct Story {
+    seen: Vec<Seen>,
+    turns: Vec<String>,
+}
+
+impl Story {
+    fn new(engine: &Engine, traffic: &[Traffic]) -> Story {
+        let seen = traffic
+            .iter()
+            .map(|tr| {
+                engine
+                    .pool_status(&tr.pool)
+                    .map_or(Seen::default(), |s| Seen {
+                        warm: s.warm,
+                        desired: s.desired,
+                        peak_ready: s.ready,
+                        ..Seen::default()
+                    })
+            })
+            .collect();
+        Story {
+            seen,
+            turns: Vec::new(),
+        }
+    }
+
+    fn observe(&mut self, engine: &Engine, traffic: &[Traffic], t: f64, end: f64) -> Vec<String> {
+        let stamp = clock_stamp(t);
+        let mut told = Vec::new();
+        for (tr, seen) in traffic.iter().zip(self.seen.iter_mut()) {
+            let Some(s) = engine.pool_status(&tr.pool) else {
+                continue;
+            };
+            let pool = &tr.pool;
+            let shedding = s
+                .admission
+                .iter()
+                .any(|a| a.priority == tr.tier && a.sheds());
+            if s.warm < seen.warm {
+                told.push(format!(
+                    "{stamp} {pool}: {} parked warm nodes woken (they skip the cold start's first rungs); {} wanted, {} ready",
+                    seen.warm - s.warm,
+                    s.desired,
+                    s.ready
+                ));
+            }
+            if s.ready > seen.peak_ready {
+                told.push(format!(
+                    "{stamp} {pool}: nodes landing, {} ready (wanted {})",
+                    s.ready, s.desired
+                ));
+            }
+            let burst_over = t > tr.burst_end_s();
+            if shedding && !seen.shed_told {
+                let retry = s
+                    .admission
+                    .iter()
+                    .find(|a| a.priority == tr.tier)
+                    .and_then(|a| a.retry_after_s)
+                    .map_or(String::new(), |r| format!(" with Retry-After {r}s"));
+                told.push(format!(
+                    "{stamp} {pool}: shedding the {} tier: arrivals beyond what the capacity on its way can start in time get 429{retry}",
+                    tr.tier.as_str()
+                ));
+                seen.shed_told = true;
+            }
+            if !shedding && seen.shed_told && burst_over && !seen.admitted_told {
+                told.push(format!(
+                    "{stamp} {pool}: {} tier admitted again",
+                    tr.tier.as_str()
+                ));
+                seen.admitted_told = true;
+            }
+            let backlog = tr.queue.depth() > 0;
+            if !backlog && burst_over && !seen.drained_told {
+                told.push(format!("{stamp} {pool}: backlog drained"));
+                seen.drained_told = true;
+            }
+            if t > end && s.desired < seen.desired && !seen.scaled_in {
+                told.push(format!(
+                    "{stamp} {pool}: scaling in, {} wanted (was {}), {} ready",
+                    s.desired, seen.desired, s.ready
+                ));
+                seen.scaled_in = true;
+            }
+            *seen = Seen {
+                warm: s.warm,
+                desired: s.desired,
+                peak_ready: seen.peak_ready.max(s.ready),
+                shedding,
+                backlog,
+                ..*seen
+            };
+        }
+        self.turns.extend(told.iter().cloned());
+        told
+    }
+
+    /// Over once every burst has passed, nothing waits and every pool has scaled in (or, at
+    /// the latest, fifteen virtual minutes after the last burst).
+    fn over(&self, t: f64, end: f64) -> bool {
+        t > end + STORY_TAIL_S
+            || (t > end
+                && self
+                    .seen
+                    .iter()
+                    .all(|s| s.scaled_in && !s.backlog && !s.shedding))
+    }
+}
+
+/// The most the demo waits for scale-in after the last burst, in virtual seconds.
+const STORY_TAIL_S: f64 = 900.0;
+
+fn clock_stamp(t: f64) -> String {
+    let secs = t.max(0.0) as u64;
+    format!(
+        "[+{:02}:{:02}:{:02}]",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }

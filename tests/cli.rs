@@ -84,6 +84,59 @@ fn call(agent: &ureq::Agent, method: &str, url: &str, body: Option<&str>) -> Rep
     }
 }
 
+/// Without `--seconds` the demo tells its story and ends by itself: warm nodes woken, the batch
+/// tier shed with 429 (its arrivals honour the admission answer), nodes landing, the backlogs
+/// drained, scale-in; then the summary.
+#[test]
+fn the_demo_tells_a_finite_story_and_ends_by_itself() {
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args(["demo", "--json", "--speedup", "50", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Bounded: the story is about 8 virtual minutes, under 15 s of real time at 50x.
+    let ended = eventually(1200, || child.try_wait().unwrap().is_some());
+    if !ended {
+        child.kill().unwrap();
+    }
+    assert!(ended, "the demo did not end by itself within 120 s");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    let summary: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(summary["story_complete"], true, "{summary}");
+    assert_eq!(summary["requests_waiting"], 0, "every backlog drained");
+    assert!(summary["requests_shed"].as_u64().unwrap() > 0, "{summary}");
+    let story: Vec<&str> = summary["story"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let at = |needle: &str| {
+        story
+            .iter()
+            .position(|t| t.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in the story: {story:#?}"))
+    };
+    assert!(
+        at("llama-70b-interactive: 4 parked warm nodes woken")
+            < at("llama-70b-interactive: backlog drained")
+    );
+    assert!(
+        at("mistral-7b-batch: shedding the low tier")
+            < at("mistral-7b-batch: low tier admitted again")
+    );
+    assert!(at("nodes landing") < at("scaling in"));
+    assert!(
+        !story
+            .iter()
+            .any(|t| t.contains("shedding the critical tier"))
+    );
+}
+
 #[test]
 fn demo_serves_the_api_while_it_runs_and_prints_a_json_summary() {
     let port = free_port();
