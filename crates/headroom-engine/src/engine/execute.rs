@@ -46,8 +46,10 @@ impl Engine {
     }
 
     /// Writes an event that places a hold if its budget can carry it (one transaction, the
-    /// ledger's guard), and applies it to the input when admitted.
-    async fn place_hold(
+    /// ledger's guard), and applies it to the input when admitted (a renewal's admission also
+    /// drops the account's cached standing there) and notes when it lapses. Launches, wakes
+    /// and renewals all come through here.
+    pub(super) async fn place_hold(
         &self,
         input: &mut TickInput,
         event: &NodeEvent,

@@ -123,7 +123,7 @@ impl Engine {
         let horizon_ms = self.config.engine.hold_horizon.as_millis() as i64;
         let amount = last.price_usd_per_hour.per_hour_for_millis(horizon_ms);
         let renewal = NodeEvent::hold_renewal(&last, amount, now);
-        let HoldOutcome::OverBudget(standing) = self.place_renewal(input, &renewal).await? else {
+        let HoldOutcome::OverBudget(standing) = self.place_hold(input, &renewal).await? else {
             return Ok(());
         };
         let shed = input
@@ -157,7 +157,7 @@ impl Engine {
                     self.stop_for_budget(input, &other.node, detail).await?;
                     stopped.insert(other.node.clone());
                 }
-                if let HoldOutcome::Placed = self.place_renewal(input, &renewal).await? {
+                if let HoldOutcome::Placed = self.place_hold(input, &renewal).await? {
                     return Ok(());
                 }
             }
@@ -166,25 +166,6 @@ impl Engine {
         self.stop_for_budget(input, &hold.node, detail).await?;
         stopped.insert(hold.node.clone());
         Ok(())
-    }
-
-    /// Places a renewal and, when admitted, notes its lapse and drops the account's cached
-    /// standing (the renewal replaced what the node still held, which only the ledger knows).
-    async fn place_renewal(
-        &self,
-        input: &mut TickInput,
-        renewal: &NodeEvent,
-    ) -> Result<HoldOutcome, EngineError> {
-        let outcome = self
-            .ledger
-            .place_hold(renewal)
-            .instrument(tracing::info_span!("ledger.renew_hold", node = %renewal.node))
-            .await?;
-        if outcome == HoldOutcome::Placed {
-            input.apply(renewal);
-            lock(&self.renewals).note(renewal);
-        }
-        Ok(outcome)
     }
 
     /// The budget's hard action on one running node: a `budget` refusal naming it, then stopped
