@@ -13,6 +13,9 @@ use headroom_testkit::Rig;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+#[path = "api/typed.rs"]
+mod typed;
+
 const CONFIG: &str = include_str!("../../../config/headroom.example.toml");
 
 struct Api {

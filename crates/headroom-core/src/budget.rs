@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::{AccountName, Money, Timestamp};
 
 /// The window a ceiling applies to, in UTC.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BudgetPeriod {
@@ -71,6 +72,7 @@ impl BudgetPeriod {
 }
 
 /// What the governor does when a launch would cross the ceiling.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HardAction {

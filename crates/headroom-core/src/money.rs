@@ -148,6 +148,24 @@ impl Serialize for Money {
     }
 }
 
+// The schema says what `Serialize` writes: a decimal string with six places, never a float.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Money {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(r"^-?[0-9]+\.[0-9]{6}$"))
+            .description(Some(
+                "US dollars as a decimal string with six places (micro-dollars)",
+            ))
+            .examples(["12.500000"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Money {}
+
 impl<'de> Deserialize<'de> for Money {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]

@@ -39,6 +39,7 @@ fn check_name(kind: &'static str, value: &str) -> Result<(), CoreError> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, $kind:literal) => {
         $(#[$doc])*
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
         #[serde(transparent)]
         pub struct $name(String);

@@ -8,6 +8,7 @@ use crate::CoreError;
 
 /// Identifies one node for its whole life, across providers and restarts. Minted by the executor
 /// before the cloud call, so the ledger intent exists before the instance does.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct NodeId(pub String);

@@ -33,6 +33,7 @@ impl fmt::Display for ProviderKind {
 }
 
 /// How capacity is bought.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Market {

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{CoreError, PoolName, Timestamp};
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct RequestId(pub String);
@@ -17,6 +18,7 @@ impl fmt::Display for RequestId {
 }
 
 /// Priority tier. When capacity or money runs out, the lowest tier is shed first.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
 )]
@@ -57,6 +59,7 @@ impl Priority {
 }
 
 /// Where a capacity request stands.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestState {
@@ -90,6 +93,7 @@ impl RequestState {
 }
 
 /// A recorded capacity request: "pool P needs N more ready replicas for me".
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapacityRequest {
     pub id: RequestId,
@@ -97,6 +101,7 @@ pub struct CapacityRequest {
     pub replicas: u32,
     pub priority: Priority,
     pub idempotency_key: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
 }
 

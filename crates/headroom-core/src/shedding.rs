@@ -55,6 +55,7 @@ pub struct SheddingInput {
 }
 
 /// Which rule an answer comes from.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ShedRule {
@@ -65,6 +66,7 @@ pub enum ShedRule {
 }
 
 /// The answer for one priority tier.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TierAdmission {
     pub priority: Priority,

@@ -134,6 +134,7 @@ pub fn standing(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> Budget
 }
 
 /// Requested versus delivered for a set of capacity requests.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Fill {
     pub requested: u32,
@@ -235,6 +236,7 @@ pub fn fill(outcomes: &[crate::RequestOutcome], events: &[NodeEvent]) -> Fill {
 }
 
 /// Capacity the controller asked for on its own (no request), launched or woken in a range.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OrganicFill {
     /// Launches and wakes toward serving (not counting those a cloud refused).

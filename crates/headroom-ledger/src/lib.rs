@@ -101,6 +101,7 @@ impl IdempotencyKey {
 }
 
 /// A capacity request with its outcome so far, derived from the ledger.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RequestOutcome {
     #[serde(flatten)]
@@ -231,6 +232,7 @@ pub const HOLD_RENEWAL: &str = "hold_renewal";
 pub const ACTIVATION_REASONS: [&str; 2] = [LAUNCH, WAKE];
 
 /// Every "no", with its reason.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RefusalRecord {
     pub pool: PoolName,
@@ -240,6 +242,7 @@ pub struct RefusalRecord {
     pub replicas: u32,
     pub reason: RefusalReason,
     pub detail: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
 }
 

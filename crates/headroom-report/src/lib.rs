@@ -34,6 +34,7 @@ pub enum ReportError {
 }
 
 /// What rows are grouped by.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
@@ -111,6 +112,7 @@ impl Format {
 }
 
 /// One group's figures over the report's range.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReportRow {
     pub group: String,
@@ -168,11 +170,14 @@ impl ReportRow {
 }
 
 /// A budget's standing in its current period, with a forecast.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BudgetLine {
     pub account: String,
     pub period: BudgetPeriod,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub period_start: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub period_end: Timestamp,
     pub ceiling: Money,
     pub spent: Money,
@@ -184,16 +189,22 @@ pub struct BudgetLine {
 }
 
 /// Cumulative spend at the end of each step of the range, for charts.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SpendPoint {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
     pub cumulative_spend: Money,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BudgetReport {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub from: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub to: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub generated_at: Timestamp,
     pub currency: &'static str,
     pub group_by: GroupBy,

@@ -14,7 +14,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default().routes(routes!(list_alerts))
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct AlertList {
     alerts: Vec<headroom_engine::alerts::ActiveAlert>,
 }
@@ -24,7 +24,7 @@ struct AlertList {
     get,
     path = "/v1/alerts",
     responses(
-        (status = 200, description = "Alerts firing now", body = Object),
+        (status = 200, description = "Alerts firing now", body = AlertList),
         (status = 403, response = Forbidden),
         Authenticated,
     )

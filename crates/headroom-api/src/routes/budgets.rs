@@ -22,12 +22,14 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// A budget as finance reads it: the ceiling in force and where the period stands.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct BudgetView {
     account: AccountName,
     currency: &'static str,
     period: BudgetPeriod,
+    #[schema(value_type = String, format = DateTime)]
     period_start: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
     period_end: Timestamp,
     ceiling: Money,
     spent: Money,
@@ -62,7 +64,7 @@ async fn budget_view(state: &AppState, budget: Budget) -> Result<BudgetView, Api
     })
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct BudgetList {
     budgets: Vec<BudgetView>,
 }
@@ -71,7 +73,7 @@ struct BudgetList {
     get,
     path = "/v1/budgets",
     responses(
-        (status = 200, description = "Budgets the token acts for", body = Object),
+        (status = 200, description = "Budgets the token acts for", body = BudgetList),
         (status = 403, response = Forbidden),
         Authenticated,
     )
@@ -100,7 +102,7 @@ async fn list_budgets(
     path = "/v1/budgets/{account}",
     params(("account" = String, Path)),
     responses(
-        (status = 200, description = "Ceiling, spent, held, remaining", body = Object),
+        (status = 200, description = "Ceiling, spent, held, remaining", body = BudgetView),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -147,7 +149,7 @@ struct PutBudget {
     params(("account" = String, Path)),
     request_body = PutBudget,
     responses(
-        (status = 200, description = "The new version, in force", body = Object),
+        (status = 200, description = "The new version, in force", body = BudgetView),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         Authenticated,

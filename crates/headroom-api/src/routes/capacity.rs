@@ -63,8 +63,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         )
     ),
     responses(
-        (status = 201, description = "Created", body = Object),
-        (status = 200, description = "The request this Idempotency-Key already made", body = Object),
+        (status = 201, description = "Created", body = CreatedView, headers(("Location" = String, description = "The request's own URL"))),
+        (status = 200, description = "The request this Idempotency-Key already made", body = CreatedView),
         (
             status = 409,
             description = "Idempotency-Key reused with another body",
@@ -172,7 +172,7 @@ async fn create_capacity_request(
 }
 
 /// A created (or replayed) capacity request, with what already limits its pool.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct CreatedView {
     #[serde(flatten)]
     outcome: headroom_ledger::RequestOutcome,
@@ -207,7 +207,7 @@ fn limit_warnings(status: &PoolStatus, replicas: u32) -> Vec<String> {
 }
 
 /// A capacity request with its requested-versus-delivered accounting.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct RequestView {
     #[serde(flatten)]
     outcome: headroom_ledger::RequestOutcome,
@@ -232,7 +232,7 @@ fn visible_request(
     path = "/v1/capacity-requests/{id}",
     params(("id" = String, Path)),
     responses(
-        (status = 200, description = "Requested versus delivered, state, refusals, fill", body = Object),
+        (status = 200, description = "Requested versus delivered, state, refusals, fill", body = RequestView),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -265,7 +265,7 @@ async fn get_capacity_request(
     path = "/v1/capacity-requests/{id}",
     params(("id" = String, Path)),
     responses(
-        (status = 200, description = "Cancelled", body = Object),
+        (status = 200, description = "Cancelled", body = headroom_ledger::RequestOutcome),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),

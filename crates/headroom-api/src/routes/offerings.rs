@@ -14,7 +14,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default().routes(routes!(list_offerings))
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct OfferingList {
     offerings: Vec<headroom_engine::OfferingPrice>,
 }
@@ -28,7 +28,7 @@ struct OfferingList {
         (
             status = 200,
             description = "Offerings that the token's pools may launch, with configured, live and effective prices",
-            body = Object
+            body = OfferingList
         ),
         (status = 403, response = Forbidden),
         Authenticated,

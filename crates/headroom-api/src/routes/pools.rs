@@ -29,7 +29,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 // `list_pools`, `get_pool` and `pool_admission` check no scope (any token may read the pools it
 // acts for), so they list no 403.
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct PoolList {
     pools: Vec<PoolStatus>,
 }
@@ -38,7 +38,7 @@ struct PoolList {
     get,
     path = "/v1/pools",
     responses(
-        (status = 200, description = "The pools the token acts for", body = Object),
+        (status = 200, description = "The pools the token acts for", body = PoolList),
         Authenticated,
     )
 )]
@@ -60,7 +60,7 @@ async fn list_pools(
     path = "/v1/pools/{name}",
     params(("name" = String, Path)),
     responses(
-        (status = 200, description = "Counts, desired, hold and limit conditions", body = Object),
+        (status = 200, description = "Counts, desired, hold and limit conditions", body = PoolStatus),
         (status = 400, response = InvalidInput),
         (status = 404, response = NotFound),
         Authenticated,
@@ -80,7 +80,7 @@ async fn get_pool(
 }
 
 /// What the serving layer should admit for one pool, per priority tier.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct AdmissionView {
     pool: PoolName,
     /// True while any tier is shed.
@@ -100,7 +100,7 @@ struct AdmissionView {
         (
             status = 200,
             description = "Admit or shed, per priority tier, with retry_after_s for shed tiers",
-            body = Object
+            body = AdmissionView
         ),
         (status = 400, response = InvalidInput),
         (status = 404, response = NotFound),
@@ -263,12 +263,43 @@ async fn push_signal(
     Ok(StatusCode::ACCEPTED)
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct DecisionLog {
     pool: PoolName,
     shadow: bool,
-    /// Newest first; consecutive identical decisions are folded (`repeated`).
+    /// Newest first; consecutive identical decisions are folded (`repeated`). Events of a
+    /// node's life (an interruption notice, an orphan, a drain) are entries of the same log.
+    #[schema(value_type = Vec<DecisionLogEntry>)]
     decisions: Vec<serde_json::Value>,
+}
+
+/// One entry of a decision log: a decision of the controller, or an event of a node's life.
+/// A type for the document only; the log is kept as the JSON the engine wrote.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[expect(dead_code, reason = "a schema for the document, never built")]
+enum DecisionLogEntry {
+    #[schema(title = "Decision")]
+    Decision(Box<headroom_engine::DecisionRecord>),
+    #[schema(title = "NodeEvent")]
+    NodeEvent(NodeLogEvent),
+}
+
+/// An event of a node's life written to its pool's decision log; fields beyond `event`, `at` and
+/// `reason` depend on the event.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct NodeLogEvent {
+    /// `interruption_notice`, `orphan`, `unschedulable_pods`, `cluster_rung`, `drained` or
+    /// `drain_timeout`.
+    event: String,
+    #[schema(value_type = String, format = DateTime)]
+    at: headroom_core::Timestamp,
+    reason: Option<String>,
+    node: Option<String>,
+    offering: Option<String>,
+    /// The event's own fields (`reclaim_at`, `instance`, `policy`, `pods`, `rung`, …).
+    #[serde(flatten)]
+    details: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[utoipa::path(
@@ -276,7 +307,7 @@ struct DecisionLog {
     path = "/v1/pools/{name}/decisions",
     params(("name" = String, Path)),
     responses(
-        (status = 200, description = "Decisions, newest first", body = Object),
+        (status = 200, description = "Decisions, newest first", body = DecisionLog),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -307,10 +338,12 @@ async fn pool_decisions(
 }
 
 /// Requested versus delivered for one pool over a time range.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct PoolLedger {
     pool: PoolName,
+    #[schema(value_type = String, format = DateTime)]
     from: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
     to: Timestamp,
     /// Capacity requests created in the range.
     capacity_requests: headroom_ledger::derive::Fill,
@@ -329,7 +362,7 @@ struct PoolLedger {
         ("to" = Option<String>, Query)
     ),
     responses(
-        (status = 200, description = "Requested versus delivered over the range", body = Object),
+        (status = 200, description = "Requested versus delivered over the range", body = PoolLedger),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),

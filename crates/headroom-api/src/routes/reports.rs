@@ -32,7 +32,15 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         ("format" = Option<String>, Query, description = "json, csv, focus or html")
     ),
     responses(
-        (status = 200, description = "The report in the format asked for", body = Object),
+        (
+            status = 200,
+            description = "The report in the format asked for",
+            content(
+                (headroom_report::BudgetReport = "application/json"),
+                (String = "text/csv; charset=utf-8"),
+                (String = "text/html; charset=utf-8")
+            )
+        ),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         Authenticated,

@@ -25,6 +25,7 @@ use crate::Timestamp;
 use crate::pool::{PoolSpec, ScalingPolicy};
 
 /// What a pool's serving layer reports at one instant. Only the queue depth is required.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Signals {
     /// Requests waiting for a batch slot.
@@ -41,6 +42,7 @@ pub struct Signals {
     /// Share of time a kernel ran, 0 to 1, as the usual exporter reports it.
     pub gpu_utilization: Option<f64>,
     /// When the sample was received (stamped by the receiver, not the sender).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub received_at: Timestamp,
     /// Tokens waiting (prompt and estimated output, as the serving layer weighs them): a queue
     /// of long prompts is not a queue of short ones. With `token_arrival_rate_tps` and the
@@ -71,6 +73,7 @@ impl Signals {
 }
 
 /// The replicas the controller sees, counted separately: only ready ones are capacity.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ReplicaCounts {
     /// Launches the cloud has not answered with a running node yet.
@@ -154,6 +157,7 @@ impl ControllerMemory {
 }
 
 /// Which rule set the target.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rule {
@@ -171,6 +175,7 @@ pub enum Rule {
 }
 
 /// Why the controller is not scaling at all (the HPA's ScalingActive=False, made visible).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ScalingHold {
@@ -185,6 +190,7 @@ pub enum ScalingHold {
 }
 
 /// Why the target is below what the rules asked for (the HPA's ScalingLimited).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
@@ -196,6 +202,7 @@ pub enum Limit {
 }
 
 /// The three-way reading of queue age against utilisation.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Classification {
@@ -210,6 +217,7 @@ pub enum Classification {
 }
 
 /// The controller's answer for one pool.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Decision {
     /// Desired replicas (ready plus on the way), within the pool's bounds.
@@ -233,6 +241,7 @@ pub struct Decision {
 }
 
 /// One rule's answer.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Proposal {
     pub rule: Rule,

@@ -65,6 +65,7 @@ impl Default for AlertSettings {
 }
 
 /// One condition that holds now.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Alert {
     /// `alertname`, e.g. `CapacityRefused`.
@@ -152,12 +153,16 @@ impl Notification {
 }
 
 /// An alert that is firing.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ActiveAlert {
     pub alert: Alert,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub starts_at: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub last_sent_at: Timestamp,
     /// Last sent to Alertmanager webhooks (a repeat counts).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub last_resent_at: Timestamp,
 }
 

@@ -10,10 +10,13 @@ pub const DECISION_LOG_LEN: usize = 256;
 
 /// One entry of a pool's decision log: what the controller saw, what it answered and why.
 /// Consecutive identical answers are folded into one entry with a count.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DecisionRecord {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
     /// The last activation folded into this entry.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub last_at: Timestamp,
     pub repeated: u32,
     #[serde(flatten)]

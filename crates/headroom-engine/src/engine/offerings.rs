@@ -63,6 +63,7 @@ impl OfferingBook {
 }
 
 /// One offering's price as the planner sees it, for `GET /v1/offerings` and on-call.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OfferingPrice {
     pub offering: OfferingId,
@@ -76,9 +77,11 @@ pub struct OfferingPrice {
     /// The live price is above the most a launch pays: plans leave the offering out.
     pub above_max_price: bool,
     /// Skipped after a refusal until this instant.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub cooling_down_until: Option<Timestamp>,
     /// Refusals in the last 15 minutes, which rank the offering as dearer than its price.
     pub recent_refusals: u32,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub quoted_at: Option<Timestamp>,
 }
 

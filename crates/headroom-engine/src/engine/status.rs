@@ -8,6 +8,7 @@ use headroom_core::planner::Destination;
 use headroom_core::shedding::{self, SheddingInput, TierAdmission, TierLoad};
 
 /// What `GET /v1/pools` shows for one pool.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PoolStatus {
     pub name: PoolName,
@@ -68,6 +69,7 @@ pub struct PoolStatus {
 }
 
 /// A standing clamp of a pool's demand (the HPA's ScalingLimited, made visible).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Clamp {
     pub reason: String,

@@ -16,6 +16,7 @@ use super::*;
 const MAX_POINTS: usize = 4096;
 
 /// What `GET /v1/pools/{name}` says of a pool's warm pool.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WarmPoolSize {
     /// `warm_pool_size`: always kept, refilled by launching when woken.
