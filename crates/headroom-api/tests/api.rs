@@ -13,6 +13,8 @@ use headroom_testkit::Rig;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+#[path = "api/external_metrics.rs"]
+mod external_metrics;
 #[path = "api/typed.rs"]
 mod typed;
 
@@ -1418,7 +1420,7 @@ async fn every_documented_operation_is_routed_and_shares_its_problem_answers() {
             );
         }
     }
-    assert_eq!(operations, 19);
+    assert_eq!(operations, 21);
     let limited = &components["RateLimited"];
     assert!(limited["headers"]["Retry-After"].is_object(), "{limited}");
 }

@@ -6,6 +6,7 @@ mod alerts;
 mod budgets;
 mod capacity;
 mod exposition;
+mod external_metrics;
 mod input;
 mod offerings;
 mod ops;
@@ -54,6 +55,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(reports::routes())
         .merge(offerings::routes())
         .merge(alerts::routes())
+        .merge(external_metrics::routes())
 }
 
 async fn not_found() -> Problem {

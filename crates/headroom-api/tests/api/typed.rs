@@ -209,6 +209,19 @@ async fn every_json_answer_matches_the_schema_the_document_gives_it() {
     check("/v1/alerts", "get", &alerts);
     let report = api.get("/v1/reports/budget?group_by=pool").await;
     check("/v1/reports/budget", "get", &report);
+    check(
+        "/apis/external.metrics.k8s.io/v1beta1",
+        "get",
+        &api.get("/apis/external.metrics.k8s.io/v1beta1").await,
+    );
+    let external = api
+        .get("/apis/external.metrics.k8s.io/v1beta1/namespaces/default/headroom_desired_replicas")
+        .await;
+    check(
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/{metric}",
+        "get",
+        &external,
+    );
 
     // The answers checked hold what their types describe, not empty lists.
     let entries = decisions.body["decisions"].as_array().unwrap();
@@ -222,6 +235,7 @@ async fn every_json_answer_matches_the_schema_the_document_gives_it() {
     assert!(!budgets.body["budgets"].as_array().unwrap().is_empty());
     assert!(!report.body["rows"].as_array().unwrap().is_empty());
     assert!(!report.body["budgets"].as_array().unwrap().is_empty());
+    assert!(!external.body["items"].as_array().unwrap().is_empty());
 
     // Every JSON success answer the document lists was checked, so a new endpoint cannot go
     // untyped unseen.
