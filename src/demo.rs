@@ -165,7 +165,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let stop = async move {
             let _ = stop_rx.await;
         };
-        crate::serve_until(server_engine, listener, false, stop).await
+        crate::serve_until(server_engine, listener, false, None, stop).await
     });
 
     let deadline = args

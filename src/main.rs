@@ -8,6 +8,7 @@ mod migrate;
 mod report;
 mod simulate;
 mod telemetry;
+mod tls;
 mod token;
 mod whatif;
 
@@ -57,6 +58,8 @@ enum Command {
         /// Serve without authentication; allowed on a loopback address only.
         #[arg(long)]
         no_auth: bool,
+        #[command(flatten)]
+        external_metrics: ExternalMetricsArgs,
     },
     /// Measure Headroom on this machine.
     Bench {
@@ -152,7 +155,17 @@ fn main() -> ExitCode {
                 listen,
                 database_url,
                 no_auth,
-            } => serve(config.as_deref(), listen, database_url, no_auth).await,
+                external_metrics,
+            } => {
+                serve(
+                    config.as_deref(),
+                    listen,
+                    database_url,
+                    no_auth,
+                    external_metrics.settings()?,
+                )
+                .await
+            }
             Command::Migrate(args) => migrate::run(args).await,
             Command::WhatIf(args) => whatif::run(args),
             Command::Simulate(args) => simulate::run(args).await,
@@ -272,12 +285,74 @@ pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
     .into())
 }
 
+/// The External Metrics API's TLS listener (`serve`), all four flags or none.
+#[derive(Debug, clap::Args)]
+struct ExternalMetricsArgs {
+    /// Also serve the Kubernetes External Metrics API here over HTTPS, to the kube-apiserver's
+    /// aggregation layer (an APIService); needs --tls-cert, --tls-key and --client-ca.
+    #[arg(long, value_name = "ADDR")]
+    external_metrics_listen: Option<SocketAddr>,
+    /// The serving certificate chain (PEM) for --external-metrics-listen.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The serving certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The CA (PEM) whose client certificates may call: the cluster's
+    /// requestheader-client-ca-file, which signs the aggregator's front-proxy certificate.
+    #[arg(long, value_name = "FILE")]
+    client_ca: Option<PathBuf>,
+}
+
+impl ExternalMetricsArgs {
+    fn settings(self) -> anyhow::Result<Option<tls::ExternalMetricsTls>> {
+        match (
+            self.external_metrics_listen,
+            self.tls_cert,
+            self.tls_key,
+            self.client_ca,
+        ) {
+            (None, None, None, None) => Ok(None),
+            (Some(listen), Some(cert), Some(key), Some(client_ca)) => {
+                Ok(Some(tls::ExternalMetricsTls {
+                    listen,
+                    cert,
+                    key,
+                    client_ca,
+                }))
+            }
+            (listen, cert, key, ca) => {
+                let missing: Vec<&str> = [
+                    ("--external-metrics-listen", listen.is_none()),
+                    ("--tls-cert", cert.is_none()),
+                    ("--tls-key", key.is_none()),
+                    ("--client-ca", ca.is_none()),
+                ]
+                .into_iter()
+                .filter_map(|(flag, absent)| absent.then_some(flag))
+                .collect();
+                Err(BadInput(format!(
+                    "{}: missing; the External Metrics listener needs --external-metrics-listen, --tls-cert, --tls-key and --client-ca together",
+                    missing.join(", ")
+                ))
+                .into())
+            }
+        }
+    }
+}
+
 async fn serve(
     path: Option<&Path>,
     listen: Option<SocketAddr>,
     database_url: Option<String>,
     no_auth: bool,
+    external_metrics: Option<tls::ExternalMetricsTls>,
 ) -> anyhow::Result<ExitCode> {
+    // TLS files are checked before anything starts: a bad one is one line, not a half-up server.
+    let external_tls = match &external_metrics {
+        Some(settings) => Some((settings.listen, tls::server_config(settings)?)),
+        None => None,
+    };
     let (config, origin) = load_config(path)?;
     let config = Arc::new(config);
     let url = database_url
@@ -307,8 +382,20 @@ async fn serve(
     } else {
         "bearer tokens required"
     };
+    let external = match external_tls {
+        Some((addr, config)) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("--external-metrics-listen: cannot listen on {addr}; choose a free address")
+            })?;
+            eprintln!(
+                "headroom serving the External Metrics API on https://{addr} (client certificates of --client-ca only)"
+            );
+            Some((listener, config))
+        }
+        None => None,
+    };
     eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: {cloud_name}, {auth})");
-    run_until_shutdown(engine, listener, !no_auth).await?;
+    run_until_shutdown(engine, listener, !no_auth, external).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -317,9 +404,20 @@ pub async fn run_until_shutdown(
     engine: Arc<Engine>,
     listener: tokio::net::TcpListener,
     require_auth: bool,
+    external_metrics: Option<ExternalMetricsListener>,
 ) -> anyhow::Result<()> {
-    serve_until(engine, listener, require_auth, shutdown_signal()).await
+    serve_until(
+        engine,
+        listener,
+        require_auth,
+        external_metrics,
+        shutdown_signal(),
+    )
+    .await
 }
+
+/// The External Metrics API's listener and its TLS settings.
+pub type ExternalMetricsListener = (tokio::net::TcpListener, Arc<rustls::ServerConfig>);
 
 /// Serves the API and runs the reconcile loop until `stop` completes; returns once the loop has
 /// ended its tick, so nothing writes to the ledger after it.
@@ -327,6 +425,7 @@ pub async fn serve_until(
     engine: Arc<Engine>,
     listener: tokio::net::TcpListener,
     require_auth: bool,
+    external_metrics: Option<ExternalMetricsListener>,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -344,8 +443,12 @@ pub async fn serve_until(
         token_recheck_interval: api.token_recheck_interval,
         token_outage_grace: api.token_outage_grace,
     };
-    let app = headroom_api::app(headroom_api::AppState::new(engine, require_auth, limits))
-        .layer(axum::middleware::from_fn(telemetry::trace_incoming));
+    let state = headroom_api::AppState::new(engine, require_auth, limits);
+    let external = external_metrics.map(|(listener, config)| {
+        let app = headroom_api::external_metrics_app(state.clone());
+        tokio::spawn(tls::serve(listener, config, app, wait_for(stop_rx.clone())))
+    });
+    let app = headroom_api::app(state).layer(axum::middleware::from_fn(telemetry::trace_incoming));
     let mut server = tokio::spawn(
         // The peer address feeds the per-client limit in front of authentication.
         axum::serve(
@@ -370,6 +473,12 @@ pub async fn serve_until(
     let _ = scrapers.await;
     let _ = alerts.await;
     let _ = shared_signals.await;
+    if let Some(external) = external {
+        external
+            .await
+            .context("External Metrics listener task")?
+            .context("External Metrics listener failed")?;
+    }
     Ok(())
 }
 

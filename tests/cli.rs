@@ -2076,5 +2076,7 @@ fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
     );
 }
 
+#[path = "cli/external_metrics.rs"]
+mod external_metrics;
 #[path = "cli/roles.rs"]
 mod roles;

@@ -94,6 +94,16 @@ impl Principal {
         }
     }
 
+    /// The kube-apiserver's aggregation layer on the External Metrics listener, authenticated by
+    /// its client certificate there: every account's metrics, nothing else.
+    pub fn metrics_reader() -> Principal {
+        Principal {
+            token_id: None,
+            accounts: None,
+            scopes: [Scope::Metrics].into_iter().collect(),
+        }
+    }
+
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
     }

@@ -112,6 +112,15 @@ impl AppState {
 }
 
 /// The API router.
+/// The External Metrics API for the kube-apiserver's aggregation layer, served by `serve` on
+/// its own TLS listener that requires the aggregator's client certificate.
+pub fn external_metrics_app(state: AppState) -> Router {
+    routes::external_metrics_router(state.clone()).layer(axum::middleware::from_fn_with_state(
+        state,
+        http_metrics::observe,
+    ))
+}
+
 pub fn app(state: AppState) -> Router {
     routes::router(state.clone()).layer(axum::middleware::from_fn_with_state(
         state,

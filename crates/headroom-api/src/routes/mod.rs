@@ -45,6 +45,33 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The External Metrics API alone, for a listener that authenticated its caller by TLS client
+/// certificate (the kube-apiserver's front-proxy certificate): no bearer token is looked for.
+pub fn external_metrics_router(state: AppState) -> Router {
+    let (routes, _) = OpenApiRouter::default()
+        .merge(external_metrics::routes())
+        .split_for_parts();
+    routes
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(
+            |mut request: axum::extract::Request, next: axum::middleware::Next| async move {
+                request
+                    .extensions_mut()
+                    .insert(crate::auth::Principal::metrics_reader());
+                next.run(request).await
+            },
+        ))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(
+                    |_: tower::BoxError| async { ApiError::Timeout },
+                ))
+                .timeout(state.limits.request_timeout),
+        )
+        .with_state(state)
+}
+
 /// Every resource's routes, and the document they describe, in one router.
 fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
