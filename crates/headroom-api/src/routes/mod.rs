@@ -27,22 +27,15 @@ use crate::{AppState, MAX_BODY_BYTES, Problem};
 
 pub fn router(state: AppState) -> Router {
     let (routes, _) = api().split_for_parts();
-    routes
+    let routes = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::auth::authenticate,
-        ))
-        .layer(
-            tower::ServiceBuilder::new()
-                .layer(axum::error_handling::HandleErrorLayer::new(
-                    |_: tower::BoxError| async { ApiError::Timeout },
-                ))
-                .timeout(state.limits.request_timeout),
-        )
-        .with_state(state)
+        ));
+    with_timeout(routes, &state).with_state(state)
 }
 
 /// The External Metrics API alone, for a listener that authenticated its caller by TLS client
@@ -51,7 +44,7 @@ pub fn external_metrics_router(state: AppState) -> Router {
     let (routes, _) = OpenApiRouter::default()
         .merge(external_metrics::routes())
         .split_for_parts();
-    routes
+    let routes = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(
@@ -61,15 +54,19 @@ pub fn external_metrics_router(state: AppState) -> Router {
                     .insert(crate::auth::Principal::metrics_reader());
                 next.run(request).await
             },
-        ))
-        .layer(
-            tower::ServiceBuilder::new()
-                .layer(axum::error_handling::HandleErrorLayer::new(
-                    |_: tower::BoxError| async { ApiError::Timeout },
-                ))
-                .timeout(state.limits.request_timeout),
-        )
-        .with_state(state)
+        ));
+    with_timeout(routes, &state).with_state(state)
+}
+
+/// `router` with the server's timeout: a request past it answers 503 `timeout`.
+fn with_timeout(router: Router<AppState>, state: &AppState) -> Router<AppState> {
+    router.layer(
+        tower::ServiceBuilder::new()
+            .layer(axum::error_handling::HandleErrorLayer::new(
+                |_: tower::BoxError| async { ApiError::Timeout },
+            ))
+            .timeout(state.limits.request_timeout),
+    )
 }
 
 /// Every resource's routes, and the document they describe, in one router.
