@@ -172,6 +172,11 @@ pub struct ScrapeSelectors {
     pub arrivals_total: Option<Selector>,
     pub departures_total: Option<Selector>,
     pub errors_total: Option<Selector>,
+    /// Tokens waiting (prompt plus estimated output), a gauge summed over matching series: with
+    /// the pool's `replica_throughput_tps` the pool is sized in tokens.
+    pub queued_tokens: Option<Selector>,
+    /// A counter of tokens arriving, turned into `token_arrival_rate_tps`.
+    pub token_arrivals_total: Option<Selector>,
 }
 
 /// One pool's scrape target.
@@ -183,10 +188,13 @@ pub struct ScrapeTarget {
     pub selectors: ScrapeSelectors,
 }
 
+/// Counters read per scrape: arrivals, departures, errors, token arrivals.
+const COUNTERS: usize = 4;
+
 /// Turns successive scrapes of one target into signals.
 #[derive(Debug, Default)]
 pub struct Scraper {
-    previous: Option<(Timestamp, [Option<f64>; 3])>,
+    previous: Option<(Timestamp, [Option<f64>; COUNTERS])>,
 }
 
 impl Scraper {
@@ -212,12 +220,13 @@ impl Scraper {
             selectors.arrivals_total.as_ref().and_then(sum),
             selectors.departures_total.as_ref().and_then(sum),
             selectors.errors_total.as_ref().and_then(sum),
+            selectors.token_arrivals_total.as_ref().and_then(sum),
         ];
         let rates = match self.previous {
             Some((then, before)) if at > then => {
                 let seconds = (at - then).num_milliseconds() as f64 / 1000.0;
-                let mut rates = [None; 3];
-                for i in 0..3 {
+                let mut rates = [None; COUNTERS];
+                for i in 0..COUNTERS {
                     if let (Some(now), Some(before)) = (counters[i], before[i])
                         && now >= before
                     {
@@ -226,7 +235,7 @@ impl Scraper {
                 }
                 rates
             }
-            _ => [None; 3],
+            _ => [None; COUNTERS],
         };
         self.previous = Some((at, counters));
         let utilization = selectors
@@ -261,9 +270,12 @@ impl Scraper {
             oldest_age_by_class_s: Default::default(),
             queue_depth_by_priority: Default::default(),
             arrival_rate_by_priority_rps: Default::default(),
-            // Scrape selectors for token counts are not read yet: push them instead.
-            queued_tokens: None,
-            token_arrival_rate_tps: None,
+            queued_tokens: selectors
+                .queued_tokens
+                .as_ref()
+                .and_then(sum)
+                .map(|t| t.max(0.0)),
+            token_arrival_rate_tps: rates[3],
         })
     }
 }
@@ -362,6 +374,8 @@ headroom_oldest_age_seconds{replica="b"} 9.0
                     .unwrap(),
             ),
             errors_total: None,
+            queued_tokens: None,
+            token_arrivals_total: None,
         };
         let t0: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
         let mut scraper = Scraper::default();
@@ -389,5 +403,35 @@ headroom_oldest_age_seconds{replica="b"} 9.0
                 .unwrap_err()
                 .contains("queue_depth")
         );
+    }
+
+    #[test]
+    fn token_counts_are_scraped_as_a_gauge_and_a_rate() {
+        let text = "queue_waiting 3\nqueue_tokens{replica=\"a\"} 1200\nqueue_tokens{replica=\"b\"} 800\ntokens_in_total 10000\n";
+        let selectors = ScrapeSelectors {
+            queue_depth: "queue_waiting".parse().unwrap(),
+            oldest_age_s: None,
+            batch_occupancy: None,
+            gpu_utilization: None,
+            gpu_utilization_percent: None,
+            arrivals_total: None,
+            departures_total: None,
+            errors_total: None,
+            queued_tokens: Some("queue_tokens".parse().unwrap()),
+            token_arrivals_total: Some("tokens_in_total".parse().unwrap()),
+        };
+        let t0: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let mut scraper = Scraper::default();
+        let first = scraper.signal(&selectors, text, t0).unwrap();
+        assert_eq!(first.queued_tokens, Some(2000.0), "summed over replicas");
+        assert_eq!(
+            first.token_arrival_rate_tps, None,
+            "a rate needs two scrapes"
+        );
+        let later = text.replace("tokens_in_total 10000", "tokens_in_total 15000");
+        let second = scraper
+            .signal(&selectors, &later, t0 + chrono::Duration::seconds(10))
+            .unwrap();
+        assert_eq!(second.token_arrival_rate_tps, Some(500.0));
     }
 }
