@@ -433,7 +433,7 @@ pub async fn serve_until(
     let scrapers = tokio::spawn(engine.clone().run_scrapers(wait_for(stop_rx.clone())));
     let alerts = tokio::spawn(engine.clone().run_alert_delivery(wait_for(stop_rx.clone())));
     let shared_signals = tokio::spawn(engine.clone().run_signal_feed(wait_for(stop_rx.clone())));
-    let api = engine.config().api;
+    let api = engine.config().api.clone();
     let limits = headroom_api::Limits {
         requests_per_second: api.requests_per_second,
         burst: api.burst,
@@ -442,6 +442,7 @@ pub async fn serve_until(
         request_timeout: api.request_timeout,
         token_recheck_interval: api.token_recheck_interval,
         token_outage_grace: api.token_outage_grace,
+        trusted_proxies: api.trusted_proxies,
     };
     let state = headroom_api::AppState::new(engine, require_auth, limits);
     let external = external_metrics.map(|(listener, config)| {

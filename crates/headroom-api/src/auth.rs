@@ -204,6 +204,37 @@ pub async fn verify(
     })
 }
 
+/// The client a request comes from: the peer, or, when the peer is a trusted proxy, the
+/// nearest address in `X-Forwarded-For` that is not one (each proxy appends the address it
+/// heard from, so only the hops our own proxies appended can be believed).
+fn client_address(
+    peer: std::net::IpAddr,
+    headers: &axum::http::HeaderMap,
+    trusted: &[ipnet::IpNet],
+) -> std::net::IpAddr {
+    let is_trusted = |ip: &std::net::IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let hops: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .collect();
+    let mut client = peer;
+    for hop in hops.into_iter().rev() {
+        let Ok(ip) = hop.trim().parse::<std::net::IpAddr>() else {
+            break;
+        };
+        client = ip;
+        if !is_trusted(&ip) {
+            break;
+        }
+    }
+    client
+}
+
 /// Paths anyone may call: probes.
 fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/openapi.json")
@@ -224,7 +255,7 @@ pub async fn authenticate(
     let client = request
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
+        .map(|c| client_address(c.0.ip(), request.headers(), &state.limits.trusted_proxies));
     if let Some(client) = client
         && let Err(wait) = state.admit_client(client)
     {
@@ -283,6 +314,45 @@ fn rate_limit(state: &AppState, key: &str) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_is_the_peer_unless_a_trusted_proxy_forwarded_it() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let forwarded = |v: &str| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert("x-forwarded-for", v.parse().unwrap());
+            h
+        };
+        let none = axum::http::HeaderMap::new();
+        // A peer we do not trust: its header is whatever it wants to say, so it is ignored.
+        assert_eq!(
+            client_address(ip("203.0.113.9"), &forwarded("198.51.100.1"), &trusted),
+            ip("203.0.113.9")
+        );
+        // Behind our balancer: the address it heard from.
+        assert_eq!(
+            client_address(ip("10.0.0.5"), &forwarded("198.51.100.1"), &trusted),
+            ip("198.51.100.1")
+        );
+        // A client that forges a hop before ours is still counted as itself.
+        assert_eq!(
+            client_address(
+                ip("10.0.0.5"),
+                &forwarded("1.2.3.4, 198.51.100.1, 10.0.0.7"),
+                &trusted
+            ),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            client_address(ip("10.0.0.5"), &none, &trusted),
+            ip("10.0.0.5")
+        );
+        assert_eq!(
+            client_address(ip("10.0.0.5"), &forwarded("garbage"), &trusted),
+            ip("10.0.0.5")
+        );
+    }
 
     #[test]
     fn tokens_are_stored_as_hashes() {

@@ -25,7 +25,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub type RateLimiter = governor::DefaultKeyedRateLimiter<String>;
 
 /// The limits every request meets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Per token, after it is verified.
     pub requests_per_second: u32,
@@ -42,6 +42,9 @@ pub struct Limits {
     /// While the ledger is down, tokens verified within this long still pass for read-only
     /// requests.
     pub token_outage_grace: std::time::Duration,
+    /// Peers whose `X-Forwarded-For` names the client the per-client limit counts (load
+    /// balancers); behind none of them the peer address is the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Default for Limits {
@@ -54,6 +57,7 @@ impl Default for Limits {
             request_timeout: std::time::Duration::from_secs(30),
             token_recheck_interval: std::time::Duration::from_secs(10),
             token_outage_grace: std::time::Duration::from_secs(300),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -83,7 +87,7 @@ impl AppState {
         AppState {
             engine,
             require_auth,
-            limits,
+            limits: limits.clone(),
             rate_limiter: Arc::new(governor::RateLimiter::keyed(quota(
                 limits.requests_per_second,
                 limits.burst,
@@ -111,7 +115,6 @@ impl AppState {
     }
 }
 
-/// The API router.
 /// The External Metrics API for the kube-apiserver's aggregation layer, served by `serve` on
 /// its own TLS listener that requires the aggregator's client certificate.
 pub fn external_metrics_app(state: AppState) -> Router {
@@ -121,6 +124,7 @@ pub fn external_metrics_app(state: AppState) -> Router {
     ))
 }
 
+/// The API router.
 pub fn app(state: AppState) -> Router {
     routes::router(state.clone()).layer(axum::middleware::from_fn_with_state(
         state,

@@ -1706,6 +1706,60 @@ async fn a_flood_of_bad_tokens_is_limited_per_client_before_any_lookup() {
 }
 
 #[tokio::test]
+async fn behind_a_trusted_balancer_each_client_has_its_own_limit() {
+    let api = api().await;
+    let limits = headroom_api::Limits {
+        client_requests_per_second: 1,
+        client_burst: 3,
+        trusted_proxies: vec!["10.0.0.0/8".parse().unwrap()],
+        ..headroom_api::Limits::default()
+    };
+    let router = app(AppState::new(api.engine.clone(), true, limits));
+    let good = mint(&api, &["*"], &[Scope::Reports]).await;
+    let via = |peer: &str, forwarded: &str| {
+        let mut request = Request::get("/v1/pools")
+            .header(header::AUTHORIZATION, format!("Bearer {good}"))
+            .header("x-forwarded-for", forwarded)
+            .body(Body::empty())
+            .unwrap();
+        let addr: std::net::SocketAddr = format!("{peer}:40000").parse().unwrap();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(addr));
+        request
+    };
+    let status = |request: Request<Body>| {
+        let router = router.clone();
+        async move { router.oneshot(request).await.unwrap().status() }
+    };
+    // One client floods through the balancer and is limited...
+    for _ in 0..3 {
+        assert_eq!(
+            status(via("10.0.0.5", "198.51.100.1")).await,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        status(via("10.0.0.5", "198.51.100.1")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // ...another client through the same balancer is not.
+    assert_eq!(
+        status(via("10.0.0.5", "198.51.100.2")).await,
+        StatusCode::OK
+    );
+    // A peer that is not the balancer cannot borrow a fresh address by saying one.
+    for i in 0..3 {
+        let forged = format!("192.0.2.{i}");
+        assert_eq!(status(via("203.0.113.7", &forged)).await, StatusCode::OK);
+    }
+    assert_eq!(
+        status(via("203.0.113.7", "192.0.2.99")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
 async fn a_verified_token_is_rechecked_within_the_stated_bound() {
     let (api, router) = secured().await;
     let token = mint(&api, &["research"], &[Scope::Reports]).await;

@@ -17,6 +17,23 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
         10,
     );
     let token_outage_grace = duration("api.token_outage_grace", &raw.token_outage_grace, 300);
+    let trusted_proxies = raw
+        .trusted_proxies
+        .iter()
+        .filter_map(|text| {
+            let parsed = text
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+            if parsed.is_err() {
+                p.add(
+                    "api.trusted_proxies",
+                    &format!("{text:?} is not an address or a CIDR block"),
+                    "use e.g. [\"10.0.0.0/8\", \"192.0.2.10\"]",
+                );
+            }
+            parsed.ok()
+        })
+        .collect();
     let api = ApiSettings {
         requests_per_second: raw.requests_per_second.unwrap_or(50),
         burst: raw.burst.unwrap_or(100),
@@ -25,6 +42,7 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
         request_timeout,
         token_recheck_interval,
         token_outage_grace,
+        trusted_proxies,
     };
     if api.requests_per_second == 0 || api.burst == 0 {
         p.add(

@@ -115,7 +115,7 @@ impl OrphanPolicy {
 }
 
 /// `[api]`: limits every request meets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiSettings {
     /// Requests per second per token (the whole API when authentication is off)...
     pub requests_per_second: u32,
@@ -131,6 +131,9 @@ pub struct ApiSettings {
     pub token_recheck_interval: Duration,
     /// While the ledger is down, tokens verified within this long still pass read-only requests.
     pub token_outage_grace: Duration,
+    /// Load balancers and proxies whose `X-Forwarded-For` names the client the per-client limit
+    /// counts; from any other peer the header is ignored.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

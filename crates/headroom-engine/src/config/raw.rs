@@ -46,6 +46,8 @@ pub(super) struct RawApi {
     pub(super) request_timeout: Option<String>,
     pub(super) token_recheck_interval: Option<String>,
     pub(super) token_outage_grace: Option<String>,
+    #[serde(default)]
+    pub(super) trusted_proxies: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

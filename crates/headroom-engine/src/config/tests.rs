@@ -265,6 +265,17 @@ fn token_cache_bounds_and_client_limits_are_read_and_checked() {
         ),
         (Duration::from_secs(2), Duration::from_secs(60), 9)
     );
+    let proxies = Config::parse(
+        &with_api("trusted_proxies = [\"10.0.0.0/8\", \"192.0.2.10\"]"),
+        "t",
+    )
+    .unwrap()
+    .api
+    .trusted_proxies;
+    assert_eq!(
+        proxies,
+        ["10.0.0.0/8", "192.0.2.10/32"].map(|n| n.parse::<ipnet::IpNet>().unwrap())
+    );
     for (api, key) in [
         (
             "token_recheck_interval = \"0s\"",
@@ -278,6 +289,7 @@ fn token_cache_bounds_and_client_limits_are_read_and_checked() {
             "client_requests_per_second = 0",
             "api.client_requests_per_second",
         ),
+        ("trusted_proxies = [\"10.0.0.0/33\"]", "api.trusted_proxies"),
     ] {
         let e = errors(&with_api(api));
         assert_eq!(e.len(), 1, "{api}: {e:#?}");
