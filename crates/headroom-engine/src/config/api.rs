@@ -27,7 +27,7 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
             if parsed.is_err() {
                 p.add(
                     "api.trusted_proxies",
-                    &format!("{text:?} is not an address or a CIDR block"),
+                    format!("{text:?} is not an address or a CIDR block"),
                     "use e.g. [\"10.0.0.0/8\", \"192.0.2.10\"]",
                 );
             }
