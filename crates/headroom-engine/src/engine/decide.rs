@@ -231,6 +231,7 @@ impl Engine {
             launches_in_period,
             global_room,
             warm_target: Some(warm_target),
+            quotas: &[],
         }))
     }
 
