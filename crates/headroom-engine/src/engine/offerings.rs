@@ -80,6 +80,9 @@ pub struct OfferingPrice {
     /// Refusals in the last 15 minutes, which rank the offering as dearer than its price.
     pub recent_refusals: u32,
     pub quoted_at: Option<Timestamp>,
+    /// Each cloud quota a launch of this offering counts against, with what it has left, as
+    /// last read (empty when the cloud's quotas are unknown or none covers it).
+    pub quotas: Vec<super::OfferingQuota>,
 }
 
 impl Engine {
@@ -321,6 +324,7 @@ impl Engine {
                         log.iter().filter(|t| **t >= now - RECENT_REFUSALS).count() as u32
                     }),
                     quoted_at: live.and(book.prices_quoted_at),
+                    quotas: self.offering_quotas(&offering.id),
                 }
             })
             .collect()
