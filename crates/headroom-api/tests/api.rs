@@ -323,6 +323,12 @@ async fn offerings_show_the_price_plans_use_live_or_configured() {
     assert_eq!(quoted["configured_usd_per_hour"], json!(max));
     assert_eq!(quoted["above_max_price"], false);
     assert_eq!(quoted["recent_refusals"], 0);
+    // Quota preflight: the simulated cloud's GPU quota of us-east-1 (256 in the example).
+    let quota = &quoted["quotas"][0];
+    assert_eq!(quota["quota"], "gpus", "{quoted}");
+    assert_eq!(quota["unit"], "gpu");
+    assert_eq!(quota["limit"], 256);
+    assert_eq!(quota["per_node"], 1);
     let listed = offerings
         .iter()
         .find(|o| o["offering"] == "use1-g6-od")

@@ -15,6 +15,7 @@
 mod classify;
 mod group;
 mod provider;
+mod quotas;
 mod settings;
 
 pub use classify::{ErrorSource, classify};
@@ -22,6 +23,7 @@ pub use group::{
     GroupMember, GroupStep, GroupView, GroupWarmPoolStatus, TAG_GROUP_NAME, next_step,
 };
 pub use provider::{AwsProvider, TAG_CLIENT_TOKEN, TAG_OFFERING, phase_of, warned_instance};
+pub use quotas::{EC2_GPU_QUOTAS, Ec2Quota, Family, family_of, quota_of};
 pub use settings::{AwsSettings, GroupWarmPool, WarmPoolState};
 
 use thiserror::Error;
@@ -44,13 +46,19 @@ mod iam {
     const IMPLIED: [&str; 2] = ["ec2:CreateTags", "iam:PassRole"];
 
     /// Operations IAM authorises under another action's name.
-    const ALIASES: [(&str, &str); 1] = [("sqs:DeleteMessageBatch", "sqs:DeleteMessage")];
+    const ALIASES: [(&str, &str); 2] = [
+        ("sqs:DeleteMessageBatch", "sqs:DeleteMessage"),
+        (
+            "servicequotas:GetAwsDefaultServiceQuota",
+            "servicequotas:GetAWSDefaultServiceQuota",
+        ),
+    ];
 
-    /// `ec2.some_operation(` (or `sqs.…`, `autoscaling.…`) in source text → `ec2:SomeOperation`, for every such
+    /// `ec2.some_operation(` (or `sqs.…`, `autoscaling.…`, `servicequotas.…`) in source text → `ec2:SomeOperation`, for every such
     /// call on a client bound to the name of its service.
     fn calls_in(text: &str) -> BTreeSet<String> {
         let mut actions = BTreeSet::new();
-        for service in ["ec2", "sqs", "autoscaling"] {
+        for service in ["ec2", "sqs", "autoscaling", "servicequotas"] {
             actions.extend(service_calls_in(text, service));
         }
         actions

@@ -70,6 +70,10 @@ pub struct AwsProvider {
     /// Interrupted instances we terminated: EC2 keeps listing them (terminated, with the spot
     /// reason) for about an hour, and they must then read as terminated, not interrupted again.
     ended: Mutex<HashSet<InstanceId>>,
+    /// Region → Service Quotas client (quota preflight, module `quotas`).
+    servicequotas_clients: BTreeMap<String, aws_sdk_servicequotas::Client>,
+    /// vCPUs per instance type, as DescribeInstanceTypes answered (they never change).
+    pub(crate) vcpus_of: Mutex<HashMap<String, u32>>,
 }
 
 impl AwsProvider {
@@ -152,7 +156,21 @@ impl AwsProvider {
                 )
             })
             .collect();
+        let servicequotas_clients = regions
+            .iter()
+            .map(|region| {
+                let config = aws_sdk_servicequotas::config::Builder::from(&shared)
+                    .region(aws_sdk_servicequotas::config::Region::new(region.clone()))
+                    .build();
+                (
+                    region.clone(),
+                    aws_sdk_servicequotas::Client::from_conf(config),
+                )
+            })
+            .collect();
         Ok(AwsProvider {
+            servicequotas_clients,
+            vcpus_of: Mutex::new(HashMap::new()),
             queues,
             warned: Mutex::new(HashMap::new()),
             clients,
@@ -172,6 +190,20 @@ impl AwsProvider {
             code: "RegionNotConfigured".to_string(),
             message: format!("region {region} is not in aws.regions; add it"),
         })
+    }
+
+    pub(crate) fn servicequotas_client(
+        &self,
+        region: &str,
+    ) -> Result<&aws_sdk_servicequotas::Client, CloudError> {
+        self.servicequotas_clients
+            .get(region)
+            .ok_or_else(|| CloudError::Refused {
+                provider: ProviderKind::Aws,
+                class: ErrorClass::InvalidRequest,
+                code: "RegionNotConfigured".to_string(),
+                message: format!("region {region} is not in aws.regions; add it"),
+            })
     }
 
     fn remember(&self, id: &InstanceId, region: &str) {
@@ -945,6 +977,16 @@ impl CloudProvider for AwsProvider {
             }));
         }
         Ok(quotes)
+    }
+
+    /// The G/VT and P families' vCPU quotas from Service Quotas, with the vCPUs running in
+    /// them (module `quotas`).
+    async fn quota_headroom(
+        &self,
+        region: &str,
+        offerings: &[Offering],
+    ) -> Result<headroom_cloud::Quotas, CloudError> {
+        self.read_quotas(region, offerings).await
     }
 }
 

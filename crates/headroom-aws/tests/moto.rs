@@ -12,9 +12,9 @@ use aws_sdk_ec2::config::{Credentials, Region};
 use headroom_aws::{AwsProvider, AwsSettings, GroupWarmPool, GroupWarmPoolStatus, WarmPoolState};
 use headroom_cloud::contract::{self, ContractFixture};
 use headroom_cloud::{
-    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, ManualClock,
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, ManualClock, Quotas,
 };
-use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Priority};
+use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Priority, QuotaUnit};
 use headroom_engine::{Config, Engine};
 use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
 use headroom_testkit::{Death, DiesAfterLaunch};
@@ -1384,5 +1384,76 @@ async fn a_nodes_bootstrap_is_its_instances_user_data_with_or_without_a_launch_t
         fleets().await,
         1,
         "no user data: the template's own, by fleet"
+    );
+}
+
+/// Quota preflight on moto: the G/VT and P families' quotas from Service Quotas (moto_server.py
+/// serves EC2's, which moto lacks: AWS defaults when no value is applied, else the applied one),
+/// with what is in use counted in vCPUs from every running instance of the family in the region.
+#[tokio::test]
+async fn quotas_come_from_service_quotas_with_the_vcpus_running_in_the_family() {
+    let moto = Moto::start();
+    let provider = moto.provider(clock()).await;
+    let g6 = offering("g6", GOOD_TYPE, Market::OnDemand, "0.8048");
+    let p5 = offering("p5", "p5.48xlarge", Market::OnDemand, "55.04");
+    let m7 = offering("m7", "m7i.large", Market::OnDemand, "0.1");
+    let asked = [g6.clone(), p5.clone(), m7.clone()];
+    let read = || async {
+        match provider.quota_headroom(REGION, &asked).await.unwrap() {
+            Quotas::Known(q) => q,
+            Quotas::Unknown => panic!("AWS knows its quotas"),
+        }
+    };
+    let quotas = read().await;
+    let codes: Vec<&str> = quotas.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(
+        codes,
+        ["L-DB2E81BA", "L-417A185B"],
+        "one quota per family asked about"
+    );
+    let g = &quotas[0];
+    assert_eq!(g.description, "Running On-Demand G and VT instances");
+    assert_eq!(
+        (g.unit, g.limit, g.in_use),
+        (QuotaUnit::Vcpu, 64, 0),
+        "moto_server.py's default"
+    );
+    assert_eq!(g.draw(&g6.id), Some(4), "a g6.xlarge has 4 vCPUs");
+    assert_eq!(quotas[1].draw(&p5.id), Some(192));
+    assert!(
+        quotas.iter().all(|q| q.draw(&m7.id).is_none()),
+        "m7i is no GPU family"
+    );
+
+    // Our launch and an instance Headroom does not own both count: the quota is the account's.
+    provider.launch(&spec("quota", &g6, "n1")).await.unwrap();
+    moto.raw_client()
+        .await
+        .run_instances()
+        .image_id(IMAGE)
+        .instance_type(aws_sdk_ec2::types::InstanceType::from("g6.2xlarge"))
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap();
+    let g = read().await.remove(0);
+    assert_eq!(g.in_use, 4 + 8, "{g:?}");
+
+    // An applied value (a granted increase, or a lowered one) wins over the default.
+    moto.set_faults(r#"{"service_quotas": {"L-DB2E81BA": 12}}"#);
+    let g = read().await.remove(0);
+    assert_eq!(
+        (g.limit, g.remaining(), g.nodes_left(&g6.id)),
+        (12, 0, Some(0))
+    );
+
+    // A region with no offering of a GPU family has no quota to read.
+    assert_eq!(
+        provider
+            .quota_headroom(REGION, std::slice::from_ref(&m7))
+            .await
+            .unwrap(),
+        Quotas::Known(Vec::new())
     );
 }

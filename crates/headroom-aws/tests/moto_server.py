@@ -39,6 +39,12 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
 - autoscaling: an Auto Scaling action (SetDesiredCapacity, DescribeAutoScalingGroups, PutWarmPool,
   ...) fails with that code and status, in the query protocol's error shape, changing nothing.
 
+- service_quotas: applied values of EC2 quotas by code ({"L-DB2E81BA": 32}). moto's Service Quotas
+  knows only VPC's defaults; here GetServiceQuota for service "ec2" answers a listed code with its
+  value and any other with NoSuchResourceException (no applied value, as for an account that never
+  asked for an increase), and GetAWSDefaultServiceQuota (which moto lacks) answers EC2's GPU
+  family quotas with DEFAULT_EC2_QUOTAS (made-up defaults, vCPUs).
+
 A failed call creates nothing, as on EC2.
 """
 
@@ -51,6 +57,7 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.ec2.models.instances import StateReason
 from moto.ec2.responses import EC2Response
 from moto.server import main
+from moto.servicequotas.responses import ServiceQuotasResponse
 
 FAULTS = sys.argv[2]
 
@@ -258,6 +265,60 @@ def autoscaling_call_action(self):
 
 
 AutoScalingResponse.call_action = autoscaling_call_action
+
+DEFAULT_EC2_QUOTAS = {
+    "L-DB2E81BA": ("Running On-Demand G and VT instances", 64.0),
+    "L-417A185B": ("Running On-Demand P instances", 384.0),
+    "L-3819A6DF": ("All G and VT Spot Instance Requests", 64.0),
+    "L-7212CCBC": ("All P Spot Instance Requests", 384.0),
+}
+
+
+def quota_body(code, value, region):
+    name = DEFAULT_EC2_QUOTAS.get(code, (code, 0.0))[0]
+    return json.dumps({"Quota": {
+        "ServiceCode": "ec2",
+        "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+        "QuotaArn": f"arn:aws:servicequotas:{region}:123456789012:ec2/{code}",
+        "QuotaCode": code,
+        "QuotaName": name,
+        "Value": float(value),
+        "Unit": "None",
+        "Adjustable": True,
+        "GlobalQuota": False,
+    }})
+
+
+def no_such_quota(code):
+    body = json.dumps({"__type": "NoSuchResourceException", "message": f"The request failed because the specified quota {code} has no applied value."})
+    return 400, {"Content-Type": "application/x-amz-json-1.1", "status": 400}, body
+
+
+original_get_service_quota = ServiceQuotasResponse.get_service_quota
+
+
+def get_service_quota(self):
+    params = json.loads(self.body)
+    if params.get("ServiceCode") != "ec2":
+        return original_get_service_quota(self)
+    code = params.get("QuotaCode")
+    applied = faults().get("service_quotas", {})
+    if code not in applied:
+        return no_such_quota(code)
+    return quota_body(code, applied[code], self.region)
+
+
+def get_aws_default_service_quota(self):
+    params = json.loads(self.body)
+    code = params.get("QuotaCode")
+    if params.get("ServiceCode") != "ec2" or code not in DEFAULT_EC2_QUOTAS:
+        return no_such_quota(code)
+    return quota_body(code, DEFAULT_EC2_QUOTAS[code][1], self.region)
+
+
+ServiceQuotasResponse.get_service_quota = get_service_quota
+ServiceQuotasResponse.get_aws_default_service_quota = get_aws_default_service_quota
+ServiceQuotasResponse.get_a_w_s_default_service_quota = get_aws_default_service_quota
 
 if __name__ == "__main__":
     main(["-H", "127.0.0.1", "-p", sys.argv[1]])

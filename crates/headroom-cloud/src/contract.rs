@@ -322,4 +322,52 @@ pub async fn run_all(p: &dyn CloudProvider, f: &ContractFixture) {
     persistent_server_errors_are_transient_and_create_nothing(p, f).await;
     a_create_whose_first_reads_miss_is_adopted(p, f).await;
     ownership_is_read_from_the_provider_s_labels(p, f).await;
+    quotas_cover_what_was_asked_and_count_a_launch(p, f).await;
+}
+
+/// A quota read names only offerings it was asked about, and a quota that covers the offering
+/// counts a launched instance in its use (a provider that knows no quotas passes).
+pub async fn quotas_cover_what_was_asked_and_count_a_launch(
+    p: &dyn CloudProvider,
+    f: &ContractFixture,
+) {
+    let asked = std::slice::from_ref(&f.offering);
+    let region = &f.offering.region;
+    let read = |what: &'static str| async move {
+        match p.quota_headroom(region, asked).await {
+            Ok(crate::Quotas::Known(quotas)) => Some(quotas),
+            Ok(crate::Quotas::Unknown) => None,
+            Err(e) => panic!("quota_headroom must succeed {what}: {e}"),
+        }
+    };
+    let Some(before) = read("before a launch").await else {
+        return;
+    };
+    for q in &before {
+        assert_eq!(&q.region, region, "a quota of the region asked about");
+        assert!(
+            q.covers
+                .iter()
+                .all(|d| d.offering == f.offering.id && d.per_node > 0),
+            "quota {} must cover only the offerings asked about, each drawing something",
+            q.name
+        );
+    }
+    let launched = p
+        .launch(&spec(f, &f.offering, "quota"))
+        .await
+        .expect("launch must succeed");
+    let after = read("after a launch").await.unwrap_or_default();
+    for q in after.iter().filter(|q| q.draw(&f.offering.id).is_some()) {
+        let per_node = u64::from(q.draw(&f.offering.id).unwrap_or(0));
+        assert!(
+            q.in_use >= per_node,
+            "quota {} must count the launched instance ({} in use, a node draws {per_node})",
+            q.name,
+            q.in_use
+        );
+    }
+    p.terminate(&launched.id)
+        .await
+        .expect("terminate must succeed");
 }

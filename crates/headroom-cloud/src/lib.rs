@@ -8,7 +8,9 @@ mod provider;
 pub mod sim;
 
 pub use clock::{Clock, ManualClock, ScaledClock, SystemClock};
+pub use headroom_core::{QuotaDraw, QuotaHeadroom, QuotaUnit};
 pub use provider::{
     CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, OwnershipTags,
+    Quotas,
 };
 pub use sim::{SimCloud, SimConfig, SimOffering};

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use async_trait::async_trait;
-use headroom_core::{ErrorClass, LadderRung, Money, Offering, OfferingId, ProviderKind, Timestamp};
+use headroom_core::{
+    ErrorClass, LadderRung, Money, Offering, OfferingId, ProviderKind, QuotaHeadroom, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -120,6 +122,17 @@ impl CloudError {
     }
 }
 
+/// What a provider knows of a region's quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "quotas", content = "headroom", rename_all = "snake_case")]
+pub enum Quotas {
+    /// The provider cannot read quotas: nothing is skipped for quota, the cloud's refusal stays
+    /// the answer.
+    Unknown,
+    /// Every quota the asked offerings count against (empty: none limits them).
+    Known(Vec<QuotaHeadroom>),
+}
+
 /// What Headroom needs from a cloud. Every implementation passes the shared contract suite in
 /// [`crate::contract`] (feature `contract`).
 ///
@@ -171,5 +184,21 @@ pub trait CloudProvider: Send + Sync + fmt::Debug {
     ) -> Result<Vec<(OfferingId, Money)>, CloudError> {
         let _ = offerings;
         Ok(Vec::new())
+    }
+
+    /// The quotas of `region` that launches of `offerings` (the configured offerings in
+    /// `region`) count against: per quota its cloud name, unit, limit and what is in use across
+    /// the whole account or project (a quota counts instances Headroom does not own too), and
+    /// what one node of each covered offering draws. Read-only and cheap enough to call once a
+    /// region every few minutes (the engine caches it, `engine.quota_cache_ttl`); a failure is
+    /// a `CloudError` like any call's, and the engine then plans as if the quotas were unknown.
+    /// The default knows no quotas ([`Quotas::Unknown`]): nothing is skipped before a launch.
+    async fn quota_headroom(
+        &self,
+        region: &str,
+        offerings: &[Offering],
+    ) -> Result<Quotas, CloudError> {
+        let _ = (region, offerings);
+        Ok(Quotas::Unknown)
     }
 }

@@ -14,13 +14,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use headroom_core::pool::ColdStartLadder;
 use headroom_core::{
-    ErrorClass, LadderRung, Market, Money, Offering, OfferingId, ProviderKind, Timestamp,
+    ErrorClass, LadderRung, Market, Money, Offering, OfferingId, ProviderKind, QuotaDraw,
+    QuotaHeadroom, QuotaUnit, Timestamp,
 };
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
-use crate::provider::{CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec};
+use crate::provider::{
+    CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, Quotas,
+};
 
 /// One offering of the simulated cloud.
 #[derive(Debug, Clone, PartialEq)]
@@ -418,6 +421,21 @@ fn holds_capacity(life: Life) -> bool {
     matches!(life, Life::Running { .. })
 }
 
+/// GPUs of running (pending or booting included) instances in `region`: what its quota counts.
+fn gpus_running(state: &SimState, catalog: &HashMap<OfferingId, SimOffering>, region: &str) -> u32 {
+    state
+        .instances
+        .values()
+        .filter(|i| holds_capacity(i.life))
+        .filter_map(|i| catalog.get(&i.instance.offering))
+        .filter(|o| o.offering.region == region)
+        .map(|o| o.offering.gpus_per_node)
+        .sum()
+}
+
+/// The name of the simulated cloud's one quota a region.
+pub const SIM_GPU_QUOTA: &str = "gpus";
+
 impl SimCloud {
     /// Refuses if starting one more instance of `offering` would exceed capacity or quota.
     fn check_room(
@@ -443,14 +461,7 @@ impl SimCloud {
         }
         let region = &offering.offering.region;
         if let Some(quota) = self.gpu_quota_per_region.get(region) {
-            let gpus_running: u32 = state
-                .instances
-                .values()
-                .filter(|i| holds_capacity(i.life))
-                .filter_map(|i| catalog.get(&i.instance.offering))
-                .filter(|o| &o.offering.region == region)
-                .map(|o| o.offering.gpus_per_node)
-                .sum();
+            let gpus_running = gpus_running(state, catalog, region);
             if gpus_running + offering.offering.gpus_per_node > *quota {
                 return Err(refused(
                     ErrorClass::Quota,
@@ -643,6 +654,38 @@ impl CloudProvider for SimCloud {
             .into_iter()
             .filter(|i| i.tags.cluster == cluster && i.phase != InstancePhase::Terminated)
             .collect())
+    }
+
+    /// The region's GPU quota (`sim.gpu_quota_per_region`) with the GPUs running there, the
+    /// same count a launch is refused by; a region without one is known to be unlimited.
+    async fn quota_headroom(
+        &self,
+        region: &str,
+        offerings: &[Offering],
+    ) -> Result<Quotas, CloudError> {
+        let Some(limit) = self.gpu_quota_per_region.get(region).copied() else {
+            return Ok(Quotas::Known(Vec::new()));
+        };
+        let catalog = self.catalog().clone();
+        let mut state = self.state();
+        state.calls.push(format!("quota_headroom {region}"));
+        let in_use = gpus_running(&state, &catalog, region);
+        Ok(Quotas::Known(vec![QuotaHeadroom {
+            name: SIM_GPU_QUOTA.to_string(),
+            description: "GPUs running at once".to_string(),
+            region: region.to_string(),
+            unit: QuotaUnit::Gpu,
+            limit: u64::from(limit),
+            in_use: u64::from(in_use),
+            covers: offerings
+                .iter()
+                .filter(|o| o.region == region)
+                .map(|o| QuotaDraw {
+                    offering: o.id.clone(),
+                    per_node: o.gpus_per_node,
+                })
+                .collect(),
+        }]))
     }
 
     async fn current_prices(

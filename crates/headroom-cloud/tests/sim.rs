@@ -252,3 +252,38 @@ async fn a_state_file_is_one_cloud_for_every_process_and_survives_them() {
         "state outlives the processes"
     );
 }
+
+#[tokio::test]
+async fn quota_headroom_reports_the_region_s_gpu_quota_as_launches_use_it() {
+    use headroom_cloud::{QuotaUnit, Quotas};
+    let big = offering("big", Market::OnDemand, 8);
+    let cloud = sim(clock(), vec![(big.clone(), 10, 0.0)]);
+    let read = || async {
+        match cloud
+            .quota_headroom("us-east-1", std::slice::from_ref(&big))
+            .await
+            .unwrap()
+        {
+            Quotas::Known(q) => q,
+            Quotas::Unknown => panic!("the simulated cloud knows its quotas"),
+        }
+    };
+    let quotas = read().await;
+    assert_eq!(quotas.len(), 1);
+    assert_eq!(
+        (quotas[0].unit, quotas[0].limit, quotas[0].in_use),
+        (QuotaUnit::Gpu, 24, 0)
+    );
+    assert_eq!(quotas[0].nodes_left(&big.id), Some(3));
+    let first = cloud.launch(&spec(&big, "q1")).await.unwrap();
+    cloud.launch(&spec(&big, "q2")).await.unwrap();
+    assert_eq!(read().await[0].in_use, 16);
+    assert_eq!(read().await[0].nodes_left(&big.id), Some(1));
+    cloud.stop(&first.id).await.unwrap();
+    assert_eq!(read().await[0].in_use, 8, "a stopped node holds no quota");
+    // A region without a quota is known to be unlimited.
+    assert_eq!(
+        cloud.quota_headroom("eu-west-1", &[]).await.unwrap(),
+        Quotas::Known(Vec::new())
+    );
+}

@@ -178,6 +178,7 @@ fn tick(fleet: &Fleet, now: headroom_core::Timestamp) -> usize {
             launches_in_period: 0,
             global_room: Some(1_000_000),
             warm_target: None,
+            quotas: &[],
         });
         actions += plan.actions.len();
     }

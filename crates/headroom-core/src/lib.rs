@@ -14,6 +14,7 @@ pub mod node;
 pub mod offering;
 pub mod planner;
 pub mod pool;
+pub mod quota;
 pub mod refusal;
 pub mod renewal;
 pub mod request;
@@ -26,6 +27,7 @@ pub use names::{AccountName, OfferingId, PoolName};
 pub use node::{LadderRung, NodeId, NodeState};
 pub use offering::{Market, Offering, ProviderKind};
 pub use pool::{ColdStartLadder, PoolSpec, SupplyPolicy, WarmMode};
+pub use quota::{QuotaDraw, QuotaHeadroom, QuotaUnit};
 pub use refusal::{ErrorClass, RefusalReason};
 pub use request::{CapacityRequest, Priority, RequestId, RequestState};
 

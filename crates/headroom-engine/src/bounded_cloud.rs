@@ -112,4 +112,15 @@ impl CloudProvider for BoundedCloud {
         self.bounded("current_prices", self.inner.current_prices(offerings))
             .await
     }
+    async fn quota_headroom(
+        &self,
+        region: &str,
+        offerings: &[Offering],
+    ) -> Result<headroom_cloud::Quotas, CloudError> {
+        self.bounded(
+            "quota_headroom",
+            self.inner.quota_headroom(region, offerings),
+        )
+        .await
+    }
 }

@@ -61,6 +61,16 @@ pub struct OfferingPriceLabels {
     pub source: String,
 }
 
+/// One quota of one region, as the cloud names it (quota preflight).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct QuotaLabels {
+    pub provider: String,
+    pub region: String,
+    pub quota: String,
+    /// `vcpu` or `gpu`.
+    pub unit: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `ok` or `error`.
@@ -118,6 +128,9 @@ pub struct Metrics {
     pub offering_price_dollars:
         Family<OfferingPriceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub orphan_instances: Family<PoolLabels, Gauge>,
+    /// Units each quota has left (limit less use, floored at zero), and its limit.
+    pub quota_remaining: Family<QuotaLabels, Gauge>,
+    pub quota_limit: Family<QuotaLabels, Gauge>,
     pub service: ServiceMetrics,
 }
 
@@ -170,6 +183,8 @@ impl Default for Metrics {
             budget_held_dollars: Family::default(),
             offering_price_dollars: Family::default(),
             orphan_instances: Family::default(),
+            quota_remaining: Family::default(),
+            quota_limit: Family::default(),
             service: ServiceMetrics::default(),
             registry: Registry::default(),
         };
@@ -255,6 +270,16 @@ fn register_money(registry: &mut Registry, m: &Metrics) {
         "orphan_instances",
         "Instances tagged for the pool that the ledger does not know, in the last inventory (terminated or reported per engine.orphan_policy)",
         m.orphan_instances.clone(),
+    );
+    registry.register(
+        "quota_remaining",
+        "Units a cloud quota has left in a region (vCPUs or GPUs), as last read for the quota preflight",
+        m.quota_remaining.clone(),
+    );
+    registry.register(
+        "quota_limit",
+        "A cloud quota's limit in a region (vCPUs or GPUs), as last read for the quota preflight",
+        m.quota_limit.clone(),
     );
 }
 

@@ -1114,6 +1114,143 @@ async fn quota_falls_back_throttling_is_retried_and_an_invalid_request_halts_the
     );
 }
 
+/// `CONFIG` with the simulated cloud's GPU quota in us-east-2 (where `cheap` is) set to `gpus`,
+/// and `engine` lines added to `[engine]`.
+fn quota_config(gpus: u32, engine: &str) -> String {
+    CONFIG.replace(
+        "offering_cooldown = \"5m\"\n",
+        &format!(
+            "offering_cooldown = \"5m\"\n{engine}\n[sim.gpu_quota_per_region]\nus-east-2 = {gpus}\n"
+        ),
+    )
+}
+
+async fn launched_offerings(h: &Harness) -> Vec<String> {
+    let mut offerings: Vec<String> = h
+        .cloud
+        .list_owned("engine-test")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.offering.to_string())
+        .collect();
+    offerings.sort();
+    offerings
+}
+
+#[tokio::test]
+async fn quota_preflight_skips_a_region_without_quota_and_launches_in_the_next_without_a_refusal() {
+    let h = harness(&quota_config(0, "")).await;
+    h.request(2).await;
+    h.engine.tick().await.unwrap();
+    assert_eq!(launched_offerings(&h).await, ["dear", "dear"]);
+    assert_eq!(
+        launch_calls(&h, "cheap"),
+        0,
+        "the cloud was never asked for cheap"
+    );
+    assert!(
+        refusal_reasons(&h).await.is_empty(),
+        "no refusal was earned"
+    );
+    assert!(
+        h.cloud
+            .calls()
+            .iter()
+            .any(|c| c == "quota_headroom us-east-2"),
+        "{:?}",
+        h.cloud.calls()
+    );
+    // The decision log says why cheap was passed over.
+    let log = h.engine.decisions(&"llm".parse().unwrap()).await.unwrap();
+    let skip = log
+        .iter()
+        .find(|d| d["event"] == "skipped")
+        .unwrap_or_else(|| panic!("{log:#?}"));
+    assert_eq!(skip["reason"], "quota");
+    assert_eq!(skip["skipped"][0]["offering"], "cheap");
+    assert_eq!(skip["skipped"][0]["quota"], "gpus");
+    assert_eq!(skip["skipped"][0]["remaining"], 0);
+    // The headroom is in the offerings' view and in /metrics.
+    let cheap = h
+        .engine
+        .offering_prices()
+        .into_iter()
+        .find(|o| o.offering.to_string() == "cheap")
+        .unwrap();
+    assert_eq!(cheap.quotas.len(), 1, "{cheap:?}");
+    assert_eq!((cheap.quotas[0].limit, cheap.quotas[0].remaining), (0, 0));
+    let metrics = h.engine.metrics().encode();
+    assert!(
+        metrics.contains(
+            "headroom_quota_remaining{provider=\"sim\",region=\"us-east-2\",quota=\"gpus\",unit=\"gpu\"} 0"
+        ),
+        "{metrics}"
+    );
+    // The chain (cheap: no quota; dear: not quota-bound) is not bound as a whole: no alert.
+    assert!(
+        !h.engine
+            .active_alerts()
+            .iter()
+            .any(|a| a.alert.name == "QuotaBelowMaxReplicas")
+    );
+
+    // The same cloud without the preflight learns it from a refusal.
+    let blind = harness(&quota_config(0, "quota_cache_ttl = \"0s\"")).await;
+    blind.request(2).await;
+    blind.engine.tick().await.unwrap();
+    assert_eq!(launched_offerings(&blind).await, ["dear", "dear"]);
+    assert_eq!(
+        refusal_reasons(&blind).await,
+        [RefusalReason::Cloud(ErrorClass::Quota)]
+    );
+}
+
+#[tokio::test]
+async fn quota_preflight_uses_up_what_is_left_then_falls_back_and_counts_its_own_launches() {
+    // Room for one node of cheap (1 GPU) in us-east-2.
+    let h = harness(&quota_config(1, "")).await;
+    h.request(3).await;
+    h.engine.tick().await.unwrap();
+    assert_eq!(launched_offerings(&h).await, ["cheap", "dear", "dear"]);
+    assert!(refusal_reasons(&h).await.is_empty());
+    // The cache (5 minutes) counts the launch it made: the next request goes to dear at once.
+    h.request(1).await;
+    h.clock.advance(Duration::from_secs(5));
+    h.engine.tick().await.unwrap();
+    assert_eq!(
+        launched_offerings(&h).await,
+        ["cheap", "dear", "dear", "dear"]
+    );
+    assert!(refusal_reasons(&h).await.is_empty());
+    let reads = h
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| *c == "quota_headroom us-east-2")
+        .count();
+    assert_eq!(reads, 1, "read once per quota_cache_ttl");
+}
+
+#[tokio::test]
+async fn a_fallback_chain_whose_quotas_cannot_take_max_replicas_alerts() {
+    // Both regions quota-bound: 1 GPU in us-east-2, 2 in us-east-1; max_replicas = 6.
+    let text = quota_config(1, "").replace("us-east-2 = 1\n", "us-east-2 = 1\nus-east-1 = 2\n");
+    let h = harness(&text).await;
+    h.engine.tick().await.unwrap();
+    let alert = h
+        .engine
+        .active_alerts()
+        .into_iter()
+        .find(|a| a.alert.name == "QuotaBelowMaxReplicas")
+        .expect("the chain takes 3 nodes, max_replicas would need 6");
+    assert!(
+        alert.alert.summary.contains("take 3 more nodes"),
+        "{}",
+        alert.alert.summary
+    );
+}
+
 /// One on-demand g6 offering (`od`) holding `capacity` nodes, one pool `llm` on it.
 fn on_demand_g6_config(engine: &str, capacity: u32, pool: &str, supply: &str) -> String {
     format!(

@@ -28,6 +28,8 @@ pub const CALLS: &[(&str, &[&str])] = &[
     ("suspend", &["compute.instances.suspend"]),
     ("resume", &["compute.instances.resume"]),
     ("wait", &["compute.zoneOperations.get"]),
+    // Quota preflight: the region's quotas (a `get` on the Regions client).
+    ("regions.get", &["compute.regions.get"]),
 ];
 
 /// The permissions file, as Terraform reads it.

@@ -12,6 +12,7 @@ pub mod errors;
 pub mod iam;
 pub mod naming;
 mod provider;
+pub mod quotas;
 #[cfg(feature = "test-server")]
 pub mod server;
 pub mod settings;

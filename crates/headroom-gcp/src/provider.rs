@@ -5,13 +5,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use google_cloud_compute_v1::client::{Instances, ZoneOperations};
+use google_cloud_compute_v1::client::{Instances, Regions, ZoneOperations};
 use google_cloud_compute_v1::model;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt};
 use headroom_cloud::{
-    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
+    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, Quotas,
 };
-use headroom_core::{ErrorClass, LadderRung, Market, OfferingId, ProviderKind, Timestamp};
+use headroom_core::{
+    ErrorClass, LadderRung, Market, Offering, OfferingId, ProviderKind, QuotaDraw, QuotaHeadroom,
+    QuotaUnit, Timestamp,
+};
 
 use crate::GcpError;
 use crate::errors::{
@@ -41,6 +44,8 @@ pub struct GcpProvider {
     zones: Vec<String>,
     instances: Instances,
     operations: ZoneOperations,
+    /// `regions.get`, for the quota preflight.
+    regions: Regions,
     clock: Arc<dyn Clock>,
     deleted: Mutex<(VecDeque<String>, HashSet<String>)>,
 }
@@ -198,14 +203,19 @@ impl GcpProvider {
         let mut ob = ZoneOperations::builder()
             .with_retry_policy(retry())
             .with_attempt_timeout(settings.operation_timeout);
+        let mut rb = Regions::builder()
+            .with_retry_policy(retry())
+            .with_attempt_timeout(settings.operation_timeout);
         if let Some(endpoint) = &settings.endpoint {
             ib = ib.with_endpoint(endpoint.clone());
             ob = ob.with_endpoint(endpoint.clone());
+            rb = rb.with_endpoint(endpoint.clone());
         }
         if settings.credentials == Credentials::Anonymous {
             let anonymous = google_cloud_auth::credentials::anonymous::Builder::new().build();
             ib = ib.with_credentials(anonymous.clone());
-            ob = ob.with_credentials(anonymous);
+            ob = ob.with_credentials(anonymous.clone());
+            rb = rb.with_credentials(anonymous);
         }
         // Without an override the builders use Application Default Credentials.
         let instances = ib
@@ -216,7 +226,12 @@ impl GcpProvider {
             .build()
             .await
             .map_err(|e| GcpError::Client(e.to_string()))?;
+        let regions = rb
+            .build()
+            .await
+            .map_err(|e| GcpError::Client(e.to_string()))?;
         Ok(GcpProvider {
+            regions,
             settings,
             zones: zones.into_iter().collect(),
             instances,
@@ -582,6 +597,66 @@ fn parse_id(id: &InstanceId) -> Result<(&str, &str), CloudError> {
 
 #[async_trait]
 impl CloudProvider for GcpProvider {
+    /// The region's GPU quotas from `regions.get` (`quotas[]`: metric, limit and the project's
+    /// usage), each covering the offerings whose machine type carries that GPU
+    /// ([`crate::quotas::gpu_metric`]), a node drawing its `gpus`. A region answered without
+    /// quotas (`regions.get` fails open when they are unavailable) is unknown.
+    async fn quota_headroom(
+        &self,
+        region: &str,
+        offerings: &[Offering],
+    ) -> Result<Quotas, CloudError> {
+        let ours: Vec<(&Offering, String)> = offerings
+            .iter()
+            .filter(|o| o.provider == ProviderKind::Gcp && o.region == region)
+            .filter_map(|o| {
+                Some((
+                    o,
+                    crate::quotas::gpu_metric(&o.instance_type, o.market == Market::Spot)?,
+                ))
+            })
+            .collect();
+        if ours.is_empty() {
+            return Ok(Quotas::Known(Vec::new()));
+        }
+        let answer = self
+            .regions
+            .get()
+            .set_project(self.settings.project.clone())
+            .set_region(region.to_string())
+            .send()
+            .await
+            .map_err(|e| to_cloud_error(&facts_from_client(&e)))?;
+        if answer.quotas.is_empty() {
+            return Ok(Quotas::Unknown);
+        }
+        let quotas = answer
+            .quotas
+            .iter()
+            .filter_map(|q| {
+                let metric = q.metric.as_ref()?.name()?.to_string();
+                let covers: Vec<QuotaDraw> = ours
+                    .iter()
+                    .filter(|(_, m)| *m == metric)
+                    .map(|(o, _)| QuotaDraw {
+                        offering: o.id.clone(),
+                        per_node: o.gpus_per_node.max(1),
+                    })
+                    .collect();
+                (!covers.is_empty()).then(|| QuotaHeadroom {
+                    description: format!("{metric} in {region}"),
+                    name: metric,
+                    region: region.to_string(),
+                    unit: QuotaUnit::Gpu,
+                    limit: q.limit.unwrap_or(0.0).max(0.0).floor() as u64,
+                    in_use: q.usage.unwrap_or(0.0).max(0.0).ceil() as u64,
+                    covers,
+                })
+            })
+            .collect();
+        Ok(Quotas::Known(quotas))
+    }
+
     fn kind(&self) -> ProviderKind {
         ProviderKind::Gcp
     }

@@ -22,6 +22,9 @@ use axum::{Json, Router};
 use headroom_cloud::Clock;
 use serde_json::{Value, json};
 
+mod regions;
+pub use regions::DEFAULT_LIMITS;
+
 /// Which calls a fault applies to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultMatch {
@@ -87,6 +90,8 @@ struct ServerState {
     hidden: HashMap<(String, String, String), u32>,
     /// Every call as `METHOD path-suffix`, for tests.
     calls: Vec<String>,
+    /// (region, metric) → quota limit set by a test (module `regions`).
+    quota_limits: BTreeMap<(String, String), f64>,
 }
 
 /// The server's state and behaviour; clone handles share it.
@@ -353,6 +358,10 @@ impl ComputeServer {
             .route(
                 &format!("{base}/operations/{{op}}/wait"),
                 post(wait_operation),
+            )
+            .route(
+                "/compute/v1/projects/{project}/regions/{region}",
+                get(regions::get_region),
             )
             .route(
                 "/__control/preempt/{project}/{zone}/{name}",

@@ -961,3 +961,64 @@ async fn a_vm_with_headroom_s_labels_but_no_description_is_owned_and_swept_as_an
         server.server.instances()
     );
 }
+
+/// Quota preflight against the local server: `regions.get`'s quotas, their usage following the
+/// VMs the server holds (stopped ones use none), spot VMs under the `PREEMPTIBLE_` metric.
+#[tokio::test]
+async fn regional_gpu_quotas_come_from_regions_get_with_usage_that_follows_the_vms() {
+    use headroom_cloud::Quotas;
+    let e = env("").await;
+    let l4 = offering("gcp-l4", ZONE, "g2-standard-8", Market::OnDemand);
+    let l4_spot = offering("gcp-l4-spot", ZONE_B, "g2-standard-8", Market::Spot);
+    let n1 = offering("gcp-n1", ZONE, "n1-standard-8", Market::OnDemand);
+    let asked = [l4.clone(), l4_spot.clone(), n1.clone()];
+    let read = || async {
+        match e
+            .provider
+            .quota_headroom("us-central1", &asked)
+            .await
+            .unwrap()
+        {
+            Quotas::Known(q) => q,
+            Quotas::Unknown => panic!("the server reports quotas"),
+        }
+    };
+    let quotas = read().await;
+    let names: Vec<&str> = quotas.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, ["NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS"]);
+    assert_eq!((quotas[0].limit, quotas[0].in_use), (8, 0));
+    assert_eq!(quotas[0].draw(&l4.id), Some(1));
+    assert_eq!(quotas[1].draw(&l4_spot.id), Some(1));
+    assert!(
+        quotas.iter().all(|q| q.draw(&n1.id).is_none()),
+        "N1 GPUs are attached, not mapped"
+    );
+    assert!(
+        e.server
+            .server
+            .calls()
+            .iter()
+            .any(|c| c == "GET /regions/us-central1")
+    );
+
+    let first = e.provider.launch(&spec(&l4, "quota", "q1")).await.unwrap();
+    e.provider.launch(&spec(&l4, "quota", "q2")).await.unwrap();
+    e.provider
+        .launch(&spec(&l4_spot, "quota", "q3"))
+        .await
+        .unwrap();
+    let quotas = read().await;
+    assert_eq!((quotas[0].in_use, quotas[1].in_use), (2, 1));
+    e.provider.stop(&first.id).await.unwrap();
+    assert_eq!(read().await[0].in_use, 1, "a stopped VM holds no GPU quota");
+
+    // No L4s left in the region: the offering takes no more nodes.
+    e.server
+        .server
+        .set_quota("us-central1", "NVIDIA_L4_GPUS", 1.0);
+    let quotas = read().await;
+    assert_eq!(
+        (quotas[0].remaining(), quotas[0].nodes_left(&l4.id)),
+        (0, Some(0))
+    );
+}

@@ -188,6 +188,13 @@ impl CloudProvider for DiesAfterLaunch {
     ) -> Result<Vec<(OfferingId, Money)>, CloudError> {
         self.inner.current_prices(offerings).await
     }
+    async fn quota_headroom(
+        &self,
+        region: &str,
+        offerings: &[Offering],
+    ) -> Result<headroom_cloud::Quotas, CloudError> {
+        self.inner.quota_headroom(region, offerings).await
+    }
 }
 
 /// A fresh, empty database on the PostgreSQL server `DATABASE_URL` names (`./scripts/test`

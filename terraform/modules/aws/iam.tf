@@ -30,6 +30,8 @@ locals {
       "ec2:DescribeLaunchTemplateVersions",
       "ec2:DescribeSpotPriceHistory",
       "ec2:DescribeSubnets",
+      "servicequotas:GetAWSDefaultServiceQuota",
+      "servicequotas:GetServiceQuota",
     ]
     # Existing instances (and their spot requests, tagged at launch): only those tagged with
     # this deployment's cluster id.

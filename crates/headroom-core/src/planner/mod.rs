@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetStanding, HardAction};
 use crate::{
-    Market, Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, RefusalReason,
-    RequestId, Timestamp,
+    Market, Money, NodeId, NodeState, Offering, OfferingId, PoolSpec, Priority, QuotaHeadroom,
+    RefusalReason, RequestId, Timestamp,
 };
 /// What a node is being made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -163,6 +163,10 @@ pub struct PlanInput<'a> {
     /// The warm pool's size now, sized by the engine from the pool's recent bursts between its
     /// floor (`warm_pool_size`) and its ceiling; `None`: the floor.
     pub warm_target: Option<u32>,
+    /// The cloud's quotas in the regions of the pool's offerings, as last read: an offering a
+    /// quota cannot take one more node of is skipped (and the skip recorded in the plan).
+    /// Offerings no quota covers, and regions whose quotas are unknown, are not limited.
+    pub quotas: &'a [QuotaHeadroom],
 }
 
 impl PlanInput<'_> {
@@ -266,6 +270,31 @@ pub struct Plan {
     pub deferred: u32,
     /// Organic replicas no offering could supply: the pool's fallback pool may take them.
     pub unserved: u32,
+    /// Offerings the plan would have launched on and passed over, and why (for the decision
+    /// log: a fallback that moved on without asking the cloud).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedOffering>,
+}
+
+/// Why the planner passed over an offering it would otherwise have chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// A quota covering it cannot take one more node.
+    Quota,
+}
+
+/// An offering passed over, with the quota that stopped it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedOffering {
+    pub offering: OfferingId,
+    pub reason: SkipReason,
+    /// The quota's cloud name.
+    pub quota: String,
+    /// What the quota had left when the offering was passed over, in its unit.
+    pub remaining: u64,
+    /// What one node would draw.
+    pub per_node: u32,
 }
 
 /// A plan being built: what the limits and the budget still allow, and the supply left to use.
@@ -293,6 +322,8 @@ struct Builder<'a> {
     on_demand_have: u32,
     spot_have: u32,
     budget: Option<BudgetStanding>,
+    /// What each of `input.quotas` has left after the plan's launches so far.
+    quota_left: Vec<u64>,
 }
 
 enum Supply {

@@ -306,7 +306,26 @@ proptest! {
     /// `plan` asserts its postconditions itself (in debug builds, as tests run): a broken one
     /// panics here, and proptest shrinks the input.
     #[test]
-    fn every_plan_keeps_its_postconditions(case in case()) {
+    fn every_plan_keeps_its_postconditions(
+        case in case(),
+        quota in proptest::option::weighted(0.5, (0..40u64, 0..40u64, 1..16u32)),
+    ) {
+        // One quota over the even offerings (GPUs, 8 a node, or a cheaper draw), often short.
+        let quotas: Vec<QuotaHeadroom> = quota
+            .into_iter()
+            .map(|(limit, in_use, per_node)| QuotaHeadroom {
+                name: "gpus".into(),
+                description: "GPUs".into(),
+                region: "r1".into(),
+                unit: crate::QuotaUnit::Gpu,
+                limit,
+                in_use,
+                covers: (0..OFFERINGS)
+                    .step_by(2)
+                    .map(|i| crate::QuotaDraw { offering: offering_id(i), per_node })
+                    .collect(),
+            })
+            .collect();
         plan(&PlanInput {
             pool: &case.pool,
             offerings: &case.offerings,
@@ -320,6 +339,7 @@ proptest! {
             launches_in_period: case.launches_in_period,
             global_room: case.global_room,
             warm_target: case.warm_target,
+            quotas: &quotas,
         });
     }
 }

@@ -44,9 +44,11 @@ impl Builder<'_> {
                 return;
             }
             let hold = self.hold_for(spot.offering.price_usd_per_hour);
-            if !self.admit(hold) {
+            // An optimisation waits for quota; it never records a skip.
+            if self.quota_short(&spot.offering.id).is_some() || !self.admit(hold) {
                 return;
             }
+            self.draw_quota(&spot.offering.id);
             self.plan.actions.push(Action::Launch {
                 offering: spot.offering.id.clone(),
                 request: None,

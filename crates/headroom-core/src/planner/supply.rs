@@ -6,9 +6,9 @@ use std::cmp::Reverse;
 
 use super::{
     Action, Builder, Destination, FallbackKind, NodeView, OfferingChoice, OpenRequest, Plan,
-    PlanInput, Supply,
+    PlanInput, SkipReason, SkippedOffering, Supply,
 };
-use crate::{Market, NodeState, Offering, RefusalReason, RequestId};
+use crate::{Market, NodeState, Offering, OfferingId, RefusalReason, RequestId};
 
 impl<'a> Builder<'a> {
     /// Starts a plan with the pool's supply in order and every limit at what `input` allows.
@@ -60,7 +60,57 @@ impl<'a> Builder<'a> {
             on_demand_have: active.iter().filter(|n| n.is_on_demand()).count() as u32,
             spot_have: active.iter().filter(|n| !n.is_on_demand()).count() as u32,
             budget: input.budget,
+            quota_left: input.quotas.iter().map(|q| q.remaining()).collect(),
         }
+    }
+
+    /// The first quota that cannot take one more node of `offering`, with one node's draw.
+    pub(super) fn quota_short(&self, offering: &OfferingId) -> Option<(usize, u32)> {
+        self.input.quotas.iter().enumerate().find_map(|(i, q)| {
+            let per_node = q.draw(offering)?;
+            (self.quota_left[i] < u64::from(per_node)).then_some((i, per_node))
+        })
+    }
+
+    /// Takes one node of `offering` off every quota that covers it.
+    pub(super) fn draw_quota(&mut self, offering: &OfferingId) {
+        for (i, q) in self.input.quotas.iter().enumerate() {
+            if let Some(per_node) = q.draw(offering) {
+                self.quota_left[i] = self.quota_left[i].saturating_sub(u64::from(per_node));
+            }
+        }
+    }
+
+    /// The best-ranked offering `wanted` accepts that every quota can take, recording those
+    /// passed over for quota on the way.
+    fn first_fitting(
+        &mut self,
+        wanted: impl Fn(&OfferingChoice, Option<u32>) -> bool,
+    ) -> Option<usize> {
+        for i in 0..self.offerings.len() {
+            let (choice, free) = self.offerings[i];
+            if !wanted(choice, free) {
+                continue;
+            }
+            let Some((quota, per_node)) = self.quota_short(&choice.offering.id) else {
+                return Some(i);
+            };
+            if !self
+                .plan
+                .skipped
+                .iter()
+                .any(|s| s.offering == choice.offering.id)
+            {
+                self.plan.skipped.push(SkippedOffering {
+                    offering: choice.offering.id.clone(),
+                    reason: SkipReason::Quota,
+                    quota: self.input.quotas[quota].name.clone(),
+                    remaining: self.quota_left[quota],
+                    per_node,
+                });
+            }
+        }
+        None
     }
 
     /// Capacity requests first, highest priority then oldest, each for what its own active
@@ -91,15 +141,18 @@ impl<'a> Builder<'a> {
         (self.spot_have as u64) * 100 < policy.spot_percent_above_base as u64 * (above as u64 + 1)
     }
 
-    /// The best available offering for a new node: a reservation slot, else the wanted market,
-    /// else the other one (on-demand when spot is refused, and the other way round).
-    fn choose(&self, destination: Destination) -> Option<usize> {
-        let slot = self.offerings.iter().position(|(c, free)| {
-            c.offering.market == Market::Reserved && free.is_some_and(|f| f > 0)
-        });
+    /// The best available offering for a new node that its quotas can take: a reservation
+    /// slot, else the wanted market, else the other one (on-demand when spot is refused, and the
+    /// other way round).
+    fn choose(&mut self, destination: Destination) -> Option<usize> {
         // Reservations serve; warm nodes wait on capacity bought by the hour.
-        if destination == Destination::Serve && slot.is_some() {
-            return slot;
+        if destination == Destination::Serve {
+            let slot = self.first_fitting(|c, free| {
+                c.offering.market == Market::Reserved && free.is_some_and(|f| f > 0)
+            });
+            if slot.is_some() {
+                return slot;
+            }
         }
         let first = if self.wants_spot() {
             Market::Spot
@@ -111,11 +164,9 @@ impl<'a> Builder<'a> {
         } else {
             Market::Spot
         };
-        [first, second].into_iter().find_map(|market| {
-            self.offerings
-                .iter()
-                .position(|(c, _)| c.offering.market == market)
-        })
+        [first, second]
+            .into_iter()
+            .find_map(|market| self.first_fitting(|c, _| c.offering.market == market))
     }
 
     fn first_choice(&self, market: Market) -> Option<&'a Offering> {
@@ -143,6 +194,7 @@ impl<'a> Builder<'a> {
         if let Some(free) = free {
             self.offerings[index].1 = Some(free - 1);
         }
+        self.draw_quota(&offering.id);
         let wanted = if self.wants_spot() {
             Market::Spot
         } else {
@@ -185,6 +237,10 @@ impl<'a> Builder<'a> {
                 return Supply::Refused(RefusalReason::Budget);
             }
             self.warm.pop();
+            // A stopped node starts again against the running-instance quota.
+            if node.state != NodeState::Standby {
+                self.draw_quota(&node.offering);
+            }
             if node.is_on_demand() {
                 self.on_demand_have += 1;
             } else {

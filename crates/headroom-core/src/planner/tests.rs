@@ -78,6 +78,7 @@ fn input<'a>(
         launches_in_period: 0,
         global_room: None,
         warm_target: None,
+        quotas: &[],
     }
 }
 
@@ -295,6 +296,7 @@ mod budget_action_tests {
             launches_in_period: 0,
             global_room: None,
             warm_target: None,
+            quotas: &[],
         })
     }
 
@@ -400,6 +402,7 @@ mod supply_tests {
             launches_in_period: 0,
             global_room: None,
             warm_target: None,
+            quotas: &[],
         })
     }
 
@@ -578,6 +581,7 @@ mod supply_tests {
             launches_in_period: 0,
             global_room: Some(2),
             warm_target: None,
+            quotas: &[],
         };
         let ceiling = plan(&input);
         assert_eq!(launched(&ceiling).len(), 2);
@@ -597,6 +601,7 @@ mod supply_tests {
             launches_in_period: 3,
             global_room: None,
             warm_target: None,
+            quotas: &[],
             ..limited
         };
         let period = plan(&input);
@@ -633,6 +638,7 @@ mod supply_tests {
             launches_in_period: 0,
             global_room: Some(0),
             warm_target: None,
+            quotas: &[],
         });
         let woken = planned
             .actions
@@ -821,5 +827,129 @@ mod supply_tests {
                 _ => None,
             })
             .collect()
+    }
+}
+
+mod quota_preflight {
+    use super::*;
+    use crate::{QuotaDraw, QuotaHeadroom, QuotaUnit};
+
+    /// `cheap` in us-east-1, `dear` in us-west-2.
+    fn two_regions() -> [OfferingChoice; 2] {
+        let mut dear = offering("dear", "5", true);
+        dear.offering.region = "us-west-2".into();
+        dear.offering.zone = "usw2-az1".into();
+        [offering("cheap", "2", true), dear]
+    }
+
+    fn g_quota(region: &str, limit: u64, in_use: u64, covers: &str) -> QuotaHeadroom {
+        QuotaHeadroom {
+            name: "L-DB2E81BA".into(),
+            description: "Running On-Demand G and VT instances".into(),
+            region: region.into(),
+            unit: QuotaUnit::Vcpu,
+            limit,
+            in_use,
+            covers: vec![QuotaDraw {
+                offering: covers.parse().unwrap(),
+                per_node: 4,
+            }],
+        }
+    }
+
+    #[test]
+    fn skips_a_region_without_quota_and_launches_in_the_next_without_a_refusal() {
+        let p = pool(10, 4, 0);
+        let offerings = two_regions();
+        let quotas = [g_quota("us-east-1", 64, 62, "cheap")];
+        let plan = plan(&PlanInput {
+            quotas: &quotas,
+            ..input(&p, &offerings, &[], 2)
+        });
+        assert_eq!(launches(&plan), ["dear", "dear"]);
+        assert!(
+            plan.actions
+                .iter()
+                .all(|a| !matches!(a, Action::Refuse { .. })),
+            "{plan:?}"
+        );
+        assert!(plan.actions.iter().all(|a| matches!(
+            a,
+            Action::Launch { fallbacks, .. } if fallbacks == &[FallbackKind::Region]
+        )));
+        assert_eq!(
+            plan.skipped,
+            [SkippedOffering {
+                offering: "cheap".parse().unwrap(),
+                reason: SkipReason::Quota,
+                quota: "L-DB2E81BA".into(),
+                remaining: 2,
+                per_node: 4,
+            }]
+        );
+        // Without the quota read, the cheap region is tried first (and would be refused).
+        let blind = plan_without_quotas(&p, &offerings);
+        assert_eq!(launches(&blind), ["cheap", "cheap"]);
+        assert!(blind.skipped.is_empty());
+    }
+
+    fn plan_without_quotas(p: &PoolSpec, offerings: &[OfferingChoice]) -> Plan {
+        plan(&input(p, offerings, &[], 2))
+    }
+
+    #[test]
+    fn launches_use_up_the_quota_within_one_plan_then_fall_back() {
+        let p = pool(10, 4, 0);
+        let offerings = two_regions();
+        // Room for two nodes of 4 vCPUs.
+        let quotas = [g_quota("us-east-1", 64, 56, "cheap")];
+        let planned = plan(&PlanInput {
+            quotas: &quotas,
+            ..input(&p, &offerings, &[], 3)
+        });
+        assert_eq!(launches(&planned), ["cheap", "cheap", "dear"]);
+        assert_eq!(planned.skipped.len(), 1);
+        assert_eq!(planned.skipped[0].remaining, 0);
+    }
+
+    #[test]
+    fn every_destination_short_of_quota_is_refused_as_no_offering() {
+        let p = pool(10, 4, 0);
+        let offerings = two_regions();
+        let quotas = [
+            g_quota("us-east-1", 8, 8, "cheap"),
+            g_quota("us-west-2", 8, 6, "dear"),
+        ];
+        let planned = plan(&PlanInput {
+            quotas: &quotas,
+            ..input(&p, &offerings, &[], 1)
+        });
+        assert_eq!(
+            planned.actions,
+            [Action::Refuse {
+                request: None,
+                count: 1,
+                reason: RefusalReason::NoOffering
+            }]
+        );
+        let skipped: Vec<String> = planned
+            .skipped
+            .iter()
+            .map(|s| s.offering.to_string())
+            .collect();
+        assert_eq!(skipped, ["cheap", "dear"]);
+    }
+
+    #[test]
+    fn a_quota_that_covers_nothing_of_the_pool_limits_nothing() {
+        let p = pool(10, 4, 0);
+        let offerings = two_regions();
+        let quotas = [g_quota("us-east-1", 0, 0, "other")];
+        let planned = plan(&PlanInput {
+            quotas: &quotas,
+            ..input(&p, &offerings, &[], 2)
+        });
+        assert_eq!(launches(&planned), ["cheap", "cheap"]);
+        assert!(planned.skipped.is_empty());
     }
 }

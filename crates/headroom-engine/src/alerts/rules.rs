@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use headroom_cloud::InstanceId;
 use headroom_core::budget::BudgetStanding;
 use headroom_core::controller::ScalingHold;
-use headroom_core::{Budget, ErrorClass, OfferingId, PoolName, RefusalReason, Timestamp};
+use headroom_core::{
+    Budget, ErrorClass, OfferingId, PoolName, QuotaHeadroom, RefusalReason, Timestamp,
+};
 use headroom_ledger::RefusalRecord;
 
 use super::Alert;
@@ -36,6 +38,38 @@ pub struct AlertSnapshot<'a> {
     pub provider_errors_after: chrono::Duration,
     pub reservations: Vec<ReservationUse>,
     pub budgets: Vec<(Budget, BudgetStanding)>,
+    /// Owned pools whose every offering a known quota covers, with the room those quotas leave.
+    pub quota_room: Vec<PoolQuotaRoom>,
+}
+
+/// What the quotas of a pool's whole fallback chain still take, against what it may grow by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolQuotaRoom {
+    pub pool: PoolName,
+    /// Nodes the chain's quotas still take ([`chain_room`]).
+    pub room: u64,
+    /// Nodes `max_replicas` would still add to the pool's serving and starting ones.
+    pub needed: u32,
+    /// Each covering quota, for the summary ("L-DB2E81BA in us-east-1 (8 vcpu left)").
+    pub quotas: Vec<String>,
+}
+
+/// Nodes the quotas leave across `offerings` (a pool's fallback chain): each offering counts
+/// under its tightest quota, and each quota once, at the most nodes it takes of the offerings
+/// it binds. `None` when an offering is covered by no known quota (the chain is not bound).
+pub fn chain_room(offerings: &[OfferingId], quotas: &[QuotaHeadroom]) -> Option<u64> {
+    let mut per_quota: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for offering in offerings {
+        let tightest = quotas
+            .iter()
+            .filter_map(|q| Some((q.nodes_left(offering)?, q)))
+            .min_by_key(|(n, _)| *n)?;
+        let slot = per_quota
+            .entry((tightest.1.region.as_str(), tightest.1.name.as_str()))
+            .or_default();
+        *slot = (*slot).max(tightest.0);
+    }
+    Some(per_quota.values().sum())
 }
 
 /// One reservation and how it is used now.
@@ -69,6 +103,7 @@ pub fn conditions(s: &AlertSnapshot<'_>) -> Vec<Alert> {
             .iter()
             .filter_map(|(b, standing)| budget_condition(b, standing)),
     );
+    holding.extend(s.quota_room.iter().filter_map(quota_condition));
     // Deduplicate conditions that hold several times (several refusals of one reason).
     holding.sort_by_key(|a| a.key());
     holding.dedup_by_key(|a| a.key());
@@ -215,6 +250,25 @@ fn provider_errors_condition(
     })
 }
 
+/// `QuotaBelowMaxReplicas`: the quotas of a pool's whole fallback chain take fewer nodes than
+/// its `max_replicas` would add, so a burst will be refused before the pool's own limit.
+fn quota_condition(q: &PoolQuotaRoom) -> Option<Alert> {
+    (q.room < u64::from(q.needed)).then(|| {
+        Alert::new(
+            "QuotaBelowMaxReplicas",
+            "warning",
+            &[("pool", q.pool.to_string())],
+            format!(
+                "pool {}: its offerings' quotas take {} more nodes, max_replicas would need {} ({}); request a quota increase or add offerings in other regions or families",
+                q.pool,
+                q.room,
+                q.needed,
+                q.quotas.join(", ")
+            ),
+        )
+    })
+}
+
 fn reservation_conditions(r: &ReservationUse, now: Timestamp) -> Vec<Alert> {
     let labels = [("offering", r.offering.to_string())];
     let mut out = Vec::new();
@@ -269,6 +323,51 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn quota_below_max_replicas_fires_when_the_chain_cannot_take_the_pool_s_growth() {
+        use headroom_core::{QuotaDraw, QuotaUnit};
+        let quota = |region: &str, name: &str, remaining: u64, covers: &[&str]| QuotaHeadroom {
+            name: name.into(),
+            description: String::new(),
+            region: region.into(),
+            unit: QuotaUnit::Gpu,
+            limit: remaining + 4,
+            in_use: 4,
+            covers: covers
+                .iter()
+                .map(|o| QuotaDraw {
+                    offering: o.parse().unwrap(),
+                    per_node: 8,
+                })
+                .collect(),
+        };
+        let chain: Vec<OfferingId> = ["east", "east-spot", "west"]
+            .iter()
+            .map(|o| o.parse().unwrap())
+            .collect();
+        let quotas = [
+            quota("us-east-1", "gpus", 16, &["east", "east-spot"]),
+            quota("us-west-2", "gpus", 8, &["west"]),
+        ];
+        // Two offerings sharing one quota count it once: 2 + 1 nodes.
+        assert_eq!(chain_room(&chain, &quotas), Some(3));
+        assert_eq!(chain_room(&chain, &quotas[..1]), None, "west is not bound");
+        let room = |needed| PoolQuotaRoom {
+            pool: "llm".parse().unwrap(),
+            room: 3,
+            needed,
+            quotas: vec!["gpus in us-east-1 (16 gpu left)".into()],
+        };
+        assert!(quota_condition(&room(3)).is_none());
+        let alert = quota_condition(&room(4)).unwrap();
+        assert_eq!(alert.name, "QuotaBelowMaxReplicas");
+        assert!(
+            alert.summary.contains("take 3 more nodes"),
+            "{}",
+            alert.summary
+        );
     }
 
     /// `ProviderErrors` waits for its span, holds while failures continue, and resolves after a

@@ -13,6 +13,7 @@ pub(super) fn engine(raw: &RawEngine, p: &mut Problems) -> EngineSettings {
         provider_timeout: p.duration("engine.provider_timeout", &raw.provider_timeout),
         global_max_nodes: raw.global_max_nodes,
         price_refresh: p.duration("engine.price_refresh", &raw.price_refresh),
+        quota_cache_ttl: p.duration("engine.quota_cache_ttl", &raw.quota_cache_ttl),
         orphan_policy: orphan_policy(&raw.orphan_policy, p),
         transient_failure_limit: raw.transient_failure_limit,
         transient_failure_window: p.duration(
@@ -30,6 +31,14 @@ pub(super) fn engine(raw: &RawEngine, p: &mut Problems) -> EngineSettings {
             "engine.price_refresh",
             "must be at least 10s (price history calls are rate-limited)",
             "use e.g. \"5m\", or \"0s\" to keep the configured prices",
+        );
+    }
+    let ttl = engine.quota_cache_ttl;
+    if !ttl.is_zero() && !(Duration::from_secs(10)..=Duration::from_secs(3600)).contains(&ttl) {
+        p.add(
+            "engine.quota_cache_ttl",
+            "must be between 10s and 1h (quota reads are rate-limited; older counts mislead)",
+            "use e.g. \"5m\", or \"0s\" to skip the quota preflight",
         );
     }
     if engine.global_max_nodes == Some(0) {

@@ -82,6 +82,9 @@ pub struct EngineSettings {
     pub global_max_nodes: Option<u32>,
     /// How often live prices (spot) are asked of the cloud; zero keeps the configured prices.
     pub price_refresh: Duration,
+    /// How long a region's quotas, read from the cloud, are trusted before they are read again
+    /// (quota preflight); zero reads none and leaves quota to the cloud's refusals.
+    pub quota_cache_ttl: Duration,
     /// What happens to instances tagged as this deployment's that the ledger does not know.
     pub orphan_policy: OrphanPolicy,
     /// Transient launch failures (5xx, timeouts) of one offering within

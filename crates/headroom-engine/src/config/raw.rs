@@ -78,6 +78,8 @@ pub(super) struct RawEngine {
     pub(super) global_max_nodes: Option<u32>,
     #[serde(default = "default_price_refresh")]
     pub(super) price_refresh: String,
+    #[serde(default = "default_quota_cache_ttl")]
+    pub(super) quota_cache_ttl: String,
     #[serde(default = "default_orphan_policy")]
     pub(super) orphan_policy: String,
     #[serde(default = "default_transient_failure_limit")]
@@ -102,6 +104,10 @@ fn default_provider_errors_alert_after() -> String {
 
 fn default_orphan_policy() -> String {
     "terminate".into()
+}
+
+fn default_quota_cache_ttl() -> String {
+    "5m".into()
 }
 
 fn default_price_refresh() -> String {
@@ -131,6 +137,7 @@ impl Default for RawEngine {
             provider_timeout: default_provider_timeout(),
             global_max_nodes: None,
             price_refresh: default_price_refresh(),
+            quota_cache_ttl: default_quota_cache_ttl(),
             orphan_policy: default_orphan_policy(),
             transient_failure_limit: default_transient_failure_limit(),
             transient_failure_window: default_transient_failure_window(),

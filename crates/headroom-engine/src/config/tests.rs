@@ -146,6 +146,34 @@ fn price_refresh_is_off_at_zero_and_never_a_hammering_loop() {
 }
 
 #[test]
+fn quota_cache_ttl_defaults_to_five_minutes_and_is_bounded() {
+    let c = Config::parse("cluster_id = \"t\"\n", "t").unwrap();
+    assert_eq!(
+        c.engine.quota_cache_ttl,
+        std::time::Duration::from_secs(300)
+    );
+    let off = Config::parse(
+        "cluster_id = \"t\"\n[engine]\nquota_cache_ttl = \"0s\"\n",
+        "t",
+    )
+    .unwrap();
+    assert!(off.engine.quota_cache_ttl.is_zero());
+    for bad in ["2s", "2h"] {
+        let e = errors(&format!(
+            "cluster_id = \"t\"\n[engine]\nquota_cache_ttl = \"{bad}\"\n"
+        ));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains("engine.quota_cache_ttl")
+                && e[0].contains("\"0s\"")
+                && !e[0].contains('\n'),
+            "{}",
+            e[0]
+        );
+    }
+}
+
+#[test]
 fn transient_failures_are_bounded_by_validated_knobs() {
     let c = Config::parse("cluster_id = \"t\"\n", "t").unwrap();
     assert_eq!(c.engine.transient_failure_limit, 3);

@@ -139,6 +139,7 @@ impl Engine {
             ),
             reservations,
             budgets,
+            quota_room: self.quota_room(input),
         })
     }
 

@@ -30,6 +30,9 @@ pub(super) struct ControlMemory {
     pub pending_pods: HashMap<PoolName, u32>,
     /// Each pool's recent demand, which sizes its warm pool.
     pub demand: HashMap<PoolName, super::warm_pool::DemandHistory>,
+    /// The offerings each pool's last plans passed over for quota, so the decision log records
+    /// a change, not every tick.
+    pub quota_skips: HashMap<PoolName, Vec<OfferingId>>,
 }
 
 impl ControlMemory {
@@ -76,9 +79,15 @@ impl Engine {
             return Ok(());
         }
         let mut unserved = 0;
+        let mut skipped: Vec<planner::SkippedOffering> = Vec::new();
         for _round in 0..MAX_FALLBACK_ROUNDS {
             let plan = self.plan(input, pool, target, warm.size, now).await?;
             unserved = plan.unserved;
+            for skip in &plan.skipped {
+                if !skipped.iter().any(|s| s.offering == skip.offering) {
+                    skipped.push(skip.clone());
+                }
+            }
             let previous = lock(&self.control)
                 .last_pool_refusal
                 .get(&pool.name)
@@ -101,7 +110,35 @@ impl Engine {
             }
         }
         self.hand_to_fallback(pool, unserved);
-        Ok(())
+        self.log_quota_skips(pool, skipped, now).await
+    }
+
+    /// Writes the offerings the pool's plans passed over for quota to its decision log when
+    /// they change ("skipped: quota", with the quota and what it had left).
+    async fn log_quota_skips(
+        &self,
+        pool: &PoolSpec,
+        skipped: Vec<planner::SkippedOffering>,
+        now: Timestamp,
+    ) -> Result<(), EngineError> {
+        let ids: Vec<OfferingId> = skipped.iter().map(|s| s.offering.clone()).collect();
+        let changed = {
+            let mut control = lock(&self.control);
+            let before = control.quota_skips.insert(pool.name.clone(), ids.clone());
+            before.unwrap_or_default() != ids
+        };
+        if !changed || skipped.is_empty() {
+            return Ok(());
+        }
+        for skip in &skipped {
+            tracing::info!(pool = %pool.name, offering = %skip.offering, quota = %skip.quota, remaining = skip.remaining, per_node = skip.per_node, "skipped: quota");
+        }
+        let entry = serde_json::json!({
+            "event": "skipped",
+            "reason": "quota",
+            "skipped": skipped,
+        });
+        self.log_event(&pool.name, entry, now).await
     }
 
     /// Asks the controller for the pool's organic target and records its answer. Returns the
@@ -186,6 +223,7 @@ impl Engine {
     ) -> Result<planner::Plan, EngineError> {
         let nodes = node_views(input, &pool.name);
         let offerings = self.offering_choices(pool, &input.live, now);
+        let quotas = self.quotas_for(pool);
         let requests: Vec<OpenRequest> = input
             .open
             .iter()
@@ -231,6 +269,7 @@ impl Engine {
             launches_in_period,
             global_room,
             warm_target: Some(warm_target),
+            quotas: &quotas,
         }))
     }
 

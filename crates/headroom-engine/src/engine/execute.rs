@@ -392,6 +392,7 @@ impl Engine {
                 e.instance = Some(instance.id.0);
                 self.record(input, e).await?;
                 self.clear_transient(Some(&pool.name), &offering.id);
+                self.note_quota_draw(&offering.id);
                 Ok(None)
             }
             Err(err) if err.class() == ErrorClass::Transient => {
@@ -494,6 +495,9 @@ impl Engine {
                 offering: offering.id.to_string(),
             })
             .inc();
+        if reason == RefusalReason::Cloud(ErrorClass::Quota) {
+            self.quota_refused(&offering.region);
+        }
         if reason.falls_back() {
             tracing::warn!(pool = %pool.name, offering = %offering.id, %detail, "launch refused; falling back");
             self.mark_unavailable(&offering.id);

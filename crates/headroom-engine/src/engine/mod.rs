@@ -52,6 +52,7 @@ mod input;
 mod observe;
 mod offerings;
 mod orphans;
+mod quotas;
 mod renewals;
 mod restore;
 mod signals;
@@ -61,6 +62,7 @@ mod warm_pool;
 
 pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
 pub use offerings::{OfferingPrice, ProviderTrouble};
+pub use quotas::OfferingQuota;
 pub use signals::SignalInput;
 pub use status::{Clamp, PoolStatus};
 pub use warm_pool::WarmPoolSize;
@@ -96,6 +98,8 @@ pub struct Engine {
     control: Mutex<decide::ControlMemory>,
     renewals: Mutex<renewals::RenewalBook>,
     offerings: Mutex<offerings::OfferingBook>,
+    /// Each region's quotas as last read (quota preflight).
+    quotas: Mutex<quotas::QuotaBook>,
     /// Pools stopped by an invalid-request or permission refusal, with the cloud's message.
     halted: Mutex<HashMap<PoolName, String>>,
     status: Mutex<BTreeMap<PoolName, PoolStatus>>,
@@ -185,6 +189,7 @@ impl Engine {
             control: Mutex::default(),
             renewals: Mutex::default(),
             offerings: Mutex::default(),
+            quotas: Mutex::default(),
             halted: Mutex::default(),
             status: Mutex::new(status),
             serving: Mutex::default(),
@@ -269,6 +274,7 @@ impl Engine {
         let mut input = TickInput::read(self.ledger.as_ref(), owned, &inventory).await?;
         self.observe(&mut input, &inventory).await?;
         self.refresh_prices().await;
+        self.refresh_quotas().await;
         input.read_demand(self.ledger.as_ref()).await?;
         self.renew_holds(&mut input).await?;
         for pool in &self.config.pools {

@@ -83,6 +83,9 @@ pub struct OfferingPrice {
     pub recent_refusals: u32,
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub quoted_at: Option<Timestamp>,
+    /// Each cloud quota a launch of this offering counts against, with what it has left, as
+    /// last read (empty when the cloud's quotas are unknown or none covers it).
+    pub quotas: Vec<super::OfferingQuota>,
 }
 
 impl Engine {
@@ -324,6 +327,7 @@ impl Engine {
                         log.iter().filter(|t| **t >= now - RECENT_REFUSALS).count() as u32
                     }),
                     quoted_at: live.and(book.prices_quoted_at),
+                    quotas: self.offering_quotas(&offering.id),
                 }
             })
             .collect()
