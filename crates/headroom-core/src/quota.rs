@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::OfferingId;
 
 /// What a quota counts.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum QuotaUnit {

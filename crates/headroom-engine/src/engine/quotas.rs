@@ -28,6 +28,7 @@ struct RegionQuotas {
 }
 
 /// One quota covering an offering, for `GET /v1/offerings`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OfferingQuota {
     /// The cloud's name (`L-DB2E81BA`, `NVIDIA_L4_GPUS`, `gpus`).
@@ -41,6 +42,7 @@ pub struct OfferingQuota {
     pub per_node: u32,
     /// Whole nodes of the offering this quota still takes.
     pub nodes_left: u64,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub read_at: Timestamp,
 }
 
