@@ -496,6 +496,98 @@ async fn concurrent_admissions_never_overspend(ledger: Arc<dyn Ledger>) {
     );
 }
 
+/// Sixteen accounts admitting at once, each against its own ceiling (account `i` fits `i + 1`
+/// holds): no account passes its ceiling, and every caller gets the answer for its own event
+/// (an admitted event is recorded under its account, a refused one is not, and a refusal
+/// reports its own account's ceiling). With several ledgers (processes) on one database, the
+/// same holds across them.
+async fn concurrent_admissions_of_many_accounts(ledgers: Vec<Arc<dyn Ledger>>) {
+    let ledger = ledgers[0].clone();
+    let now = t("2026-11-30T09:00:00Z");
+    const ACCOUNTS: u32 = 16;
+    const ATTEMPTS: u32 = 24;
+    for a in 0..ACCOUNTS {
+        ledger
+            .put_budget(
+                &Budget {
+                    account: format!("team-{a}").parse().unwrap(),
+                    period: BudgetPeriod::Day,
+                    ceiling: Money::from_micros(i64::from(a + 1) * 1_000_000),
+                    soft_threshold_percent: 80,
+                    hard_action: HardAction::Refuse,
+                },
+                now,
+            )
+            .await
+            .unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..ATTEMPTS {
+        for a in 0..ACCOUNTS {
+            let ledger = ledgers[(n + a) as usize % ledgers.len()].clone();
+            tasks.spawn(async move {
+                let mut e = event(
+                    &format!("a{a}-n{n}"),
+                    NodeState::Requested,
+                    "2026-11-30T09:00:00Z",
+                    None,
+                    "launch",
+                );
+                e.account = format!("team-{a}").parse().unwrap();
+                e.hold = "1".parse().unwrap();
+                let outcome = ledger.place_hold(&e).await.unwrap();
+                (a, e.node, outcome)
+            });
+        }
+    }
+    let mut admitted: std::collections::BTreeMap<u32, std::collections::BTreeSet<NodeId>> =
+        Default::default();
+    let mut refused: std::collections::BTreeMap<u32, std::collections::BTreeSet<NodeId>> =
+        Default::default();
+    while let Some(result) = tasks.join_next().await {
+        let (a, node, outcome) = result.unwrap();
+        match outcome {
+            HoldOutcome::Placed => admitted.entry(a).or_default().insert(node),
+            HoldOutcome::OverBudget(standing) => {
+                assert_eq!(
+                    standing.ceiling,
+                    Money::from_micros(i64::from(a + 1) * 1_000_000),
+                    "a refusal answers with its own account's standing"
+                );
+                assert_eq!(standing.held, standing.ceiling, "refused only once full");
+                refused.entry(a).or_default().insert(node)
+            }
+        };
+    }
+    for a in 0..ACCOUNTS {
+        let account = format!("team-{a}").parse().unwrap();
+        let mine = admitted.remove(&a).unwrap_or_default();
+        assert_eq!(
+            mine.len() as u32,
+            a + 1,
+            "team-{a} admits exactly its ceiling"
+        );
+        assert_eq!(
+            refused.remove(&a).unwrap_or_default().len() as u32,
+            ATTEMPTS - a - 1
+        );
+        let recorded: std::collections::BTreeSet<NodeId> = ledger
+            .account_events(&account)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.node)
+            .collect();
+        assert_eq!(
+            recorded, mine,
+            "team-{a}: recorded exactly the admissions answered placed"
+        );
+        let budget = ledger.budget(&account).await.unwrap().unwrap();
+        let standing = ledger.budget_standing(&budget, now).await.unwrap();
+        assert_eq!(standing.held, budget.ceiling);
+    }
+}
+
 /// A renewal replaces what its node still holds: only the difference is admitted, the renewed
 /// node reads back as its latest hold, and the summary does not count it as new capacity.
 async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
@@ -639,6 +731,12 @@ macro_rules! behaviour_suite {
                 concurrent_admissions_never_overspend(ledger).await;
             }
 
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_admissions_of_many_accounts() {
+                let (_guard, ledger) = $open.await;
+                super::concurrent_admissions_of_many_accounts(vec![ledger]).await;
+            }
+
             #[tokio::test]
             async fn renewals() {
                 let (_guard, ledger) = $open.await;
@@ -669,6 +767,14 @@ async fn postgres_ledger() -> (String, Arc<dyn Ledger>) {
 
 behaviour_suite!(sqlite_backend, sqlite_ledger());
 behaviour_suite!(postgres_backend, postgres_ledger());
+
+/// Two processes admitting on one database, over the same accounts at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_admissions_from_two_processes_never_overspend() {
+    let (url, first) = postgres_ledger().await;
+    let second: Arc<dyn Ledger> = Arc::new(PostgresLedger::connect(&url).await.unwrap());
+    concurrent_admissions_of_many_accounts(vec![first, second]).await;
+}
 
 #[tokio::test]
 async fn postgres_ledger_is_append_only() {

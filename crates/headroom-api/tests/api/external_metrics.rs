@@ -22,6 +22,8 @@ struct ExternalMetricValue {
 
 /// A kube client for the API served on a real port, presenting `token`.
 async fn kube_client(router: axum::Router, token: &str) -> kube::Client {
+    // A workspace build enables both of rustls's providers: name one, as `serve` does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
