@@ -1012,15 +1012,7 @@ async fn a_stockout_falls_back_type_zone_region_then_to_the_smaller_model_in_one
     let h = harness(&config).await;
     h.engine.tick().await.unwrap();
 
-    let mut by_offering: Vec<String> = h
-        .cloud
-        .list_owned("engine-test")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.offering.to_string())
-        .collect();
-    by_offering.sort();
+    let by_offering = launched_offerings(&h).await;
     // One node on each of the four offerings, found within one tick, and the fifth replica on
     // the smaller model.
     assert_eq!(by_offering, ["a", "b", "c", "d", "s"]);
