@@ -17,7 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::input::QueryParams;
-use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use super::responses::Authenticated;
 use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
@@ -77,6 +77,55 @@ impl Source {
     }
 }
 
+/// Kubernetes' `Status`: how this API group answers a mistake, so the HPA's events and
+/// `kubectl get --raw` show the message (a problem+json body would read as an unknown error).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct KubeStatus {
+    kind: &'static str,
+    api_version: &'static str,
+    #[schema(value_type = Object)]
+    metadata: serde_json::Value,
+    /// Always `Failure`.
+    status: &'static str,
+    message: String,
+    /// `BadRequest`, `Forbidden` or `NotFound`.
+    reason: &'static str,
+    code: u16,
+}
+
+/// A handler's mistake as a Kubernetes `Status`.
+#[derive(Debug)]
+struct KubeError(ApiError);
+
+impl From<ApiError> for KubeError {
+    fn from(e: ApiError) -> KubeError {
+        KubeError(e)
+    }
+}
+
+impl axum::response::IntoResponse for KubeError {
+    fn into_response(self) -> axum::response::Response {
+        use axum::http::StatusCode;
+        let (code, reason, message) = match self.0 {
+            ApiError::BadRequest { detail, .. } => (StatusCode::BAD_REQUEST, "BadRequest", detail),
+            ApiError::Forbidden(detail) => (StatusCode::FORBIDDEN, "Forbidden", detail),
+            ApiError::NotFound(detail) => (StatusCode::NOT_FOUND, "NotFound", detail),
+            other => return other.into_response(),
+        };
+        let status = KubeStatus {
+            kind: "Status",
+            api_version: "v1",
+            metadata: serde_json::json!({}),
+            status: "Failure",
+            message,
+            reason,
+            code: code.as_u16(),
+        };
+        (code, Json(status)).into_response()
+    }
+}
+
 /// Kubernetes' `APIResourceList`: what this group-version serves (the aggregator's discovery).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -102,13 +151,13 @@ struct ApiResource {
     path = "/apis/external.metrics.k8s.io/v1beta1",
     responses(
         (status = 200, description = "The external metrics served (Kubernetes discovery)", body = ApiResourceList),
-        (status = 403, response = Forbidden),
+        (status = 403, description = "The token lacks the metrics scope", body = KubeStatus),
         Authenticated,
     )
 )]
 async fn resources(
     axum::Extension(principal): axum::Extension<Principal>,
-) -> Result<Json<ApiResourceList>, ApiError> {
+) -> Result<Json<ApiResourceList>, KubeError> {
     principal.require(Scope::Metrics)?;
     Ok(Json(ApiResourceList {
         kind: "APIResourceList",
@@ -164,9 +213,9 @@ struct ExternalMetricValue {
     ),
     responses(
         (status = 200, description = "The metric's value per matching pool; none for a pool holding on a missing signal", body = ExternalMetricValueList),
-        (status = 400, response = InvalidInput),
-        (status = 403, response = Forbidden),
-        (status = 404, response = NotFound),
+        (status = 400, description = "A malformed label selector or query", body = KubeStatus),
+        (status = 403, description = "The token lacks the metrics scope", body = KubeStatus),
+        (status = 404, description = "No such external metric", body = KubeStatus),
         Authenticated,
     )
 )]
@@ -175,7 +224,7 @@ async fn metric_values(
     axum::Extension(principal): axum::Extension<Principal>,
     axum::extract::Path((_namespace, metric)): axum::extract::Path<(String, String)>,
     query: QueryParams,
-) -> Result<Json<ExternalMetricValueList>, ApiError> {
+) -> Result<Json<ExternalMetricValueList>, KubeError> {
     principal.require(Scope::Metrics)?;
     let (name, source) = METRICS
         .iter()
@@ -195,7 +244,8 @@ async fn metric_values(
         return Err(ApiError::bad(
             "invalid-selector",
             format!("unknown query parameter {unknown:?}; use labelSelector"),
-        ));
+        )
+        .into());
     }
     let selector_text = params
         .get("labelSelector")

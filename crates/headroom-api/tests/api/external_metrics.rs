@@ -147,22 +147,29 @@ async fn an_hpa_reads_the_queue_headroom_scales_on_through_the_kubernetes_client
         .unwrap();
     assert!(stale.items.is_empty(), "{stale:?}");
 
-    // Mistakes are errors the client reports, not empty answers.
-    for (path, status) in [
-        (format!("{base}/gpu_utilization"), 404),
+    // Mistakes are Kubernetes `Status` answers the client reads: code, reason and message.
+    for (path, code, reason, message) in [
+        (
+            format!("{base}/gpu_utilization"),
+            404,
+            "NotFound",
+            "no external metric \"gpu_utilization\"",
+        ),
         (
             format!("{base}/headroom_queue_depth?labelSelector=pool%20in%20x"),
             400,
+            "BadRequest",
+            "labelSelector",
         ),
     ] {
-        let err = client
-            .request::<Value>(get(&path))
-            .await
-            .expect_err("a mistake must fail");
-        assert!(
-            err.to_string().contains(&status.to_string()),
-            "{path}: {err}"
-        );
+        match client.request::<Value>(get(&path)).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, code, "{path}: {status:?}");
+                assert_eq!(status.reason, reason, "{path}: {status:?}");
+                assert!(status.message.contains(message), "{path}: {status:?}");
+            }
+            other => panic!("{path}: a Kubernetes Status error, got {other:?}"),
+        }
     }
     let reader = mint(&api, &["research"], &[Scope::Reports]).await;
     let without_scope = send_as(
@@ -173,5 +180,14 @@ async fn an_hpa_reads_the_queue_headroom_scales_on_through_the_kubernetes_client
         None,
     )
     .await;
-    assert_problem(&without_scope, StatusCode::FORBIDDEN, "metrics");
+    assert_eq!(without_scope.status, StatusCode::FORBIDDEN);
+    assert_eq!(without_scope.body["kind"], "Status");
+    assert!(
+        without_scope.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("metrics"),
+        "{:?}",
+        without_scope.body
+    );
 }
