@@ -83,7 +83,7 @@ pub fn server_config(tls: &ExternalMetricsTls) -> anyhow::Result<Arc<rustls::Ser
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
         .map_err(|e| BadInput(format!("--tls-key: does not match --tls-cert: {e}")))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -117,10 +117,9 @@ pub async fn serve(
                 Err(_) => return,
             };
             let service = hyper_util::service::TowerToHyperService::new(app);
-            let served =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
+            let served = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
             if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "external metrics: connection ended");
             }
