@@ -1060,14 +1060,7 @@ async fn quota_falls_back_throttling_is_retried_and_an_invalid_request_halts_the
     h.cloud.inject_launch_fault(&cheap, ErrorClass::Quota, 1);
     h.request(1).await;
     h.engine.tick().await.unwrap();
-    let offerings: Vec<String> = h
-        .cloud
-        .list_owned("engine-test")
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.offering.to_string())
-        .collect();
+    let offerings = launched_offerings(&h).await;
     assert_eq!(
         offerings,
         ["dear"],
@@ -1297,15 +1290,7 @@ async fn reservations_first_then_the_global_ceiling_clamps_visibly() {
     let h = harness(&config).await;
     h.request(4).await;
     h.engine.tick().await.unwrap();
-    let mut offerings: Vec<String> = h
-        .cloud
-        .list_owned("engine-test")
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.offering.to_string())
-        .collect();
-    offerings.sort();
+    let offerings = launched_offerings(&h).await;
     assert_eq!(
         offerings,
         ["od", "rsv", "rsv"],
