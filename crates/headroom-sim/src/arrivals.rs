@@ -6,13 +6,15 @@ use serde::Serialize;
 
 use crate::error::SimError;
 
-/// One request: when it arrives, its tokens and its priority tier (0 is the highest).
+/// One request: when it arrives, its tokens, its priority tier (0 is the highest) and the
+/// simulated pool it arrives at (an index into the scenario's pools; 0 is the first).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Request {
     pub at_s: f64,
     pub input_tokens: u32,
     pub output_tokens: u32,
     pub tier: u8,
+    pub pool: u8,
 }
 
 /// How arrivals are spaced at a given rate.
@@ -78,6 +80,8 @@ impl Tokens {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stream {
     pub tier: u8,
+    /// The simulated pool the stream's requests arrive at.
+    pub pool: u8,
     pub process: Process,
     pub rate: RateProfile,
     pub input_tokens: Tokens,
@@ -116,6 +120,7 @@ pub fn generate(streams: &[Stream], duration_s: f64, seed: u64) -> Vec<Request> 
                     input_tokens: stream.input_tokens.draw(&mut rng),
                     output_tokens: stream.output_tokens.draw(&mut rng),
                     tier: stream.tier,
+                    pool: stream.pool,
                 });
                 threshold += next(&mut rng).max(1e-12);
             }
@@ -297,6 +302,8 @@ fn finish(mut rows: Vec<(f64, u32, u32)>, file: &str, tier: u8) -> Result<Vec<Re
             input_tokens,
             output_tokens,
             tier,
+            // A trace is the first pool's traffic.
+            pool: 0,
         })
         .collect())
 }
@@ -308,6 +315,7 @@ mod tests {
     #[test]
     fn uniform_arrivals_follow_the_integral() {
         let s = Stream {
+            pool: 0,
             tier: 0,
             process: Process::Uniform,
             rate: RateProfile {
@@ -333,6 +341,7 @@ mod tests {
     #[test]
     fn poisson_is_seeded_and_near_its_rate() {
         let s = Stream {
+            pool: 0,
             tier: 1,
             process: Process::Poisson,
             rate: RateProfile::constant(50.0),

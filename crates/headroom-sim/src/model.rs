@@ -30,6 +30,14 @@ impl Service {
     }
 }
 
+/// One ready replica as a policy reports it: its GPUs (what it costs in GPU-hours) and how fast
+/// it serves (the pool's service on the offering it landed on).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReplicaSpec {
+    pub gpus: u32,
+    pub service: Service,
+}
+
 /// Per tier, highest priority first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueuePolicy {
@@ -44,6 +52,9 @@ pub struct QueuePolicy {
     /// The admission priority of each tier (what `GET /v1/pools/{name}/admission` answers by).
     pub priorities: Vec<headroom_core::Priority>,
     pub shed_depth: Option<u64>,
+    /// Per tier: whether a pool's smaller-model fallback may serve it while Headroom hands the
+    /// pool's demand over (`[[tiers]] smaller_model`).
+    pub smaller_model: Vec<bool>,
 }
 
 /// One tier's totals over a run.
@@ -85,8 +96,40 @@ pub struct Totals {
     pub busy_gpu_s: f64,
     /// The deepest the queue was at the end of any step.
     pub peak_waiting: u64,
+    /// Requests that arrived at another pool and were handed to this one (its smaller model).
+    pub taken_over: u64,
     /// Per tier, highest priority first.
     pub by_tier: Vec<TierTotals>,
+}
+
+impl Totals {
+    /// Adds another pool's totals to these (per tier too). A request is counted once: where it
+    /// arrived, and where it started. `peak_waiting` is the larger of the two, not the peak of
+    /// the sum, which only the run loop sees.
+    pub fn add(&mut self, o: &Totals) {
+        self.requests += o.requests;
+        self.within_slo += o.within_slo;
+        self.missed += o.missed;
+        self.shed += o.shed;
+        self.timed_out += o.timed_out;
+        self.served += o.served;
+        self.queue_delay_s += o.queue_delay_s;
+        self.arrivals += o.arrivals;
+        self.departures += o.departures;
+        self.ready_gpu_s += o.ready_gpu_s;
+        self.busy_gpu_s += o.busy_gpu_s;
+        self.peak_waiting = self.peak_waiting.max(o.peak_waiting);
+        self.taken_over += o.taken_over;
+        if self.by_tier.len() < o.by_tier.len() {
+            self.by_tier.resize(o.by_tier.len(), TierTotals::default());
+        }
+        for (a, b) in self.by_tier.iter_mut().zip(&o.by_tier) {
+            a.requests += b.requests;
+            a.within_slo += b.within_slo;
+            a.shed += b.shed;
+            a.timed_out += b.timed_out;
+        }
+    }
 }
 
 /// A request waiting in its tier's queue; `counted` once its wait was measured (a request
@@ -97,20 +140,36 @@ struct Queued {
     counted: bool,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Replica {
     gpus: u32,
+    service: Service,
     /// (request index, work left).
     active: Vec<(usize, f64)>,
     /// Seconds with at least one request running, since the replica joined.
     busy_s: f64,
 }
 
+/// Requests one pool's queue handed to another's (see [`Model::hand_over`]).
+#[derive(Debug, Default)]
+pub struct HandedOver(Vec<(usize, Queued)>);
+
+impl HandedOver {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// The queue and the replicas of one pool under one policy.
 #[derive(Debug)]
 pub struct Model<'a> {
     requests: &'a [Request],
-    service: Service,
+    /// The simulated pool whose arrivals this model takes (`Request::pool`).
+    pool: u8,
     policy: QueuePolicy,
     shedding: bool,
     /// The admission answer in force, per priority.
@@ -129,7 +188,7 @@ impl Clone for Model<'_> {
     fn clone(&self) -> Self {
         Model {
             requests: self.requests,
-            service: self.service,
+            pool: self.pool,
             policy: self.policy.clone(),
             shedding: self.shedding,
             gates: self.gates.clone(),
@@ -143,17 +202,13 @@ impl Clone for Model<'_> {
 }
 
 impl<'a> Model<'a> {
-    /// `shedding`: whether this policy has an admission shedder (Headroom's design does).
-    pub fn new(
-        requests: &'a [Request],
-        service: Service,
-        policy: QueuePolicy,
-        shedding: bool,
-    ) -> Self {
+    /// `shedding`: whether this policy has an admission shedder (Headroom's design does). How
+    /// fast it serves is each replica's own ([`ReplicaSpec`]).
+    pub fn new(requests: &'a [Request], policy: QueuePolicy, shedding: bool) -> Self {
         let tiers = policy.tiers.len().max(1);
         Model {
             requests,
-            service,
+            pool: 0,
             policy,
             shedding,
             gates: Vec::new(),
@@ -165,6 +220,53 @@ impl<'a> Model<'a> {
                 ..Totals::default()
             },
             arrivals_by_tier: vec![0; tiers],
+        }
+    }
+
+    /// The model of simulated pool `pool`: it takes only that pool's arrivals.
+    pub fn at_pool(mut self, pool: u8) -> Self {
+        self.pool = pool;
+        self
+    }
+
+    /// Batch slots of the ready replicas.
+    pub fn slots(&self) -> u64 {
+        self.replicas
+            .values()
+            .map(|r| r.service.max_batch as u64)
+            .sum()
+    }
+
+    /// Slots that would stay free after every request waiting here started: what a router can
+    /// send this pool without making its own traffic wait.
+    pub fn spare_slots(&self) -> u64 {
+        self.slots()
+            .saturating_sub(self.in_service() + self.waiting())
+    }
+
+    /// Takes up to `n` waiting requests of the tiers `eligible` marks (highest tier first, oldest
+    /// first within a tier) out of this pool's queue, for another pool to serve.
+    pub fn hand_over(&mut self, eligible: &[bool], n: u64) -> HandedOver {
+        let mut out = Vec::new();
+        for (tier, q) in self.queue.iter_mut().enumerate() {
+            if !eligible.get(tier).copied().unwrap_or(false) {
+                continue;
+            }
+            while (out.len() as u64) < n {
+                let Some(e) = q.pop_front() else { break };
+                out.push((tier, e));
+            }
+        }
+        HandedOver(out)
+    }
+
+    /// Queues requests another pool handed over, behind this pool's own of the same tier. Their
+    /// arrival was counted where they arrived; their wait is counted where they start.
+    pub fn take_over(&mut self, handed: HandedOver) {
+        for (tier, e) in handed.0 {
+            let tier = tier.min(self.queue.len() - 1);
+            self.totals.taken_over += 1;
+            self.queue[tier].push_back(e);
         }
     }
 
@@ -248,9 +350,9 @@ impl<'a> Model<'a> {
         self.gates = gates.to_vec();
     }
 
-    /// Makes exactly these replicas (id → GPUs) ready. Requests on a replica that vanished go
-    /// back to the front of their tier, oldest first.
-    pub fn set_ready(&mut self, ready: &BTreeMap<String, u32>) {
+    /// Makes exactly these replicas ready. Requests on a replica that vanished go back to the
+    /// front of their tier, oldest first.
+    pub fn set_ready(&mut self, ready: &BTreeMap<String, ReplicaSpec>) {
         let gone: Vec<String> = self
             .replicas
             .keys()
@@ -270,10 +372,12 @@ impl<'a> Model<'a> {
                 }
             }
         }
-        for (id, gpus) in ready {
+        for (id, spec) in ready {
             self.replicas.entry(id.clone()).or_insert_with(|| Replica {
-                gpus: *gpus,
-                ..Replica::default()
+                gpus: spec.gpus,
+                service: spec.service,
+                active: Vec::new(),
+                busy_s: 0.0,
             });
         }
     }
@@ -344,6 +448,9 @@ impl<'a> Model<'a> {
             let index = self.next;
             let tier = self.tier(index);
             self.next += 1;
+            if r.pool != self.pool {
+                continue;
+            }
             self.totals.requests += 1;
             self.totals.arrivals += 1;
             self.totals.by_tier[tier].requests += 1;
@@ -388,12 +495,12 @@ impl<'a> Model<'a> {
     }
 
     fn fill(&mut self, rep: &mut Replica, now: f64) {
-        while rep.active.len() < self.service.max_batch as usize {
+        while rep.active.len() < rep.service.max_batch as usize {
             let Some(e) = self.pop() else { break };
             let wait = now - self.requests[e.index].at_s;
             self.count_wait(e, wait);
             rep.active
-                .push((e.index, self.service.work(&self.requests[e.index])));
+                .push((e.index, rep.service.work(&self.requests[e.index])));
         }
     }
 
@@ -408,8 +515,7 @@ impl<'a> Model<'a> {
             if n == 0 || tau >= dt {
                 break;
             }
-            let rate =
-                (self.service.tokens_per_s / n as f64).min(self.service.request_tokens_per_s);
+            let rate = (rep.service.tokens_per_s / n as f64).min(rep.service.request_tokens_per_s);
             let min_left = rep.active.iter().map(|a| a.1).fold(f64::INFINITY, f64::min);
             let need = min_left / rate;
             if tau + need <= dt {
@@ -489,6 +595,11 @@ mod tests {
         }
     }
 
+    /// One ready replica, "a", of one GPU serving at `service`.
+    fn one(service: Service) -> BTreeMap<String, ReplicaSpec> {
+        BTreeMap::from([("a".to_string(), ReplicaSpec { gpus: 1, service })])
+    }
+
     fn policy() -> QueuePolicy {
         QueuePolicy {
             tiers: vec!["interactive".into(), "batch".into()],
@@ -500,6 +611,7 @@ mod tests {
                 headroom_core::Priority::Low,
             ],
             shed_depth: Some(5),
+            smaller_model: vec![true, false],
         }
     }
 
@@ -517,14 +629,15 @@ mod tests {
             input_tokens: 0,
             output_tokens: 100,
             tier,
+            pool: 0,
         }
     }
 
     #[test]
     fn one_replica_serves_two_and_a_half_per_second() {
         let reqs: Vec<Request> = (0..100).map(|i| req(i as f64 * 0.1, 0)).collect();
-        let mut m = Model::new(&reqs, service(), policy(), false);
-        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        let mut m = Model::new(&reqs, policy(), false);
+        m.set_ready(&one(service()));
         m.advance(0.0, 10.2, 0.1);
         // 0.4 s each: the 25th ends at 10.0 s, the 26th is in service, the rest waits.
         assert_eq!(m.totals.served, 25);
@@ -536,7 +649,7 @@ mod tests {
     fn interactive_goes_first_and_batch_is_shed_when_deep() {
         let mut reqs: Vec<Request> = (0..10).map(|_| req(0.0, 1)).collect();
         reqs.push(req(0.0, 0));
-        let mut m = Model::new(&reqs, service(), policy(), true);
+        let mut m = Model::new(&reqs, policy(), true);
         m.advance(0.0, 0.5, 0.1);
         assert_eq!(m.totals.shed, 0, "admission sheds nothing yet");
         m.set_admission(&[shed_low()]);
@@ -545,11 +658,11 @@ mod tests {
             m.totals.shed, 0,
             "all ten arrived in the first step, before the answer"
         );
-        let mut m = Model::new(&reqs, service(), policy(), true);
+        let mut m = Model::new(&reqs, policy(), true);
         m.set_admission(&[shed_low()]);
         m.advance(0.0, 1.0, 0.1);
         assert_eq!(m.totals.shed, 5, "batch is shed once five wait");
-        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        m.set_ready(&one(service()));
         m.advance(1.0, 1.5, 0.1);
         // The interactive request jumped the five waiting batch requests; it waited exactly its
         // 1 s objective, and the first batch request started at 1.4 s, well within 60 s.
@@ -559,10 +672,90 @@ mod tests {
     }
 
     #[test]
+    fn each_replica_serves_at_its_own_speed() {
+        // One replica at 250 tokens/s and one twice as fast, one request at a time each: the
+        // fast one finishes a 100-token request every 0.2 s, the slow one every 0.4 s.
+        let reqs: Vec<Request> = (0..60).map(|_| req(0.0, 0)).collect();
+        let fast = Service {
+            tokens_per_s: 500.0,
+            request_tokens_per_s: 500.0,
+            ..service()
+        };
+        let mut m = Model::new(&reqs, policy(), false);
+        m.set_ready(&BTreeMap::from([
+            (
+                "fast".to_string(),
+                ReplicaSpec {
+                    gpus: 1,
+                    service: fast,
+                },
+            ),
+            (
+                "slow".to_string(),
+                ReplicaSpec {
+                    gpus: 1,
+                    service: service(),
+                },
+            ),
+        ]));
+        // Just past 4 s, so the requests due at exactly 4 s have finished.
+        m.advance(0.0, 4.05, 0.1);
+        assert_eq!(m.totals.served, 20 + 10);
+    }
+
+    #[test]
+    fn a_pool_hands_only_the_eligible_tiers_to_another_and_each_request_counts_once() {
+        // Three interactive and three batch requests arrive at pool 0, which has no replica; pool
+        // 1 (its smaller model) has one replica with two batch slots and traffic of its own.
+        let mut reqs: Vec<Request> = (0..3).map(|_| req(0.0, 0)).collect();
+        reqs.extend((0..3).map(|_| req(0.0, 1)));
+        reqs.push(Request {
+            pool: 1,
+            ..req(0.0, 0)
+        });
+        let two_slots = Service {
+            max_batch: 2,
+            tokens_per_s: 500.0,
+            ..service()
+        };
+        let mut big = Model::new(&reqs, policy(), false);
+        let mut small = Model::new(&reqs, policy(), false).at_pool(1);
+        small.set_ready(&one(two_slots));
+        big.advance(0.0, 0.1, 0.1);
+        small.advance(0.0, 0.1, 0.1);
+        assert_eq!(
+            (big.waiting(), small.waiting(), small.in_service()),
+            (6, 0, 1)
+        );
+        // Its own request runs: one slot is spare.
+        assert_eq!(small.spare_slots(), 1);
+        let handed = big.hand_over(&[true, false], small.spare_slots());
+        assert_eq!(handed.len(), 1);
+        small.take_over(handed);
+        // Batch is never handed over, however many slots are spare.
+        let handed = big.hand_over(&[true, false], 10);
+        assert_eq!(
+            handed.len(),
+            2,
+            "the two interactive requests left, not batch"
+        );
+        small.take_over(handed);
+        big.advance(0.1, 3.0, 0.1);
+        small.advance(0.1, 3.0, 0.1);
+        assert_eq!(big.waiting(), 3, "batch waits for the large model");
+        assert_eq!(small.totals.served, 4);
+        assert_eq!(small.totals.taken_over, 3);
+        // Arrivals are counted where they arrived, starts where they started: once each.
+        assert_eq!(big.totals.requests + small.totals.requests, 7);
+        assert_eq!(big.totals.by_tier[0].requests, 3);
+        assert_eq!(small.totals.by_tier[0].within_slo, 1 + 3);
+    }
+
+    #[test]
     fn a_vanished_replica_gives_its_work_back() {
         let reqs = vec![req(0.0, 0)];
-        let mut m = Model::new(&reqs, service(), policy(), false);
-        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        let mut m = Model::new(&reqs, policy(), false);
+        m.set_ready(&one(service()));
         m.advance(0.0, 0.2, 0.1);
         assert_eq!(m.in_service(), 1);
         m.set_ready(&BTreeMap::new());
@@ -582,8 +775,8 @@ mod tests {
             max_batch: 32,
             ..service()
         };
-        let mut m = Model::new(&reqs, svc, policy(), false);
-        m.set_ready(&BTreeMap::from([("a".to_string(), 1)]));
+        let mut m = Model::new(&reqs, policy(), false);
+        m.set_ready(&one(svc));
         let mut meter = UtilMeter::default();
         meter.read(&m, 0.0);
         m.advance(0.0, 15.0, 0.1);

@@ -123,6 +123,21 @@ pub fn table(report: &Report) -> String {
                 .collect()
         })
         .unwrap_or_default();
+    // With several pools, each one's share: what it served (for other pools too), cost, peak.
+    let pool_rows: Vec<String> = report
+        .policies
+        .first()
+        .filter(|p| p.pools.len() > 1)
+        .map(|p| {
+            p.pools
+                .iter()
+                .flat_map(|pool| {
+                    ["served", "taken_over", "cost_usd", "peak_ready_replicas"]
+                        .map(|m| format!("  {}.{m}", pool.pool))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let mut rows: Vec<(&str, Vec<String>)> = vec![("policy", Vec::new())];
     let mut names = vec!["requests_total", "requests_within_slo", "slo_attainment"];
     names.extend(tier_rows.iter().map(String::as_str));
@@ -139,6 +154,7 @@ pub fn table(report: &Report) -> String {
         "peak_queue_depth",
         "peak_ready_replicas",
     ]);
+    names.extend(pool_rows.iter().map(String::as_str));
     for n in names {
         rows.push((n, Vec::new()));
     }
@@ -163,6 +179,16 @@ pub fn table(report: &Report) -> String {
             p.peak_queue_depth.to_string(),
             p.peak_ready_replicas.to_string(),
         ]);
+        if !pool_rows.is_empty() {
+            for pool in &p.pools {
+                cells.extend([
+                    pool.served.to_string(),
+                    pool.taken_over.to_string(),
+                    format!("{:.2}", pool.cost_usd),
+                    pool.peak_ready_replicas.to_string(),
+                ]);
+            }
+        }
         for (row, cell) in rows.iter_mut().zip(cells) {
             row.1.push(cell);
         }

@@ -2,6 +2,7 @@
 //! behaviour over time, the SLO and the baselines' settings, as one TOML file. See
 //! `scenarios/README.md` for every key.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use headroom_core::{ErrorClass, Money, OfferingId, PoolName, PoolSpec};
@@ -52,6 +53,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "scale-to-zero",
         include_str!("../scenarios/scale-to-zero.toml"),
     ),
+    (
+        "smaller-model-handover",
+        include_str!("../scenarios/smaller-model-handover.toml"),
+    ),
 ];
 
 /// The built-in scenarios' names, for messages.
@@ -90,6 +95,28 @@ pub struct Fault {
     pub kind: FaultKind,
 }
 
+/// One pool the run simulates: its Headroom configuration and how fast its replicas serve.
+#[derive(Debug, Clone)]
+pub struct SimPool {
+    pub spec: PoolSpec,
+    /// A replica of the pool on an offering without its own entry in `on_offering`.
+    pub service: Service,
+    /// A replica on this offering (a faster GPU, another instance type).
+    pub on_offering: BTreeMap<OfferingId, Service>,
+    /// The simulated pool its `supply.fallback_pool` names (its smaller model), by index.
+    pub fallback: Option<usize>,
+}
+
+impl SimPool {
+    /// How fast a replica of this pool on `offering` serves.
+    pub fn service_on(&self, offering: &OfferingId) -> Service {
+        self.on_offering
+            .get(offering)
+            .copied()
+            .unwrap_or(self.service)
+    }
+}
+
 /// A validated scenario.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -102,14 +129,31 @@ pub struct Scenario {
     pub step_s: f64,
     pub seed: u64,
     pub config: Config,
-    pub pool: PoolSpec,
-    pub service: Service,
+    /// The pools simulated together on one cloud, at least one; a trace arrives at the first.
+    pub pools: Vec<SimPool>,
     pub queue: QueuePolicy,
     pub streams: Vec<Stream>,
     /// The tier trace requests get.
     pub trace_tier: u8,
     pub hpa: HpaSettings,
     pub faults: Vec<Fault>,
+}
+
+impl Scenario {
+    /// The first simulated pool: where a trace arrives.
+    pub fn primary(&self) -> &SimPool {
+        &self.pools[0]
+    }
+
+    /// The scenario with pool `i` alone (what plans one pool at a time, as the oracle does): its
+    /// fallback is not simulated, and its requests are the ones `requests` says arrive at it.
+    pub fn alone(&self, i: usize) -> Scenario {
+        let mut sc = self.clone();
+        let mut pool = sc.pools.swap_remove(i);
+        pool.fallback = None;
+        sc.pools = vec![pool];
+        sc
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,6 +167,8 @@ struct Raw {
     step: Option<String>,
     seed: Option<u64>,
     pool: Option<String>,
+    #[serde(default)]
+    pools: Vec<RawPool>,
     trace_tier: Option<String>,
     service: RawService,
     tiers: Vec<RawTier>,
@@ -145,6 +191,26 @@ struct RawService {
     input_token_weight: Option<f64>,
 }
 
+/// One `[[pools]]` entry: a pool of `[headroom]` to simulate, its replica's speed (default the
+/// top-level `[service]`) and, per offering, what differs there.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    name: String,
+    service: Option<RawService>,
+    #[serde(default)]
+    offerings: BTreeMap<String, RawServiceChange>,
+}
+
+/// A replica's speed on one offering, where it differs from the pool's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServiceChange {
+    tokens_per_s: Option<f64>,
+    request_tokens_per_s: Option<f64>,
+    max_batch: Option<u32>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTier {
@@ -156,6 +222,9 @@ struct RawTier {
     /// The admission priority the tier is shed at: low, normal, high or critical (default: low
     /// for a tier that may be shed, critical otherwise).
     priority: Option<String>,
+    /// Whether a pool's smaller-model fallback may serve the tier while Headroom hands over.
+    #[serde(default)]
+    smaller_model: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -176,6 +245,7 @@ enum RawTokens {
 #[serde(deny_unknown_fields)]
 struct RawStream {
     tier: String,
+    pool: Option<String>,
     process: Option<String>,
     rate: RawRate,
     diurnal_amplitude: Option<f64>,
@@ -248,7 +318,9 @@ fn positive(origin: &str, key: &str, x: f64) -> Result<f64, SimError> {
 pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
     let raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e, text, origin))?;
     let clock = clock(origin, &raw)?;
-    let (mut config, mut pool) = headroom(origin, &raw)?;
+    let config = headroom(origin, &raw)?;
+    let default_service = service(origin, "service", &raw.service)?;
+    let mut pools = pools(origin, &raw, &config, default_service)?;
     if raw.tiers.is_empty() {
         return Err(SimError::scenario(
             origin,
@@ -256,13 +328,15 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         ));
     }
     let queue = queue(origin, &raw.tiers, raw.shed_depth)?;
-    tell_pool_the_deadlines(&queue, &mut config, &mut pool);
-    let service = service(origin, &raw.service)?;
+    let mut config = config;
+    for pool in &mut pools {
+        tell_pool_the_deadlines(&queue, &mut config, &mut pool.spec);
+    }
     let streams = raw
         .traffic
         .iter()
         .enumerate()
-        .map(|(i, st)| stream(origin, i, st, &raw.tiers))
+        .map(|(i, st)| stream(origin, i, st, &raw.tiers, &pools))
         .collect::<Result<Vec<_>, _>>()?;
     let trace_tier = match &raw.trace_tier {
         Some(t) => tier_index(origin, &raw.tiers, "trace_tier", t)?,
@@ -285,8 +359,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         step_s: clock.step_s,
         seed: raw.seed.unwrap_or(0),
         config,
-        pool,
-        service,
+        pools,
         queue,
         streams,
         trace_tier,
@@ -342,30 +415,146 @@ fn clock(origin: &str, raw: &Raw) -> Result<Clock, SimError> {
     })
 }
 
-/// `[headroom]` as a Headroom configuration, and the pool the run simulates (`pool`, else the
-/// first).
-fn headroom(origin: &str, raw: &Raw) -> Result<(Config, PoolSpec), SimError> {
+/// `[headroom]` as a Headroom configuration.
+fn headroom(origin: &str, raw: &Raw) -> Result<Config, SimError> {
     let config_text = toml::to_string(&raw.headroom)
         .map_err(|e| SimError::scenario(origin, format!("table `headroom`: {e}")))?;
-    let config = Config::parse(&config_text, &format!("{origin} [headroom]"))
-        .map_err(|e| SimError::scenario(origin, e.0.join("; ")))?;
-    let pool = match &raw.pool {
-        Some(name) => {
-            let name: PoolName = name
-                .parse()
-                .map_err(|e| SimError::scenario(origin, format!("key `pool`: {e}")))?;
-            config.pool(&name).cloned().ok_or_else(|| {
-                SimError::scenario(origin, format!("key `pool`: {name} is not a pool of [headroom]; name one of its [[headroom.pools]]"))
-            })?
+    Config::parse(&config_text, &format!("{origin} [headroom]"))
+        .map_err(|e| SimError::scenario(origin, e.0.join("; ")))
+}
+
+/// A pool of `[headroom]` by name; `key` is what names it.
+fn pool_of(origin: &str, config: &Config, key: &str, name: &str) -> Result<PoolSpec, SimError> {
+    let name: PoolName = name
+        .parse()
+        .map_err(|e| SimError::scenario(origin, format!("key `{key}`: {e}")))?;
+    config.pool(&name).cloned().ok_or_else(|| {
+        SimError::scenario(
+            origin,
+            format!("key `{key}`: {name} is not a pool of [headroom]; name one of its [[headroom.pools]]"),
+        )
+    })
+}
+
+/// The pools the run simulates: `[[pools]]` if given, else the one `pool` names (default the
+/// first of `[headroom]`) at the top-level `[service]`. A simulated pool's fallback pool must be
+/// simulated too, so the demand it hands over has somewhere to go.
+fn pools(
+    origin: &str,
+    raw: &Raw,
+    config: &Config,
+    default_service: Service,
+) -> Result<Vec<SimPool>, SimError> {
+    let single = |spec: PoolSpec| SimPool {
+        spec,
+        service: default_service,
+        on_offering: BTreeMap::new(),
+        fallback: None,
+    };
+    let mut pools = match (&raw.pool, raw.pools.is_empty()) {
+        (Some(_), false) => {
+            return Err(SimError::scenario(
+                origin,
+                "key `pool`: given with [[pools]]; list the pools in [[pools]] only (the first is where a trace arrives)",
+            ));
         }
-        None => config.pools.first().cloned().ok_or_else(|| {
+        (Some(name), true) => vec![single(pool_of(origin, config, "pool", name)?)],
+        (None, true) => vec![single(config.pools.first().cloned().ok_or_else(|| {
             SimError::scenario(
                 origin,
                 "table `headroom`: no [[headroom.pools]]; add the pool to simulate",
             )
-        })?,
+        })?)],
+        (None, false) => raw
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| sim_pool(origin, i, p, config, default_service))
+            .collect::<Result<Vec<_>, _>>()?,
     };
-    Ok((config, pool))
+    if pools.len() > u8::MAX as usize {
+        return Err(SimError::scenario(
+            origin,
+            "key `pools`: more than 255 pools; simulate fewer",
+        ));
+    }
+    let names: Vec<PoolName> = pools.iter().map(|p| p.spec.name.clone()).collect();
+    for (i, pool) in pools.iter_mut().enumerate() {
+        if names[..i].contains(&pool.spec.name) {
+            return Err(SimError::scenario(
+                origin,
+                format!(
+                    "key `pools[{i}].name`: {} is listed twice; list each pool once",
+                    pool.spec.name
+                ),
+            ));
+        }
+        let Some(fallback) = &pool.spec.supply.fallback_pool else {
+            continue;
+        };
+        match names.iter().position(|n| n == fallback) {
+            Some(j) => pool.fallback = Some(j),
+            None if raw.pools.is_empty() => {}
+            None => {
+                return Err(SimError::scenario(
+                    origin,
+                    format!(
+                        "key `pools[{i}]`: {} falls back to {fallback}, which is not simulated; add a [[pools]] entry for it",
+                        pool.spec.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(pools)
+}
+
+/// One `[[pools]]` entry.
+fn sim_pool(
+    origin: &str,
+    i: usize,
+    raw: &RawPool,
+    config: &Config,
+    default_service: Service,
+) -> Result<SimPool, SimError> {
+    let spec = pool_of(origin, config, &format!("pools[{i}].name"), &raw.name)?;
+    let base = match &raw.service {
+        Some(s) => service(origin, &format!("pools[{i}].service"), s)?,
+        None => default_service,
+    };
+    let mut on_offering = BTreeMap::new();
+    for (id, change) in &raw.offerings {
+        let key = format!("pools[{i}].offerings.{id}");
+        let offering: OfferingId = id
+            .parse()
+            .map_err(|e| SimError::scenario(origin, format!("key `{key}`: {e}")))?;
+        if !spec.offerings.contains(&offering) {
+            return Err(SimError::scenario(
+                origin,
+                format!(
+                    "key `{key}`: {offering} is not an offering of pool {}; name one of its `offerings`",
+                    spec.name
+                ),
+            ));
+        }
+        let changed = RawService {
+            tokens_per_s: change.tokens_per_s.unwrap_or(base.tokens_per_s),
+            request_tokens_per_s: Some(
+                change
+                    .request_tokens_per_s
+                    .unwrap_or(base.request_tokens_per_s),
+            ),
+            max_batch: Some(change.max_batch.unwrap_or(base.max_batch)),
+            input_token_weight: Some(base.input_token_weight),
+        };
+        on_offering.insert(offering, service(origin, &key, &changed)?);
+    }
+    Ok(SimPool {
+        spec,
+        service: base,
+        on_offering,
+        fallback: None,
+    })
 }
 
 /// The index of the tier named `name` in `[[tiers]]`; `key` is what names it.
@@ -425,6 +614,7 @@ fn queue(
         shed_tiers,
         priorities,
         shed_depth,
+        smaller_model: tiers.iter().map(|t| t.smaller_model).collect(),
     })
 }
 
@@ -449,15 +639,15 @@ fn tell_pool_the_deadlines(queue: &QueuePolicy, config: &mut Config, pool: &mut 
     }
 }
 
-/// `[service]`: the serving model's token rates and batch.
-fn service(origin: &str, s: &RawService) -> Result<Service, SimError> {
-    let tokens_per_s = positive(origin, "service.tokens_per_s", s.tokens_per_s)?;
+/// A `[service]` table (`key` names it): the serving model's token rates and batch.
+fn service(origin: &str, key: &str, s: &RawService) -> Result<Service, SimError> {
+    let tokens_per_s = positive(origin, &format!("{key}.tokens_per_s"), s.tokens_per_s)?;
     Ok(Service {
         input_token_weight: s.input_token_weight.unwrap_or(0.0).max(0.0),
         tokens_per_s,
         request_tokens_per_s: positive(
             origin,
-            "service.request_tokens_per_s",
+            &format!("{key}.request_tokens_per_s"),
             s.request_tokens_per_s.unwrap_or(tokens_per_s),
         )?,
         max_batch: s.max_batch.unwrap_or(1).max(1),
@@ -465,7 +655,13 @@ fn service(origin: &str, s: &RawService) -> Result<Service, SimError> {
 }
 
 /// One `[[traffic]]` stream: its process, rate profile, tier and token counts.
-fn stream(origin: &str, i: usize, st: &RawStream, tiers: &[RawTier]) -> Result<Stream, SimError> {
+fn stream(
+    origin: &str,
+    i: usize,
+    st: &RawStream,
+    tiers: &[RawTier],
+    pools: &[SimPool],
+) -> Result<Stream, SimError> {
     let key = |k: &str| format!("traffic[{i}].{k}");
     let process = match st.process.as_deref().unwrap_or("uniform") {
         "uniform" => Process::Uniform,
@@ -492,8 +688,24 @@ fn stream(origin: &str, i: usize, st: &RawStream, tiers: &[RawTier]) -> Result<S
             format!("key `{}`: [low, high] with low ≤ high", key(k)),
         )),
     };
+    let pool = match &st.pool {
+        None => 0,
+        Some(name) => pools
+            .iter()
+            .position(|p| p.spec.name.as_str() == name)
+            .ok_or_else(|| {
+                SimError::scenario(
+                    origin,
+                    format!(
+                        "key `{}`: {name:?} is not a simulated pool; name one of [[pools]]",
+                        key("pool")
+                    ),
+                )
+            })? as u8,
+    };
     Ok(Stream {
         tier: tier_index(origin, tiers, &key("tier"), &st.tier)?,
+        pool,
         process,
         rate,
         input_tokens: tokens(&st.input_tokens, "input_tokens")?,

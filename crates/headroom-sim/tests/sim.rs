@@ -330,7 +330,7 @@ async fn no_policy_that_serves_as_well_costs_less_than_the_oracle() {
                 );
             }
         }
-        let floor = sc.pool.min_replicas;
+        let floor = sc.primary().spec.min_replicas;
         assert!(
             series(&r, "oracle").iter().all(|s| s.ready >= floor),
             "seed {seed}: the oracle went below its floor of {floor}"
@@ -375,4 +375,113 @@ async fn a_pool_without_a_floor_scales_to_zero_and_wakes_for_the_first_request()
             "session at {start} s: first replica ready after {ready_by:?} s"
         );
     }
+}
+
+/// Every offering of the large model refuses launches from 30 s, then its interactive tier
+/// triples. Headroom hands the replicas it cannot supply to the 8B pool (`fallback_pool`),
+/// whose spare slots take the large pool's waiting interactive requests; the HPA on queue depth
+/// has no smaller model and leaves them waiting.
+#[tokio::test]
+async fn when_every_large_offering_is_refused_the_smaller_model_carries_the_interactive_tier() {
+    let r = run(
+        "smaller-model-handover",
+        &[Policy::Headroom, Policy::HpaQueue],
+        None,
+    )
+    .await;
+    let (h, hpa) = (policy(&r, "headroom"), policy(&r, "hpa-queue"));
+    let share = |p: &headroom_sim::run::PolicyReport, name: &str| {
+        p.pools.iter().find(|x| x.pool == name).cloned().unwrap()
+    };
+    let (big, small) = (
+        share(h, "llama-70b-interactive"),
+        share(h, "llama-8b-interactive"),
+    );
+    // The large model never grows past its floor: every launch of it is refused.
+    assert_eq!(big.peak_ready_replicas, 4, "{big:?}");
+    assert!(
+        h.refusals.get("cloud_capacity").is_some_and(|n| *n > 0),
+        "{:?}",
+        h.refusals
+    );
+    assert!(
+        h.fallbacks.get("smaller_model").is_some_and(|n| *n > 0),
+        "{:?}",
+        h.fallbacks
+    );
+    // The small pool has no traffic of its own: all it serves arrived at the large pool.
+    assert_eq!(small.requests, 0);
+    assert!(small.served <= small.taken_over, "{small:?}");
+    assert!(small.served > 10_000, "{small:?}");
+    assert!(small.peak_ready_replicas > 1, "{small:?}");
+    let interactive = |p: &headroom_sim::run::PolicyReport| p.tiers[0].slo_attainment;
+    assert!(
+        interactive(h) >= 0.95,
+        "headroom interactive {}",
+        interactive(h)
+    );
+    assert!(
+        interactive(h) > interactive(hpa) + 0.2,
+        "headroom {} against hpa-queue {}",
+        interactive(h),
+        interactive(hpa)
+    );
+    // Without a hand-over the baseline's small pool only idles at its floor.
+    assert_eq!(share(hpa, "llama-8b-interactive").served, 0);
+}
+
+#[test]
+fn multi_pool_scenario_mistakes_name_the_key_and_the_fix() {
+    let good = scenario::BUILT_IN
+        .iter()
+        .find(|(n, _)| *n == "smaller-model-handover")
+        .unwrap()
+        .1;
+    let sc = scenario::parse(good, "x.toml").unwrap();
+    assert_eq!(sc.pools.len(), 2);
+    assert_eq!(sc.pools[0].fallback, Some(1));
+    let p5: headroom_core::OfferingId = "use1-p5-od".parse().unwrap();
+    let p4d: headroom_core::OfferingId = "use1-p4d-od".parse().unwrap();
+    assert_eq!(sc.pools[0].service_on(&p5).tokens_per_s, 2200.0);
+    assert_eq!(sc.pools[0].service_on(&p4d).tokens_per_s, 1100.0);
+    assert_eq!(sc.pools[1].service.max_batch, 8);
+
+    let e = scenario_error(&good.replace("seed = 7", "seed = 7\npool = \"llama-70b-interactive\""));
+    assert!(
+        e.contains("key `pool`") && e.contains("[[pools]] only"),
+        "{e}"
+    );
+    let start = good
+        .find("[[pools]]\nname = \"llama-8b-interactive\"")
+        .unwrap();
+    let end = good.find("# Highest priority first").unwrap();
+    let e = scenario_error(&format!("{}{}", &good[..start], &good[end..]));
+    assert!(
+        e.contains("key `pools[0]`")
+            && e.contains("falls back to llama-8b-interactive")
+            && e.contains("add a [[pools]] entry"),
+        "{e}"
+    );
+    let e = scenario_error(&good.replace(
+        "[pools.offerings.use1-p5-od]",
+        "[pools.offerings.use1-g6-od]",
+    ));
+    assert!(
+        e.contains("key `pools[0].offerings.use1-g6-od`") && e.contains("not an offering of pool"),
+        "{e}"
+    );
+    let e = scenario_error(&good.replacen(
+        "pool = \"llama-70b-interactive\"\nprocess",
+        "pool = \"llama-7b\"\nprocess",
+        1,
+    ));
+    assert!(
+        e.contains("key `traffic[0].pool`") && e.contains("\"llama-7b\""),
+        "{e}"
+    );
+    let e = scenario_error(&good.replace(
+        "[[pools]]\nname = \"llama-8b-interactive\"",
+        "[[pools]]\nname = \"llama-9b\"",
+    ));
+    assert!(e.contains("key `pools[1].name`"), "{e}");
 }

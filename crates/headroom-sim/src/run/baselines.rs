@@ -14,10 +14,10 @@ use headroom_cloud::{
 use headroom_core::{Offering, OfferingId};
 
 use super::Policy;
-use super::driver::{Books, Control, PolicyDriver, cloud_paying};
+use super::driver::{Books, Control, PolicyDriver, cloud_paying, ready_replicas};
 use crate::error::SimError;
 use crate::model::{Model, UtilMeter};
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, SimPool};
 
 /// A launch or a cloud refusal of one, for counting fallbacks.
 #[derive(Debug, Clone)]
@@ -42,15 +42,15 @@ struct Fleet {
     phases: HashMap<InstanceId, (InstancePhase, u32)>,
     seq: u64,
     name: &'static str,
-    pool: String,
+    pool: SimPool,
     refusals: BTreeMap<String, u64>,
     log: Vec<LaunchRecord>,
 }
 
 impl Fleet {
-    fn new(sc: &Scenario, cloud: Arc<SimCloud>, policy: Policy) -> Fleet {
-        let mut order: Vec<Offering> = sc
-            .pool
+    fn new(sc: &Scenario, pool: &SimPool, cloud: Arc<SimCloud>, policy: Policy) -> Fleet {
+        let mut order: Vec<Offering> = pool
+            .spec
             .offerings
             .iter()
             .filter_map(|id| sc.config.offering(id).cloned())
@@ -66,7 +66,7 @@ impl Fleet {
             phases: HashMap::new(),
             seq: 0,
             name: policy.as_str(),
-            pool: sc.pool.name.to_string(),
+            pool: pool.clone(),
             refusals: BTreeMap::new(),
             log: Vec::new(),
         }
@@ -159,7 +159,7 @@ impl Fleet {
                 client_token: format!("{}-{}", self.name, self.seq),
                 tags: OwnershipTags {
                     cluster: self.name.to_string(),
-                    pool: self.pool.clone(),
+                    pool: self.pool.spec.name.to_string(),
                     node: format!("{}-{}", self.name, self.seq),
                     request: None,
                 },
@@ -202,31 +202,45 @@ impl Fleet {
 
     fn control(&self, desired: u32) -> Control {
         let (_, unready) = self.counts();
+        let serving = self
+            .nodes
+            .iter()
+            .filter_map(|id| match self.phases.get(id) {
+                Some((InstancePhase::Ready, gpus)) => Some((id.0.clone(), *gpus)),
+                _ => None,
+            });
         Control {
             desired,
             starting: unready,
-            ready: self
-                .nodes
-                .iter()
-                .filter_map(|id| match self.phases.get(id) {
-                    Some((InstancePhase::Ready, gpus)) => Some((id.0.clone(), *gpus)),
-                    _ => None,
-                })
-                .collect(),
+            ready: ready_replicas(&self.cloud, &self.pool, serving),
             admission: Vec::new(),
+            // A cluster autoscaler has no smaller-model fallback.
+            handed_to_fallback: 0,
         }
     }
 
     fn paying(&self) -> (f64, f64) {
-        cloud_paying(&self.cloud, &self.pool, &self.offerings)
+        cloud_paying(&self.cloud, self.pool.spec.name.as_str(), &self.offerings)
     }
 
-    fn books(&self) -> Books {
-        Books {
-            refusals: self.refusals.clone(),
-            fallbacks: fallbacks(&self.log, &self.offerings, self.cooldown_s),
+    /// Adds this fleet's refusals and fallbacks to `books`.
+    fn add_books(&self, books: &mut Books) {
+        for (reason, n) in &self.refusals {
+            *books.refusals.entry(reason.clone()).or_insert(0) += n;
+        }
+        for (kind, n) in fallbacks(&self.log, &self.offerings, self.cooldown_s) {
+            *books.fallbacks.entry(kind).or_insert(0) += n;
         }
     }
+}
+
+/// The books of every pool's fleet together.
+fn books_of<'a>(fleets: impl Iterator<Item = &'a Fleet>) -> Books {
+    let mut books = Books::default();
+    for fleet in fleets {
+        fleet.add_books(&mut books);
+    }
+    books
 }
 
 /// Launches that landed on another offering within `cooldown` of a cloud refusal, by the biggest
@@ -268,46 +282,62 @@ fn fallbacks(
     out
 }
 
-/// Static capacity: the pool's floor, always.
+/// Static capacity: each pool's floor, always.
 pub struct StaticDriver {
-    fleet: Fleet,
-    replicas: u32,
+    /// Per simulated pool: its fleet and its floor.
+    fleets: Vec<(Fleet, u32)>,
 }
 
 impl StaticDriver {
     pub async fn start(sc: &Scenario, cloud: Arc<SimCloud>, clock: &ManualClock) -> StaticDriver {
-        let mut fleet = Fleet::new(sc, cloud, Policy::Static);
-        fleet.fill(sc.pool.min_replicas, clock).await;
-        StaticDriver {
-            fleet,
-            replicas: sc.pool.min_replicas,
+        let mut fleets = Vec::new();
+        for pool in &sc.pools {
+            let mut fleet = Fleet::new(sc, pool, cloud.clone(), Policy::Static);
+            fleet.fill(pool.spec.min_replicas, clock).await;
+            fleets.push((fleet, pool.spec.min_replicas));
         }
+        StaticDriver { fleets }
     }
 }
 
 impl PolicyDriver for StaticDriver {
     fn cloud(&self) -> Option<&SimCloud> {
-        Some(&self.fleet.cloud)
+        self.fleets.first().map(|(f, _)| f.cloud.as_ref())
     }
 
-    async fn control(&mut self, t: f64, _model: &Model<'_>) -> Result<Control, SimError> {
-        self.fleet.reconcile(self.replicas, t).await;
-        Ok(self.fleet.control(self.replicas))
+    async fn control(
+        &mut self,
+        _sc: &Scenario,
+        t: f64,
+        _models: &[Model<'_>],
+    ) -> Result<Vec<Control>, SimError> {
+        let mut out = Vec::new();
+        for (fleet, replicas) in &mut self.fleets {
+            fleet.reconcile(*replicas, t).await;
+            out.push(fleet.control(*replicas));
+        }
+        Ok(out)
     }
 
-    fn paying(&self, _t: f64) -> (f64, f64) {
-        self.fleet.paying()
+    fn paying(&self, _t: f64) -> Vec<(f64, f64)> {
+        self.fleets.iter().map(|(f, _)| f.paying()).collect()
     }
 
     async fn books(&self, _end_s: f64) -> Result<Books, SimError> {
-        Ok(self.fleet.books())
+        Ok(books_of(self.fleets.iter().map(|(f, _)| f)))
     }
 }
 
-/// The Kubernetes HPA with its default behaviour: a sync every 15 s; `ceil(current × metric /
-/// target)` unless within the 10 % tolerance; scale-up of at most max(100 %, 4 pods) per sync;
-/// scale-down to the highest recommendation of the last 300 s.
+/// The Kubernetes HPA with its default behaviour, one per simulated pool, each on its own
+/// pool's metric.
 pub struct HpaDriver {
+    pools: Vec<Hpa>,
+}
+
+/// One pool's HPA: a sync every 15 s; `ceil(current × metric / target)` unless within the 10 %
+/// tolerance; scale-up of at most max(100 %, 4 pods) per sync; scale-down to the highest
+/// recommendation of the last 300 s.
+struct Hpa {
     fleet: Fleet,
     policy: Policy,
     spec: u32,
@@ -329,14 +359,30 @@ impl HpaDriver {
         clock: &ManualClock,
         policy: Policy,
     ) -> HpaDriver {
-        let mut fleet = Fleet::new(sc, cloud, policy);
-        fleet.fill(sc.pool.min_replicas, clock).await;
-        HpaDriver {
+        let mut pools = Vec::new();
+        for pool in &sc.pools {
+            pools.push(Hpa::start(sc, pool, cloud.clone(), clock, policy).await);
+        }
+        HpaDriver { pools }
+    }
+}
+
+impl Hpa {
+    async fn start(
+        sc: &Scenario,
+        pool: &SimPool,
+        cloud: Arc<SimCloud>,
+        clock: &ManualClock,
+        policy: Policy,
+    ) -> Hpa {
+        let mut fleet = Fleet::new(sc, pool, cloud, policy);
+        fleet.fill(pool.spec.min_replicas, clock).await;
+        Hpa {
             fleet,
             policy,
-            spec: sc.pool.min_replicas,
-            min: sc.pool.min_replicas,
-            max: sc.pool.max_replicas,
+            spec: pool.spec.min_replicas,
+            min: pool.spec.min_replicas,
+            max: pool.spec.max_replicas,
             target: if policy == Policy::HpaUtilization {
                 sc.hpa.target_utilization
             } else {
@@ -351,7 +397,6 @@ impl HpaDriver {
             meter: UtilMeter::default(),
         }
     }
-
     fn due(&self, t: f64) -> bool {
         // At t = 0 the exporter's window starts with the run.
         t == 0.0 || t + 1e-9 >= self.next_sync
@@ -404,24 +449,33 @@ impl HpaDriver {
 
 impl PolicyDriver for HpaDriver {
     fn cloud(&self) -> Option<&SimCloud> {
-        Some(&self.fleet.cloud)
+        self.pools.first().map(|h| h.fleet.cloud.as_ref())
     }
 
-    async fn control(&mut self, t: f64, model: &Model<'_>) -> Result<Control, SimError> {
-        if self.due(t) {
-            let unready = self.fleet.counts().1;
-            self.sync(t, model, unready);
+    async fn control(
+        &mut self,
+        _sc: &Scenario,
+        t: f64,
+        models: &[Model<'_>],
+    ) -> Result<Vec<Control>, SimError> {
+        let mut out = Vec::new();
+        for (hpa, model) in self.pools.iter_mut().zip(models) {
+            if hpa.due(t) {
+                let unready = hpa.fleet.counts().1;
+                hpa.sync(t, model, unready);
+            }
+            hpa.fleet.reconcile(hpa.spec, t).await;
+            out.push(hpa.fleet.control(hpa.spec));
         }
-        self.fleet.reconcile(self.spec, t).await;
-        Ok(self.fleet.control(self.spec))
+        Ok(out)
     }
 
-    fn paying(&self, _t: f64) -> (f64, f64) {
-        self.fleet.paying()
+    fn paying(&self, _t: f64) -> Vec<(f64, f64)> {
+        self.pools.iter().map(|h| h.fleet.paying()).collect()
     }
 
     async fn books(&self, _end_s: f64) -> Result<Books, SimError> {
-        Ok(self.fleet.books())
+        Ok(books_of(self.pools.iter().map(|h| &h.fleet)))
     }
 }
 

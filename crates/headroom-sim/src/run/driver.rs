@@ -6,19 +6,24 @@ use headroom_cloud::{InstancePhase, SimCloud};
 use headroom_core::{Offering, OfferingId};
 
 use crate::error::SimError;
-use crate::model::{Gate, Model};
+use crate::model::{Gate, Model, ReplicaSpec};
+use crate::scenario::{Scenario, SimPool};
 
-/// What a policy's control step leaves for the model and the books.
+/// What a policy's control step leaves for one pool's model and the books.
 #[derive(Debug, Clone, Default)]
 pub struct Control {
     /// Replicas the policy wants ready now.
     pub desired: u32,
     /// Nodes on their way to serving.
     pub starting: u32,
-    /// The replicas serving now: instance id → GPUs.
-    pub ready: BTreeMap<String, u32>,
+    /// The replicas serving now, by instance id.
+    pub ready: BTreeMap<String, ReplicaSpec>,
     /// The policy's admission answer now, per priority (baselines have no shedder).
     pub admission: Vec<Gate>,
+    /// Replicas of demand the policy hands to the pool's smaller model (`handed_to_fallback` in
+    /// Headroom's pool status): while above zero, the serving layer sends the pool's waiting
+    /// requests of `smaller_model` tiers to the fallback pool's spare slots.
+    pub handed_to_fallback: u32,
 }
 
 /// What a policy did over the run besides serving: the cloud's refusals by reason and its
@@ -29,9 +34,9 @@ pub struct Books {
     pub fallbacks: BTreeMap<String, u64>,
 }
 
-/// One policy under simulation. The run loop calls `control` once per tick before the model
-/// advances, then `paying` for what the tick cost; each policy has its own simulated cloud (the
-/// oracle has none: it plans on the scenario itself).
+/// One policy under simulation, over every simulated pool. The run loop calls `control` once per
+/// tick before the models advance, then `paying` for what the tick cost; each policy has its
+/// own simulated cloud, which its pools share (the oracle has none: it plans on the scenario).
 pub(crate) trait PolicyDriver {
     /// Whether the serving layer in front of this policy sheds tiers by its answer.
     fn sheds(&self) -> bool {
@@ -41,11 +46,17 @@ pub(crate) trait PolicyDriver {
     /// The policy's own cloud, which the scenario's faults hit; `None` for the oracle.
     fn cloud(&self) -> Option<&SimCloud>;
 
-    /// One control step at virtual time `t` (seconds into the run).
-    async fn control(&mut self, t: f64, model: &Model<'_>) -> Result<Control, SimError>;
+    /// One control step at virtual time `t` (seconds into the run): per pool, in the order of
+    /// `sc.pools` (and of `models`).
+    async fn control(
+        &mut self,
+        sc: &Scenario,
+        t: f64,
+        models: &[Model<'_>],
+    ) -> Result<Vec<Control>, SimError>;
 
-    /// What the policy pays for during the tick starting at `t`: dollars per hour and GPUs.
-    fn paying(&self, t: f64) -> (f64, f64);
+    /// What each pool costs during the tick starting at `t`: dollars per hour and GPUs.
+    fn paying(&self, t: f64) -> Vec<(f64, f64)>;
 
     /// Refusals and fallbacks over the run, `end_s` seconds long.
     async fn books(&self, end_s: f64) -> Result<Books, SimError>;
@@ -76,4 +87,27 @@ pub fn cloud_paying(
         }
     }
     (usd_per_hour, gpus)
+}
+
+/// The replicas serving now (instance id → GPUs) as the model sees them: each at the pool's
+/// speed on the offering its instance runs on.
+pub fn ready_replicas(
+    cloud: &SimCloud,
+    pool: &SimPool,
+    serving: impl IntoIterator<Item = (String, u32)>,
+) -> BTreeMap<String, ReplicaSpec> {
+    let offering_of: HashMap<String, OfferingId> = cloud
+        .all_instances()
+        .into_iter()
+        .map(|i| (i.id.0, i.offering))
+        .collect();
+    serving
+        .into_iter()
+        .map(|(id, gpus)| {
+            let service = offering_of
+                .get(&id)
+                .map_or(pool.service, |o| pool.service_on(o));
+            (id, ReplicaSpec { gpus, service })
+        })
+        .collect()
 }

@@ -11,7 +11,7 @@ use headroom_core::{Offering, OfferingId, Timestamp};
 use headroom_engine::{Config, Engine, SignalInput};
 use headroom_ledger::{Ledger, SqliteLedger};
 
-use super::driver::{Books, Control, PolicyDriver, cloud_paying};
+use super::driver::{Books, Control, PolicyDriver, cloud_paying, ready_replicas};
 use crate::error::SimError;
 use crate::model::{Gate, Model, UtilMeter};
 use crate::scenario::Scenario;
@@ -71,6 +71,13 @@ fn engine_err(e: impl std::fmt::Display) -> SimError {
     SimError::Engine(e.to_string())
 }
 
+/// What a pool's exporter remembers between scrapes.
+#[derive(Debug, Default)]
+struct Exporter {
+    meter: UtilMeter,
+    rates: Rates,
+}
+
 /// The real engine, its ledger (a temporary SQLite file) and the signals it is fed.
 pub struct EngineDriver<'s> {
     sc: &'s Scenario,
@@ -81,12 +88,12 @@ pub struct EngineDriver<'s> {
     /// The ledger's instant of the run's t = 0 (after the pool was filled).
     start: Timestamp,
     _dir: tempfile::TempDir,
-    meter: UtilMeter,
-    rates: Rates,
+    /// Per simulated pool, in the scenario's order.
+    exporters: Vec<Exporter>,
 }
 
 impl<'s> EngineDriver<'s> {
-    /// An engine on `cloud`, its pool filled to its floor and warm pool before the traffic
+    /// An engine on `cloud`, its pools filled to their floors and warm pools before the traffic
     /// starts (skipping through the cold-start ladder as `headroom demo` does).
     pub async fn start(
         sc: &'s Scenario,
@@ -109,21 +116,25 @@ impl<'s> EngineDriver<'s> {
             dyn_clock,
         );
         for _ in 0..60 {
-            engine.push_signal(
-                &sc.pool.name,
-                // No traffic yet: the pool is filled to its floor and warm pool, as every policy
-                // starts; what the traffic needs it meets from t = 0.
-                SignalInput {
-                    queue_depth: 0,
-                    arrival_rate_rps: Some(0.0),
-                    ..SignalInput::default()
-                },
-            );
+            for pool in &sc.pools {
+                engine.push_signal(
+                    &pool.spec.name,
+                    // No traffic yet: the pool is filled to its floor and warm pool, as every
+                    // policy starts; what the traffic needs it meets from t = 0.
+                    SignalInput {
+                        queue_depth: 0,
+                        arrival_rate_rps: Some(0.0),
+                        ..SignalInput::default()
+                    },
+                );
+            }
             engine.tick().await.map_err(engine_err)?;
-            let filled = engine.pool_status(&sc.pool.name).is_some_and(|s| {
-                s.ready >= s.min_replicas
-                    && s.warm >= s.warm_pool_size
-                    && s.requested + s.starting == 0
+            let filled = sc.pools.iter().all(|pool| {
+                engine.pool_status(&pool.spec.name).is_some_and(|s| {
+                    s.ready >= s.min_replicas
+                        && s.warm >= s.warm_pool_size
+                        && s.requested + s.starting == 0
+                })
             });
             if filled {
                 break;
@@ -138,18 +149,25 @@ impl<'s> EngineDriver<'s> {
             cloud,
             start: clock.now(),
             _dir: dir,
-            meter: UtilMeter::default(),
-            rates: Rates::default(),
+            exporters: sc.pools.iter().map(|_| Exporter::default()).collect(),
         })
     }
 
-    fn signal(&mut self, t: f64, model: &Model<'_>) -> SignalInput {
+    /// What pool `i`'s exporter reports now.
+    fn signal(&mut self, i: usize, t: f64, model: &Model<'_>) -> SignalInput {
+        let exporter = &mut self.exporters[i];
         let (arrivals, departures) =
-            self.rates
+            exporter
+                .rates
                 .read(t, model.totals.arrivals, model.totals.departures);
-        let utils: Vec<f64> = self.meter.read(model, t).into_iter().flatten().collect();
+        let utils: Vec<f64> = exporter
+            .meter
+            .read(model, t)
+            .into_iter()
+            .flatten()
+            .collect();
         let ready = model.ready();
-        let tier_rates = self.rates.read_tiers(t, model.arrivals_by_tier());
+        let tier_rates = exporter.rates.read_tiers(t, model.arrivals_by_tier());
         let priorities = &self.sc.queue.priorities;
         let mut queue_depth_by_priority = BTreeMap::new();
         let mut arrival_rate_by_priority_rps = BTreeMap::new();
@@ -168,9 +186,8 @@ impl<'s> EngineDriver<'s> {
             oldest_age_s: model.oldest_age_s(t),
             arrival_rate_rps: Some(arrivals),
             departure_rate_rps: (t >= RATE_WINDOW_S).then_some(departures),
-            batch_occupancy: (ready > 0).then(|| {
-                model.in_service() as f64 / (ready as f64 * self.sc.service.max_batch as f64)
-            }),
+            batch_occupancy: (ready > 0)
+                .then(|| model.in_service() as f64 / model.slots().max(1) as f64),
             gpu_utilization: (!utils.is_empty())
                 .then(|| utils.iter().sum::<f64>() / utils.len() as f64),
             ..SignalInput::default()
@@ -187,33 +204,50 @@ impl PolicyDriver for EngineDriver<'_> {
         Some(&self.cloud)
     }
 
-    async fn control(&mut self, t: f64, model: &Model<'_>) -> Result<Control, SimError> {
-        let signal = self.signal(t, model);
-        let pool = &self.sc.pool.name;
-        self.engine.push_signal(pool, signal);
+    async fn control(
+        &mut self,
+        sc: &Scenario,
+        t: f64,
+        models: &[Model<'_>],
+    ) -> Result<Vec<Control>, SimError> {
+        for (i, (pool, model)) in sc.pools.iter().zip(models).enumerate() {
+            let signal = self.signal(i, t, model);
+            self.engine.push_signal(&pool.spec.name, signal);
+        }
         self.engine.tick().await.map_err(engine_err)?;
-        let status = self.engine.pool_status(pool);
-        let ready: BTreeMap<String, u32> =
-            self.engine.serving_instances(pool).into_iter().collect();
-        Ok(Control {
-            desired: status.as_ref().map_or(0, |s| s.desired),
-            starting: status.as_ref().map_or(0, |s| s.requested + s.starting),
-            admission: status.map_or_else(Vec::new, |s| {
-                s.admission
-                    .iter()
-                    .map(|t| Gate {
-                        priority: t.priority,
-                        admit: t.admit,
-                        max_queued: t.max_queued,
-                    })
-                    .collect()
-            }),
-            ready,
-        })
+        Ok(sc
+            .pools
+            .iter()
+            .map(|pool| {
+                let name = &pool.spec.name;
+                let status = self.engine.pool_status(name);
+                let ready = ready_replicas(&self.cloud, pool, self.engine.serving_instances(name));
+                Control {
+                    desired: status.as_ref().map_or(0, |s| s.desired),
+                    starting: status.as_ref().map_or(0, |s| s.requested + s.starting),
+                    handed_to_fallback: status.as_ref().map_or(0, |s| s.handed_to_fallback),
+                    admission: status.map_or_else(Vec::new, |s| {
+                        s.admission
+                            .iter()
+                            .map(|t| Gate {
+                                priority: t.priority,
+                                admit: t.admit,
+                                max_queued: t.max_queued,
+                            })
+                            .collect()
+                    }),
+                    ready,
+                }
+            })
+            .collect())
     }
 
-    fn paying(&self, _t: f64) -> (f64, f64) {
-        cloud_paying(&self.cloud, self.sc.pool.name.as_str(), &self.offerings)
+    fn paying(&self, _t: f64) -> Vec<(f64, f64)> {
+        self.sc
+            .pools
+            .iter()
+            .map(|pool| cloud_paying(&self.cloud, pool.spec.name.as_str(), &self.offerings))
+            .collect()
     }
 
     /// Refusals by reason from the ledger for the run's window; fallbacks as the planner named
@@ -229,12 +263,15 @@ impl PolicyDriver for EngineDriver<'_> {
         {
             *refusals.entry(r.reason.code()).or_insert(0) += r.replicas as u64;
         }
+        let mut fallbacks = BTreeMap::new();
+        for pool in &self.sc.pools {
+            for (kind, n) in self.engine.metrics().fallbacks_of(pool.spec.name.as_str()) {
+                *fallbacks.entry(kind).or_insert(0) += n;
+            }
+        }
         Ok(Books {
             refusals,
-            fallbacks: self
-                .engine
-                .metrics()
-                .fallbacks_of(self.sc.pool.name.as_str()),
+            fallbacks,
         })
     }
 }

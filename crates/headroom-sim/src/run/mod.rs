@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::arrivals::Request;
 use crate::error::SimError;
-use crate::model::Model;
+use crate::model::{Model, Totals};
 use crate::scenario::{Fault, FaultKind, Scenario};
 
 mod baselines;
@@ -78,7 +78,24 @@ pub struct TierReport {
     pub timed_out: u64,
 }
 
-/// One policy's results, in the shape `headroom simulate` prints.
+/// One simulated pool's share of a policy's results.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolReport {
+    pub pool: String,
+    /// Requests that arrived at this pool.
+    pub requests: u64,
+    /// Requests this pool's replicas served, its own and those handed to it.
+    pub served: u64,
+    /// Requests that arrived at another pool and were handed to this one, its smaller model.
+    pub taken_over: u64,
+    pub shed: u64,
+    pub gpu_hours: f64,
+    pub cost_usd: f64,
+    pub peak_ready_replicas: u32,
+}
+
+/// One policy's results, in the shape `headroom simulate` prints. Totals are over every
+/// simulated pool; `pools` has each one's share.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PolicyReport {
     pub policy: String,
@@ -100,6 +117,7 @@ pub struct PolicyReport {
     pub scale_direction_changes: u32,
     pub peak_queue_depth: u64,
     pub peak_ready_replicas: u32,
+    pub pools: Vec<PoolReport>,
 }
 
 /// One tick of one policy, for `--timeseries` and `--plot`.
@@ -267,21 +285,24 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// The loop: faults, the policy's control step, the model, the bill; tick by tick.
+    /// The loop: faults, the policy's control step, the models, the bill; tick by tick.
     async fn with<D: PolicyDriver>(
         self,
         mut driver: D,
     ) -> Result<(PolicyReport, Vec<Sample>), SimError> {
         let sc = self.sc;
-        // Virtual time restarts at the epoch once the pool is filled, so every policy's t = 0 is
-        // the same instant of the traffic.
+        // Virtual time restarts at the epoch once the pools are filled, so every policy's t = 0
+        // is the same instant of the traffic.
         let offset = self.clock.now() - epoch();
-        let mut model = Model::new(self.requests, sc.service, sc.queue.clone(), driver.sheds());
+        let mut models: Vec<Model> = (0..sc.pools.len())
+            .map(|i| Model::new(self.requests, sc.queue.clone(), driver.sheds()).at_pool(i as u8))
+            .collect();
         let mut samples = Vec::new();
         let mut faults: VecDeque<&Fault> = sc.faults.iter().collect();
+        let mut books = vec![PoolBook::default(); sc.pools.len()];
         let (mut cost, mut gpu_s) = (0.0_f64, 0.0_f64);
         let mut desired_series = Vec::new();
-        let mut peak_ready = 0u32;
+        let (mut peak_ready, mut peak_waiting) = (0u32, 0u64);
         let mut t = 0.0_f64;
         let ticks = (self.duration_s / sc.tick_s).round() as u64;
         let hours = sc.tick_s / 3600.0;
@@ -292,29 +313,48 @@ impl Run<'_> {
                     faults.pop_front();
                 }
             }
-            let control = driver.control(t, &model).await?;
-            model.set_ready(&control.ready);
-            model.set_admission(&control.admission);
-            model.advance(t, t + sc.tick_s, sc.step_s);
-            let (usd_per_hour, gpus) = driver.paying(t);
-            cost += usd_per_hour * hours;
-            gpu_s += gpus * sc.tick_s;
+            let controls = driver.control(sc, t, &models).await?;
+            for (model, control) in models.iter_mut().zip(&controls) {
+                model.set_ready(&control.ready);
+                model.set_admission(&control.admission);
+            }
+            peak_waiting = peak_waiting.max(advance_together(
+                sc,
+                &mut models,
+                &controls,
+                t,
+                t + sc.tick_s,
+            ));
+            for (book, (usd_per_hour, gpus)) in books.iter_mut().zip(driver.paying(t)) {
+                book.cost += usd_per_hour * hours;
+                book.gpu_s += gpus * sc.tick_s;
+                cost += usd_per_hour * hours;
+                gpu_s += gpus * sc.tick_s;
+            }
             self.clock.advance(Duration::from_secs_f64(sc.tick_s));
             t += sc.tick_s;
-            peak_ready = peak_ready.max(model.ready());
-            desired_series.push(control.desired);
+            for (book, model) in books.iter_mut().zip(&models) {
+                book.peak_ready = book.peak_ready.max(model.ready());
+            }
+            let ready: u32 = models.iter().map(Model::ready).sum();
+            let desired: u32 = controls.iter().map(|c| c.desired).sum();
+            peak_ready = peak_ready.max(ready);
+            desired_series.push(desired);
             samples.push(Sample {
                 t_s: round6(t),
-                queue_depth: model.waiting(),
-                desired: control.desired,
-                ready: model.ready(),
-                starting: control.starting,
+                queue_depth: models.iter().map(Model::waiting).sum(),
+                desired,
+                ready,
+                starting: controls.iter().map(|c| c.starting).sum(),
                 cost_usd: round6(cost),
             });
         }
-        model.finish(t);
-        let books = driver.books(t).await?;
-        let totals = model.totals.clone();
+        let mut totals = Totals::default();
+        for model in &mut models {
+            model.finish(t);
+            totals.add(&model.totals);
+        }
+        let books_of_run = driver.books(t).await?;
         let report = PolicyReport {
             policy: self.policy.as_str().to_string(),
             requests_total: totals.requests,
@@ -340,14 +380,73 @@ impl Run<'_> {
             idle_gpu_hours: round6(((gpu_s - totals.busy_gpu_s) / 3600.0).max(0.0)),
             cost_usd: round6(cost),
             cost_vs_oracle: 0.0,
-            refusals: books.refusals,
-            fallbacks: books.fallbacks,
+            refusals: books_of_run.refusals,
+            fallbacks: books_of_run.fallbacks,
             scale_direction_changes: direction_changes(&desired_series),
-            peak_queue_depth: totals.peak_waiting,
+            peak_queue_depth: peak_waiting,
             peak_ready_replicas: peak_ready,
+            pools: sc
+                .pools
+                .iter()
+                .zip(&models)
+                .zip(&books)
+                .map(|((pool, model), book)| PoolReport {
+                    pool: pool.spec.name.to_string(),
+                    requests: model.totals.requests,
+                    served: model.totals.served,
+                    taken_over: model.totals.taken_over,
+                    shed: model.totals.shed,
+                    gpu_hours: round6(book.gpu_s / 3600.0),
+                    cost_usd: round6(book.cost),
+                    peak_ready_replicas: book.peak_ready,
+                })
+                .collect(),
         };
         Ok((report, samples))
     }
+}
+
+/// One pool's bill and peak over a run.
+#[derive(Debug, Clone, Copy, Default)]
+struct PoolBook {
+    cost: f64,
+    gpu_s: f64,
+    peak_ready: u32,
+}
+
+/// Moves every pool's model through one tick, step by step, in lockstep; before each step the
+/// serving layer sends waiting requests of a pool that hands demand to its smaller model to
+/// that pool's spare slots. Returns the deepest all the queues were together at a step's end.
+fn advance_together(
+    sc: &Scenario,
+    models: &mut [Model<'_>],
+    controls: &[driver::Control],
+    from: f64,
+    to: f64,
+) -> u64 {
+    let mut peak = 0;
+    let mut t = from;
+    // Bounded: the number of steps is (to - from) / step.
+    while t < to - 1e-12 {
+        let end = (t + sc.step_s).min(to);
+        for (i, pool) in sc.pools.iter().enumerate() {
+            let Some(j) = pool.fallback else { continue };
+            if controls[i].handed_to_fallback == 0 || i == j {
+                continue;
+            }
+            let spare = models[j].spare_slots();
+            if spare > 0 {
+                let handed = models[i].hand_over(&sc.queue.smaller_model, spare);
+                models[j].take_over(handed);
+            }
+        }
+        for model in models.iter_mut() {
+            model.advance(t, end, sc.step_s);
+        }
+        peak = peak.max(models.iter().map(Model::waiting).sum());
+        t = end;
+    }
+    peak
 }
 
 /// Within the SLO over all (1 when there was nothing to serve).

@@ -30,14 +30,21 @@ use headroom_cloud::SimCloud;
 use super::driver::{Books, Control, PolicyDriver};
 use crate::arrivals::Request;
 use crate::error::SimError;
-use crate::model::{Gate, Model};
+use crate::model::{Gate, Model, ReplicaSpec, Service};
 use crate::scenario::Scenario;
 
 pub use nodes::Costed;
 
-/// The oracle's schedule, per tick, and what it costs.
+/// The oracle's schedule, per simulated pool, and what it costs. Each pool is planned alone on
+/// the requests that arrive at it: the oracle hands nothing to a smaller model.
 #[derive(Debug, Clone)]
 pub struct Oracle {
+    pools: Vec<PoolPlan>,
+}
+
+/// One pool's schedule, per tick.
+#[derive(Debug, Clone)]
+struct PoolPlan {
     tick_s: f64,
     costed: Costed,
     /// Per tick, what its serving layer admits of each sheddable tier.
@@ -50,12 +57,32 @@ const MAX_LOOKAHEAD_TICKS: usize = 4096;
 impl Oracle {
     /// Plans the scenario's run on `requests` over `duration_s`.
     pub fn new(sc: &Scenario, requests: &[Request], duration_s: f64) -> Oracle {
+        let pools = (0..sc.pools.len())
+            .map(|i| {
+                let own: Vec<Request> = requests
+                    .iter()
+                    .filter(|r| r.pool as usize == i)
+                    .map(|r| Request { pool: 0, ..*r })
+                    .collect();
+                PoolPlan::new(&sc.alone(i), &own, duration_s)
+            })
+            .collect();
+        Oracle { pools }
+    }
+
+    pub fn cost_usd(&self) -> f64 {
+        self.pools.iter().map(PoolPlan::cost_usd).sum()
+    }
+}
+
+impl PoolPlan {
+    fn new(sc: &Scenario, requests: &[Request], duration_s: f64) -> PoolPlan {
         let tick_s = sc.tick_s;
         let ticks = (duration_s / tick_s).round().max(1.0) as usize;
         let supply = nodes::Supply::of(sc, ticks);
         let (ready, gates) = search(sc, requests, ticks, &supply);
         let costed = supply.cost(&ready);
-        Oracle {
+        PoolPlan {
             tick_s,
             costed,
             gates,
@@ -66,8 +93,24 @@ impl Oracle {
         ((t / self.tick_s).round() as usize).min(self.costed.ticks().saturating_sub(1))
     }
 
-    pub fn cost_usd(&self) -> f64 {
+    fn cost_usd(&self) -> f64 {
         self.costed.cost_usd(self.tick_s)
+    }
+
+    fn control(&self, t: f64, service: Service) -> Control {
+        let k = self.index(t);
+        let ready: BTreeMap<String, ReplicaSpec> = self
+            .costed
+            .serving(k)
+            .map(|(layer, gpus)| (format!("oracle-{layer:04}"), ReplicaSpec { gpus, service }))
+            .collect();
+        Control {
+            desired: ready.len() as u32,
+            starting: self.costed.starting(k),
+            ready,
+            admission: self.gates.get(k).cloned().unwrap_or_default(),
+            handed_to_fallback: 0,
+        }
     }
 }
 
@@ -82,23 +125,25 @@ impl PolicyDriver for Oracle {
         None
     }
 
-    async fn control(&mut self, t: f64, _model: &Model<'_>) -> Result<Control, SimError> {
-        let k = self.index(t);
-        let ready: BTreeMap<String, u32> = self
-            .costed
-            .serving(k)
-            .map(|(layer, gpus)| (format!("oracle-{layer:04}"), gpus))
-            .collect();
-        Ok(Control {
-            desired: ready.len() as u32,
-            starting: self.costed.starting(k),
-            ready,
-            admission: self.gates.get(k).cloned().unwrap_or_default(),
-        })
+    async fn control(
+        &mut self,
+        sc: &Scenario,
+        t: f64,
+        _models: &[Model<'_>],
+    ) -> Result<Vec<Control>, SimError> {
+        Ok(self
+            .pools
+            .iter()
+            .zip(&sc.pools)
+            .map(|(plan, pool)| plan.control(t, pool.service))
+            .collect())
     }
 
-    fn paying(&self, t: f64) -> (f64, f64) {
-        self.costed.paying(self.index(t))
+    fn paying(&self, t: f64) -> Vec<(f64, f64)> {
+        self.pools
+            .iter()
+            .map(|plan| plan.costed.paying(plan.index(t)))
+            .collect()
     }
 
     async fn books(&self, _end_s: f64) -> Result<Books, SimError> {
@@ -117,8 +162,8 @@ fn search(
     let tick_s = sc.tick_s;
     let due = Due::new(sc, requests, ticks);
     let shedder = Shedder::new(sc, requests);
-    let mut model = Model::new(requests, sc.service, sc.queue.clone(), true);
-    let floor = sc.pool.min_replicas;
+    let mut model = Model::new(requests, sc.queue.clone(), true);
+    let floor = sc.primary().spec.min_replicas;
     let mut ready = Vec::with_capacity(ticks);
     let mut gates = Vec::with_capacity(ticks);
     for k in 0..ticks {
@@ -131,7 +176,7 @@ fn search(
         let before = violations(&model, t);
         let probe = |r: u32| {
             let mut probe = model.clone();
-            probe.set_ready(&replicas(r));
+            probe.set_ready(&replicas(r, sc.primary().service));
             probe.advance(t, t + tick_s, sc.step_s);
             let v = violations(&probe, t + tick_s);
             (probe, v)
@@ -171,9 +216,10 @@ fn violations(model: &Model<'_>, now: f64) -> u64 {
     model.totals.missed - model.totals.shed + model.overdue(now)
 }
 
-/// `n` replicas of one GPU each, named by layer, as the model sees them.
-fn replicas(n: u32) -> BTreeMap<String, u32> {
-    (0..n).map(|j| (format!("oracle-{j:04}"), 1)).collect()
+/// `n` replicas of one GPU each at `service`, named by layer, as the model sees them.
+fn replicas(n: u32, service: Service) -> BTreeMap<String, ReplicaSpec> {
+    let spec = ReplicaSpec { gpus: 1, service };
+    (0..n).map(|j| (format!("oracle-{j:04}"), spec)).collect()
 }
 
 /// When each request's work is due: its objective, plus its own service time in a full batch.
@@ -189,7 +235,8 @@ struct Due {
 
 impl Due {
     fn new(sc: &Scenario, requests: &[Request], ticks: usize) -> Due {
-        let slot_rate = sc.service.tokens_per_s / sc.service.max_batch.max(1) as f64;
+        let slot_rate =
+            sc.primary().service.tokens_per_s / sc.primary().service.max_batch.max(1) as f64;
         let objective = |tier: u8| {
             sc.queue
                 .objective_s
@@ -197,7 +244,10 @@ impl Due {
                 .copied()
                 .unwrap_or(f64::INFINITY)
         };
-        let work: Vec<f64> = requests.iter().map(|r| sc.service.work(r)).collect();
+        let work: Vec<f64> = requests
+            .iter()
+            .map(|r| sc.primary().service.work(r))
+            .collect();
         let due_tick = requests
             .iter()
             .zip(&work)
@@ -217,7 +267,7 @@ impl Due {
             tick_s: sc.tick_s,
             due_tick,
             work,
-            per_replica: sc.service.replica_capacity() * sc.tick_s,
+            per_replica: sc.primary().service.replica_capacity() * sc.tick_s,
             lookahead: ((longest / sc.tick_s).ceil() as usize + 4).min(MAX_LOOKAHEAD_TICKS),
         }
     }
@@ -287,8 +337,11 @@ impl Shedder {
         for r in requests {
             arrivals[(r.tier as usize).min(tiers_n - 1)].push(r.at_s);
         }
-        let mean_work =
-            requests.iter().map(|r| sc.service.work(r)).sum::<f64>() / requests.len().max(1) as f64;
+        let mean_work = requests
+            .iter()
+            .map(|r| sc.primary().service.work(r))
+            .sum::<f64>()
+            / requests.len().max(1) as f64;
         let tiers = sc
             .queue
             .shed_tiers
@@ -307,7 +360,7 @@ impl Shedder {
             tiers,
             // A queue capped at exactly what full throughput starts in time leaves the last
             // admitted at its objective's edge, where the batch's variance tips it over.
-            per_replica: SHED_MARGIN * sc.service.replica_capacity() / mean_work.max(1.0)
+            per_replica: SHED_MARGIN * sc.primary().service.replica_capacity() / mean_work.max(1.0)
                 * sc.tick_s,
             arrivals,
         }

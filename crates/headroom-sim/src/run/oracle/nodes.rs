@@ -93,7 +93,8 @@ impl Supply {
     pub fn of(sc: &Scenario, ticks: usize) -> Supply {
         let tick_s = sc.tick_s;
         let configured: Vec<(&Offering, u32, headroom_core::ColdStartLadder)> = sc
-            .pool
+            .primary()
+            .spec
             .offerings
             .iter()
             .filter_map(|id| sc.config.offerings.iter().find(|o| &o.offering.id == id))
@@ -122,8 +123,8 @@ impl Supply {
             .collect();
         let mut supply = Supply {
             ticks,
-            floor: sc.pool.min_replicas,
-            warm: sc.pool.warm_pool_size,
+            floor: sc.primary().spec.min_replicas,
+            warm: sc.primary().spec.warm_pool_size,
             offerings,
             home,
             most: Vec::new(),
@@ -136,7 +137,7 @@ impl Supply {
     /// The most replicas that can be ready at tick `k`: the floor; the warm pool once a wake
     /// can have finished; anything up to `max_replicas` once a cold start can have.
     fn bound(&self, sc: &Scenario, k: usize) -> u32 {
-        let max = sc.pool.max_replicas;
+        let max = sc.primary().spec.max_replicas;
         let cold = self
             .offerings
             .iter()
