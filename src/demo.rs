@@ -299,12 +299,13 @@ fn demo_traffic(config: &Config) -> anyhow::Result<Vec<Traffic>> {
             replica_rps: interactive_rps,
             shed_total: 0.0,
         },
-        // A batch pool whose burst outgrows its cheapest spot offerings, to show fallback.
+        // A batch job that outgrows its pool's cheapest spot offerings, to show fallback; before
+        // and after it the pool has no traffic and, with no floor, no replica.
         Traffic {
             pool: batch,
             tier: Priority::Low,
             profile: BurstProfile {
-                base_rps: 10.0,
+                base_rps: 0.0,
                 peak_rps: 40.0,
                 start_s: BURST_START_S + 30.0,
                 ramp_s: 20.0,
@@ -321,13 +322,18 @@ fn push_signals(engine: &Engine, traffic: &[Traffic]) {
     push_signals_at(engine, traffic, 0.0);
 }
 
+/// Each pool's queue and arrivals, in all and for its one tier (which a pool with shed deadlines
+/// sheds by).
 fn push_signals_at(engine: &Engine, traffic: &[Traffic], t: f64) {
     for tr in traffic {
+        let rps = tr.profile.rps_at(t);
         engine.push_signal(
             &tr.pool,
             SignalInput {
                 queue_depth: tr.queue.depth(),
-                arrival_rate_rps: Some(tr.profile.rps_at(t)),
+                arrival_rate_rps: Some(rps),
+                queue_depth_by_priority: [(tr.tier, tr.queue.depth())].into(),
+                arrival_rate_by_priority_rps: [(tr.tier, rps)].into(),
                 ..SignalInput::default()
             },
         );
@@ -407,6 +413,11 @@ struct Seen {
     admitted_told: bool,
     drained_told: bool,
     scaled_in: bool,
+    /// No replica serving, starting or wanted (a pool without a floor, idle).
+    at_zero: bool,
+    /// The pool has no floor (`min_replicas = 0`): its story ends back at zero.
+    floorless: bool,
+    held_told: bool,
 }
 
 /// The story's turns: each is told once as it happens (a tier shed and admitted again each
@@ -427,6 +438,7 @@ impl Story {
                         warm: s.warm,
                         desired: s.desired,
                         peak_ready: s.ready,
+                        floorless: s.min_replicas == 0,
                         ..Seen::default()
                     })
             })
@@ -449,6 +461,23 @@ impl Story {
                 .admission
                 .iter()
                 .any(|a| a.priority == tr.tier && a.sheds());
+            let at_zero = s.ready + s.starting + s.requested == 0 && s.desired == 0;
+            if at_zero && !seen.at_zero {
+                told.push(format!(
+                    "{stamp} {pool}: {} zero replicas, {} parked warm node{}; the next request wakes one",
+                    if seen.peak_ready > 0 { "back at" } else { "idle at" },
+                    s.warm,
+                    if s.warm == 1 { "" } else { "s" }
+                ));
+            }
+            let waking = s.starting + s.requested > 0;
+            if s.ready == 0 && waking && tr.queue.depth() > 0 && !seen.held_told {
+                told.push(format!(
+                    "{stamp} {pool}: {} first requests held (not shed) while a node wakes for them",
+                    tr.queue.depth()
+                ));
+                seen.held_told = true;
+            }
             if s.warm < seen.warm {
                 told.push(format!(
                     "{stamp} {pool}: {} parked warm nodes woken (they skip the cold start's first rungs); {} wanted, {} ready",
@@ -502,6 +531,7 @@ impl Story {
                 peak_ready: seen.peak_ready.max(s.ready),
                 shedding,
                 backlog,
+                at_zero,
                 ..*seen
             };
         }
@@ -509,15 +539,15 @@ impl Story {
         told
     }
 
-    /// Over once every burst has passed, nothing waits and every pool has scaled in (or, at
-    /// the latest, fifteen virtual minutes after the last burst).
+    /// Over once every burst has passed, nothing waits and every pool has scaled in, a pool
+    /// without a floor back to zero (or, at the latest, fifteen virtual minutes after the last
+    /// burst).
     fn over(&self, t: f64, end: f64) -> bool {
         t > end + STORY_TAIL_S
             || (t > end
-                && self
-                    .seen
-                    .iter()
-                    .all(|s| s.scaled_in && !s.backlog && !s.shedding))
+                && self.seen.iter().all(|s| {
+                    s.scaled_in && !s.backlog && !s.shedding && (s.at_zero || !s.floorless)
+                }))
     }
 }
 

@@ -84,9 +84,10 @@ fn call(agent: &ureq::Agent, method: &str, url: &str, body: Option<&str>) -> Rep
     }
 }
 
-/// Without `--seconds` the demo tells its story and ends by itself: warm nodes woken, the batch
+/// Without `--seconds` the demo tells its story and ends by itself: the batch pool idle at zero
+/// replicas, warm nodes woken (the batch job's first requests held while one wakes), the batch
 /// tier shed with 429 (its arrivals honour the admission answer), nodes landing, the backlogs
-/// drained, scale-in; then the summary.
+/// drained, scale-in, the batch pool back at zero; then the summary.
 #[test]
 fn the_demo_tells_a_finite_story_and_ends_by_itself() {
     let port = free_port();
@@ -97,7 +98,7 @@ fn the_demo_tells_a_finite_story_and_ends_by_itself() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Bounded: the story is about 8 virtual minutes, under 15 s of real time at 50x.
+    // Bounded: the story is about 12 virtual minutes, under 15 s of real time at 50x.
     let ended = eventually(1200, || child.try_wait().unwrap().is_some());
     if !ended {
         child.kill().unwrap();
@@ -130,6 +131,29 @@ fn the_demo_tells_a_finite_story_and_ends_by_itself() {
             < at("mistral-7b-batch: low tier admitted again")
     );
     assert!(at("nodes landing") < at("scaling in"));
+    // Scale to zero: the pool without a floor starts with none, holds its job's first requests
+    // while a parked node wakes, and ends with none again.
+    assert!(
+        at("mistral-7b-batch: idle at zero replicas")
+            < at("mistral-7b-batch: 1 parked warm nodes woken")
+    );
+    assert!(
+        at("mistral-7b-batch: idle at zero replicas")
+            < at("first requests held (not shed) while a node wakes")
+    );
+    assert!(at("mistral-7b-batch: scaling in") < at("mistral-7b-batch: back at zero replicas"));
+    let batch = summary["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mistral-7b-batch")
+        .unwrap();
+    assert_eq!(
+        (batch["ready"].as_u64(), batch["desired"].as_u64()),
+        (Some(0), Some(0)),
+        "{batch}"
+    );
+    assert!(batch["warm"].as_u64().unwrap() >= 1, "{batch}");
     assert!(
         !story
             .iter()
@@ -1991,10 +2015,15 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
         "peak_queue_depth",
         "peak_ready_replicas",
         "tiers",
+        "pools",
     ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    assert_eq!(keys.len(), 16, "{keys:?}");
+    assert_eq!(keys.len(), 17, "{keys:?}");
+    // One pool's share per simulated pool, adding up to the policy's requests.
+    let pools = policies[0]["pools"].as_array().expect("pools is a list");
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0]["requests"], policies[0]["requests_total"]);
     // Each tier's row adds up to the policy's totals.
     let tiers = policies[0]["tiers"].as_array().expect("tiers is a list");
     assert!(!tiers.is_empty());

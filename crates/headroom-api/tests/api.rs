@@ -18,7 +18,19 @@ mod external_metrics;
 #[path = "api/typed.rs"]
 mod typed;
 
-const CONFIG: &str = include_str!("../../../config/headroom.example.toml");
+const EXAMPLE: &str = include_str!("../../../config/headroom.example.toml");
+
+/// The example configuration with a floor of two under the batch pool, which the example lets
+/// scale to zero: these tests read a pool's nodes, requests and metrics as soon as it runs.
+/// Scale to zero has its own tests (the controller's, the simulator's `scale-to-zero`, the demo).
+fn config() -> String {
+    let floor = "name = \"mistral-7b-batch\"\naccount = \"research\"\nofferings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\"]\nmin_replicas = ";
+    assert!(
+        EXAMPLE.contains(&format!("{floor}0")),
+        "the example's batch pool moved"
+    );
+    EXAMPLE.replace(&format!("{floor}0"), &format!("{floor}2"))
+}
 
 struct Api {
     _rig: Rig,
@@ -30,7 +42,7 @@ struct Api {
 }
 
 async fn api() -> Api {
-    let rig = Rig::new(CONFIG).await;
+    let rig = Rig::new(&config()).await;
     let cloud = rig.sim_cloud();
     let engine = rig.engine(cloud.clone());
     Api {

@@ -639,6 +639,20 @@ async fn insert(
         return fault_reply(&mut st, kind, &call, &vm, "insert");
     }
     let key = (project.clone(), zone.clone(), name.clone());
+    if !st.instances.contains_key(&key)
+        && let Some(message) = regions::exceeded(&st, &project, &zone, &vm)
+    {
+        let op = new_operation(
+            &mut st,
+            &project,
+            &zone,
+            &vm,
+            "insert",
+            &now,
+            Some(("QUOTA_EXCEEDED", 403, &message)),
+        );
+        return Ok(Json(record_operation(&mut st, op, request_id.as_deref())));
+    }
     if st.instances.contains_key(&key) && st.duplicates_in_operation {
         let message = format!(
             "The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists"
@@ -848,6 +862,18 @@ async fn verb(
                 request_id: request_id.as_deref(),
             };
             return fault_reply(&mut st, kind, &call, &vm, &verb);
+        }
+        if let Some(message) = regions::exceeded(&st, &project, &zone, &vm) {
+            let op = new_operation(
+                &mut st,
+                &project,
+                &zone,
+                &vm,
+                &verb,
+                &now,
+                Some(("QUOTA_EXCEEDED", 403, &message)),
+            );
+            return Ok(Json(record_operation(&mut st, op, request_id.as_deref())));
         }
     }
     let new_status = new_status.to_string();

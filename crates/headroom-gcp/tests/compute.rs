@@ -1021,4 +1021,30 @@ async fn regional_gpu_quotas_come_from_regions_get_with_usage_that_follows_the_v
         (quotas[0].remaining(), quotas[0].nodes_left(&l4.id)),
         (0, Some(0))
     );
+    // And the server holds to it, as GCE does: a launch or a start past the limit fails with
+    // QUOTA_EXCEEDED, which the provider reads as a quota refusal; spot has its own quota.
+    let over = e
+        .provider
+        .launch(&spec(&l4, "quota", "q4"))
+        .await
+        .unwrap_err();
+    assert_eq!(over.class(), ErrorClass::Quota, "{over}");
+    assert!(over.to_string().contains("NVIDIA_L4_GPUS"), "{over}");
+    let start = e.provider.start(&first.id).await.unwrap_err();
+    assert_eq!(start.class(), ErrorClass::Quota, "{start}");
+    e.provider
+        .launch(&spec(&l4_spot, "quota", "q5"))
+        .await
+        .unwrap();
+    assert_eq!(
+        e.server.server.instances().len(),
+        4,
+        "nothing was created by the refused launch"
+    );
+    // A granted increase: the stopped VM starts again.
+    e.server
+        .server
+        .set_quota("us-central1", "NVIDIA_L4_GPUS", 2.0);
+    e.provider.start(&first.id).await.unwrap();
+    assert_eq!(read().await[0].in_use, 2);
 }

@@ -459,10 +459,13 @@ impl Activation<'_> {
     }
 
     /// Up to what the rules want: floors at once, rules after consecutive breaching windows,
-    /// never against a recent scale-down, within the per-period limit.
+    /// never against a recent scale-down, within the per-period limit. A pool at zero replicas
+    /// serves nothing until one lands, so its first replica comes at once, whatever the windows
+    /// and the cooldown say (scale to zero: the first request wakes a node).
     fn scale_up(&self, winner: &Winner, mut memory: ControllerMemory) -> Decision {
         let (policy, current, why) = (self.policy, self.current, &winner.why);
         memory.low_since = None;
+        let from_zero = current == 0 && winner.wanted > 0;
         let rule_driven = winner.wanted > self.floor.max(current);
         if rule_driven {
             count_window(
@@ -472,17 +475,24 @@ impl Activation<'_> {
                 self.now,
             );
             if memory.breach_windows < policy.scale_up_breaches {
-                let reason = format!(
+                let mut reason = format!(
                     "{why}; breach {} of {} windows of {}s before scaling up",
                     memory.breach_windows,
                     policy.scale_up_breaches,
                     policy.breach_window.as_secs()
                 );
+                let mut target = current;
+                if from_zero {
+                    target = 1;
+                    memory.scale_ups.push((self.now, 1));
+                    memory.last_change = Some((self.now, Direction::Up));
+                    reason.push_str("; at zero replicas the first comes at once");
+                }
                 let limited = Some(Limit::BreachWindow);
-                return winner.answer(current, winner.rule, reason, limited, memory);
+                return winner.answer(target, winner.rule, reason, limited, memory);
             }
         }
-        if self.recent_change(&memory, Direction::Up) {
+        if !from_zero && self.recent_change(&memory, Direction::Up) {
             let why = format!(
                 "{why}; but the pool scaled down less than {}s ago",
                 policy.direction_cooldown.as_secs()

@@ -203,6 +203,50 @@ fn scale_up_waits_for_two_breaching_windows() {
     assert_eq!((second.target, second.rule), (21, Rule::BacklogDrain));
 }
 
+/// At zero replicas nothing serves while breach windows run or a scale-down cools down: the
+/// first request brings the first replica at once; the rest waits for the windows as usual.
+#[test]
+fn a_pool_at_zero_gets_its_first_replica_at_once() {
+    let p = pool(
+        0,
+        10,
+        ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            ..base()
+        },
+    );
+    let one = |t| Signals::queue(1, 0.5, t);
+    let first = decide(&p, Some(&one(t0())), ready(0), memory(0), t0());
+    assert_eq!(first.target, 1, "{}", first.reason);
+    assert_eq!(first.limited, Some(Limit::BreachWindow));
+    // Just after scaling in to zero, inside the direction cooldown, a request still wakes one.
+    let scaled_in = ControllerMemory {
+        last_change: Some((t0(), Direction::Down)),
+        ..memory(0)
+    };
+    let soon = decide(&p, Some(&one(secs(5))), ready(0), scaled_in, secs(5));
+    assert_eq!(soon.target, 1, "{}", soon.reason);
+    // A burst from zero: one at once, the rest after the breaching windows.
+    let burst = |t| Signals::queue(40, 200.0, t);
+    let b1 = decide(&p, Some(&burst(t0())), ready(0), memory(0), t0());
+    assert_eq!(b1.target, 1);
+    let b2 = decide(
+        &p,
+        Some(&burst(secs(15))),
+        ReplicaCounts {
+            starting: 1,
+            ..ready(0)
+        },
+        b1.memory,
+        secs(15),
+    );
+    assert!(b2.target > 1, "{}", b2.reason);
+    // A pool with a floor is not affected: it is never at zero.
+    let floored = pool(2, 10, p.scaling);
+    let f = decide(&floored, Some(&burst(t0())), ready(2), memory(2), t0());
+    assert_eq!(f.target, 2, "{}", f.reason);
+}
+
 #[test]
 fn a_two_per_minute_limit_is_respected() {
     let p = pool(
