@@ -479,6 +479,28 @@ struct Call<'a> {
     request_id: Option<&'a str>,
 }
 
+/// The call's operation, ending with `QUOTA_EXCEEDED` (HTTP 403) and `message`, as GCE ends an
+/// insert, start or resume past a regional quota.
+fn quota_exceeded(
+    st: &mut ServerState,
+    call: &Call<'_>,
+    target: &Value,
+    op_kind: &str,
+    message: &str,
+) -> Reply {
+    let error = Some(("QUOTA_EXCEEDED", 403, message));
+    let op = new_operation(
+        st,
+        call.project,
+        call.zone,
+        target,
+        op_kind,
+        call.now,
+        error,
+    );
+    Ok(Json(record_operation(st, op, call.request_id)))
+}
+
 fn fault_reply(
     st: &mut ServerState,
     kind: FaultKind,
@@ -515,16 +537,7 @@ fn fault_reply(
         FaultKind::QuotaInOperation => {
             let message =
                 format!("Quota 'NVIDIA_A100_GPUS' exceeded. Limit: 0.0 in region ({what}).");
-            let op = new_operation(
-                st,
-                project,
-                zone,
-                target,
-                op_kind,
-                now,
-                Some(("QUOTA_EXCEEDED", 403, &message)),
-            );
-            Ok(Json(record_operation(st, op, request_id)))
+            quota_exceeded(st, call, target, op_kind, &message)
         }
         FaultKind::QuotaHttp => Err(failure(
             StatusCode::FORBIDDEN,
@@ -642,16 +655,13 @@ async fn insert(
     if !st.instances.contains_key(&key)
         && let Some(message) = regions::exceeded(&st, &project, &zone, &vm)
     {
-        let op = new_operation(
-            &mut st,
-            &project,
-            &zone,
-            &vm,
-            "insert",
-            &now,
-            Some(("QUOTA_EXCEEDED", 403, &message)),
-        );
-        return Ok(Json(record_operation(&mut st, op, request_id.as_deref())));
+        let call = Call {
+            project: &project,
+            zone: &zone,
+            now: &now,
+            request_id: request_id.as_deref(),
+        };
+        return quota_exceeded(&mut st, &call, &vm, "insert", &message);
     }
     if st.instances.contains_key(&key) && st.duplicates_in_operation {
         let message = format!(
@@ -864,16 +874,13 @@ async fn verb(
             return fault_reply(&mut st, kind, &call, &vm, &verb);
         }
         if let Some(message) = regions::exceeded(&st, &project, &zone, &vm) {
-            let op = new_operation(
-                &mut st,
-                &project,
-                &zone,
-                &vm,
-                &verb,
-                &now,
-                Some(("QUOTA_EXCEEDED", 403, &message)),
-            );
-            return Ok(Json(record_operation(&mut st, op, request_id.as_deref())));
+            let call = Call {
+                project: &project,
+                zone: &zone,
+                now: &now,
+                request_id: request_id.as_deref(),
+            };
+            return quota_exceeded(&mut st, &call, &vm, &verb, &message);
         }
     }
     let new_status = new_status.to_string();
