@@ -216,9 +216,10 @@ fn bench_account(run: &str, client: u32) -> String {
 }
 
 /// Budget admissions: `clients` accounts at once, `count` holds each, every hold placed through
-/// `Ledger::place_hold` against a budget (timed) and its node then ended (a refused launch), so
-/// that what an account has open stays what a real one has. Returns the latencies, sorted, and
-/// the wall time of the whole run.
+/// `Ledger::place_hold` against a budget (timed) and its node then ended (a refused launch)
+/// beside the next admissions, so that what an account has open stays what a real one has.
+/// Returns the latencies, sorted, the wall time of the admissions, and the time the untimed
+/// first admissions took.
 async fn hold_admissions(
     ledger: &Arc<dyn headroom_ledger::Ledger>,
     run: &str,
@@ -253,11 +254,28 @@ async fn hold_admissions(
         let account: headroom_core::AccountName = bench_account(run, c).parse()?;
         let run = run.to_string();
         tasks.spawn(async move {
+            // Each node ends (a refused launch) beside the admissions, as nodes of a real
+            // fleet end while others launch: a client's next admission does not wait for its
+            // last node's end, and at most a few of its nodes are open at once.
+            let (ends, mut ending) = tokio::sync::mpsc::channel::<headroom_ledger::NodeEvent>(2);
+            let ender = {
+                let ledger = ledger.clone();
+                tokio::spawn(async move {
+                    while let Some(end) = ending.recv().await {
+                        ledger.append_node_event(&end).await?;
+                    }
+                    anyhow::Ok(())
+                })
+            };
             let mut latencies = Vec::with_capacity(count as usize);
             for n in 0..count {
-                latencies
-                    .push(admit_once(ledger.as_ref(), &run, &account, c, &n.to_string()).await?);
+                let (latency, end) =
+                    admit_timed(ledger.as_ref(), &run, &account, c, &n.to_string()).await?;
+                latencies.push(latency);
+                ends.send(end).await?;
             }
+            drop(ends);
+            ender.await??;
             anyhow::Ok(latencies)
         });
     }
@@ -278,6 +296,20 @@ async fn admit_once(
     client: u32,
     n: &str,
 ) -> anyhow::Result<Duration> {
+    let (latency, end) = admit_timed(ledger, run, account, client, n).await?;
+    ledger.append_node_event(&end).await?;
+    Ok(latency)
+}
+
+/// One budget admission for `account`, timed, and the event that ends its node (a refused
+/// launch), for the caller to write.
+async fn admit_timed(
+    ledger: &dyn headroom_ledger::Ledger,
+    run: &str,
+    account: &headroom_core::AccountName,
+    client: u32,
+    n: &str,
+) -> anyhow::Result<(Duration, headroom_ledger::NodeEvent)> {
     use headroom_core::{Market, Money, NodeId, NodeState, ProviderKind};
     let clock = SystemClock::new();
     let node = NodeId(format!("bench-{run}-{client}-{n}"));
@@ -309,9 +341,10 @@ async fn admit_once(
         outcome == headroom_ledger::HoldOutcome::Placed,
         "bench hold refused: {outcome:?}"
     );
-    let end = intent.next(NodeState::Refused, "bench", clock.now());
-    ledger.append_node_event(&end).await?;
-    Ok(latency)
+    Ok((
+        latency,
+        intent.next(NodeState::Refused, "bench", clock.now()),
+    ))
 }
 
 /// Preloads `rows` node events as history of the benchmark's accounts, in one statement: nodes

@@ -50,13 +50,20 @@ pub trait Dialect: Debug + Send + Sync + 'static {
 
     fn timestamp(stored: Self::Time) -> Result<Timestamp, LedgerError>;
 
-    /// Begins a transaction that runs alone among those begun with the same `key` and `seed`,
-    /// across every process sharing the database: budget admissions per account, the outbox.
+    /// Begins a transaction that runs alone among those begun with any of the same `keys` and
+    /// `seed`, across every process sharing the database: budget admissions per account, the
+    /// outbox. Several keys are taken in one order everywhere, so two transactions can never
+    /// wait on each other's.
     async fn begin_serialised(
         pool: &Pool<Self::Db>,
-        key: &str,
+        keys: &[&str],
         seed: i64,
     ) -> Result<Transaction<'static, Self::Db>, sqlx::Error>;
+
+    /// Batches of one kind of write ([`crate::batch`]: budget admissions, capacity requests)
+    /// that may run at once: more than one lets a batch gather while another commits, where
+    /// the database lets writers overlap.
+    const BATCHES_AT_ONCE: usize;
 
     /// See [`crate::Ledger::pool_leases`]: a backend only one process opens owns every pool.
     async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
@@ -116,4 +123,13 @@ pub fn render<D: Dialect>(template: &str) -> String {
 /// `n` parameters for an `IN (…)` list, to be rendered with the rest of the query.
 pub fn params(n: usize) -> String {
     vec!["?"; n].join(", ")
+}
+
+/// The latest row (highest `seq`) of each of `accounts` accounts in `table`, to be bound with
+/// the account names. Each account's row is found by its own `MAX(seq)` on the `(account, seq)`
+/// index, one index probe per account on both backends, however long the table grows (a
+/// `GROUP BY` over the accounts would read every row they have).
+pub fn latest_per_account(table: &str, accounts: usize) -> String {
+    let probes = vec![format!("(SELECT MAX(seq) FROM {table} WHERE account = ?)"); accounts];
+    format!("SELECT * FROM {table} WHERE seq IN ({})", probes.join(", "))
 }

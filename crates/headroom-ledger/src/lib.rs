@@ -6,11 +6,14 @@
 //! backends, [`SqliteLedger`] (embedded, the default) and [`PostgresLedger`] (production); what
 //! the two databases do differently is the dialect seam in `dialect.rs`.
 
+mod admission;
+mod batch;
 mod checkpoint;
 pub mod derive;
 mod dialect;
 mod pg_schema;
 mod postgres;
+mod requests;
 mod rows;
 mod sql;
 mod sqlite;

@@ -75,16 +75,41 @@ impl Dialect for PgDialect {
         Ok(Some(crate::SignalFeed::new(listener)))
     }
 
+    const BATCHES_AT_ONCE: usize = 2;
+
     async fn begin_serialised(
         pool: &Pool<Postgres>,
-        key: &str,
+        keys: &[&str],
         seed: i64,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        // The locks end with the transaction. Under READ COMMITTED each later statement sees
+        // every transaction that held one of them before. Taken in the order of their lock
+        // numbers (a volatile function in the select list runs after the sort), the same for
+        // every transaction: no two can wait on each other.
+        const LOCKS: &str = "SELECT pg_advisory_xact_lock(lock) FROM
+               (SELECT DISTINCT hashtextextended(key, $2) AS lock FROM UNNEST($1::TEXT[]) AS key) AS locks
+             ORDER BY lock";
+        // Keys of name characters only (account names are) can be written into the statement
+        // itself, which then begins the transaction and takes the locks in one round trip.
+        let plain = |key: &&str| {
+            !key.is_empty()
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        };
+        if keys.iter().all(plain) {
+            let quoted: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
+            let statement = format!(
+                "BEGIN; {}",
+                LOCKS
+                    .replace("$1", &format!("ARRAY[{}]", quoted.join(", ")))
+                    .replace("$2", &seed.to_string())
+            );
+            return pool.begin_with(sqlx::AssertSqlSafe(statement)).await;
+        }
         let mut tx = pool.begin().await?;
-        // The lock ends with the transaction. Under READ COMMITTED each later statement sees
-        // every transaction that held it before.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
-            .bind(key)
+        sqlx::query(LOCKS)
+            .bind(keys)
             .bind(seed)
             .execute(&mut *tx)
             .await?;
@@ -212,7 +237,56 @@ fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::PgDialect;
-    use crate::dialect::render;
+    use crate::dialect::{Dialect, render};
+
+    /// The advisory locks the current transaction of `tx` holds.
+    async fn advisory_locks(tx: &mut sqlx::PgConnection) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
+        )
+        .fetch_one(tx)
+        .await
+        .unwrap()
+    }
+
+    /// Keys written into the statement (name characters) and keys bound as parameters (any
+    /// other) take the same locks: a transaction of either kind waits for the other.
+    #[tokio::test]
+    async fn serialised_transactions_lock_the_same_keys_however_they_are_sent() {
+        let url = headroom_testkit::fresh_postgres_database("headroom_locks").await;
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let mut first = PgDialect::begin_serialised(&pool, &["team-1", "team-2", "team-1"], 7)
+            .await
+            .unwrap();
+        assert_eq!(
+            advisory_locks(&mut first).await,
+            2,
+            "one lock per distinct key"
+        );
+        let second = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                let mut tx = PgDialect::begin_serialised(&pool, &["o'brien x", "team-2"], 7)
+                    .await
+                    .unwrap();
+                let held = advisory_locks(&mut tx).await;
+                tx.commit().await.unwrap();
+                held
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!second.is_finished(), "the second waits for team-2's lock");
+        first.commit().await.unwrap();
+        assert_eq!(second.await.unwrap(), 2);
+        // Another seed is another lock: it does not wait.
+        let mut outbox = PgDialect::begin_serialised(&pool, &["team-1"], 0)
+            .await
+            .unwrap();
+        let _other = PgDialect::begin_serialised(&pool, &["team-1"], 7)
+            .await
+            .unwrap();
+        assert_eq!(advisory_locks(&mut outbox).await, 1);
+    }
 
     #[test]
     fn redacts_passwords() {

@@ -5,6 +5,7 @@
 //! bound from the core's own definitions, never written out in SQL, so the two cannot drift.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use headroom_core::budget::BudgetStanding;
@@ -16,11 +17,12 @@ use headroom_core::{
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool, Row, Type};
 
+use crate::batch::Batches;
 use crate::dialect::{self, Dialect, render};
+use crate::requests::RequestWrite;
 use crate::{
-    ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, IdempotencyKey, Ledger, LedgerError,
-    LedgerSummary, NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome,
-    derive, new_request_id,
+    ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, Ledger, LedgerError, LedgerSummary,
+    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
 };
 
 /// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
@@ -29,6 +31,8 @@ use crate::{
 pub struct SqlLedger<D: Dialect> {
     pool: Pool<D::Db>,
     dialect: D,
+    admissions: Arc<Batches<NodeEvent>>,
+    request_writes: Arc<Batches<RequestWrite>>,
 }
 
 pub(crate) type DbRow<D> = <<D as Dialect>::Db as Database>::Row;
@@ -48,7 +52,10 @@ pub(crate) const IN_LIST_CHUNK: usize = 500;
 
 /// What admitting `event` adds to its account's holds: its hold, less what its node still holds
 /// when it renews that (the renewal replaces it).
-fn admitted_increment(account_events: &[NodeEvent], event: &NodeEvent) -> headroom_core::Money {
+pub(crate) fn admitted_increment(
+    account_events: &[NodeEvent],
+    event: &NodeEvent,
+) -> headroom_core::Money {
     if !event.is_hold_renewal() {
         return event.hold;
     }
@@ -66,7 +73,26 @@ fn admitted_increment(account_events: &[NodeEvent], event: &NodeEvent) -> headro
 
 impl<D: Dialect> SqlLedger<D> {
     pub(crate) fn new(pool: Pool<D::Db>, dialect: D) -> Self {
-        SqlLedger { pool, dialect }
+        SqlLedger {
+            pool,
+            dialect,
+            admissions: Arc::new(Batches::new(D::BATCHES_AT_ONCE)),
+            request_writes: Arc::new(Batches::new(D::BATCHES_AT_ONCE)),
+        }
+    }
+
+    pub(crate) fn pool(&self) -> &Pool<D::Db> {
+        &self.pool
+    }
+
+    /// The budget admissions waiting for a batch ([`crate::admission`]), shared by every clone.
+    pub(crate) fn admissions(&self) -> &Batches<NodeEvent> {
+        &self.admissions
+    }
+
+    /// The capacity requests waiting for a batch ([`crate::requests`]), shared by every clone.
+    pub(crate) fn request_writes(&self) -> &Batches<RequestWrite> {
+        &self.request_writes
     }
 }
 
@@ -85,43 +111,56 @@ where
         sqlx::query(AssertSqlSafe(render::<D>(template)))
     }
 
-    /// Inserts an event; its sequence number, or `None` when it was recorded before.
-    async fn insert_event<'c, E>(executor: E, e: &NodeEvent) -> Result<Option<i64>, LedgerError>
-    where
-        E: Executor<'c, Database = D::Db>,
-    {
-        Ok(Self::query(
-            "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
-                instance_type, market, request_id, destination, state, instance_id, client_token,
-                price_micros, gpus, hold_micros, reason, {at}, event_key)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT DO NOTHING
-             RETURNING seq",
-        )
-        .bind(e.node.0.as_str())
-        .bind(e.pool.as_str())
-        .bind(e.account.as_str())
-        .bind(e.offering.as_str())
-        .bind(e.provider.as_str())
-        .bind(e.region.as_str())
-        .bind(e.zone.as_str())
-        .bind(e.instance_type.as_str())
-        .bind(e.market.as_str())
-        .bind(e.request.as_ref().map(|r| r.0.as_str()))
-        .bind(e.destination.as_str())
-        .bind(e.state.as_str())
-        .bind(e.instance.as_deref())
-        .bind(e.client_token.as_str())
-        .bind(e.price_usd_per_hour.micros())
-        .bind(D::int(e.gpus))
-        .bind(e.hold.micros())
-        .bind(e.reason.as_deref())
-        .bind(D::time(e.at))
-        .bind(e.key().as_str())
-        .fetch_optional(executor)
-        .await?
-        .map(|row| row.try_get::<i64, _>("seq"))
-        .transpose()?)
+    /// Inserts events, many to a statement; the sequence numbers of those not recorded
+    /// before, by event key.
+    pub(crate) async fn insert_events(
+        conn: &mut <D::Db as Database>::Connection,
+        events: &[&NodeEvent],
+    ) -> Result<BTreeMap<String, i64>, LedgerError> {
+        const COLUMNS: usize = 20;
+        // Rows per statement: 1,280 parameters, well under every backend's limit.
+        const ROWS: usize = 64;
+        let mut seqs = BTreeMap::new();
+        for chunk in events.chunks(ROWS) {
+            let keys: Vec<String> = chunk.iter().map(|e| e.key()).collect();
+            let values = vec![format!("({})", dialect::params(COLUMNS)); chunk.len()];
+            let mut query = Self::query(&format!(
+                "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
+                    instance_type, market, request_id, destination, state, instance_id, client_token,
+                    price_micros, gpus, hold_micros, reason, {{at}}, event_key)
+                 VALUES {}
+                 ON CONFLICT DO NOTHING
+                 RETURNING seq, event_key",
+                values.join(", ")
+            ));
+            for (e, key) in chunk.iter().zip(&keys) {
+                query = query
+                    .bind(e.node.0.as_str())
+                    .bind(e.pool.as_str())
+                    .bind(e.account.as_str())
+                    .bind(e.offering.as_str())
+                    .bind(e.provider.as_str())
+                    .bind(e.region.as_str())
+                    .bind(e.zone.as_str())
+                    .bind(e.instance_type.as_str())
+                    .bind(e.market.as_str())
+                    .bind(e.request.as_ref().map(|r| r.0.as_str()))
+                    .bind(e.destination.as_str())
+                    .bind(e.state.as_str())
+                    .bind(e.instance.as_deref())
+                    .bind(e.client_token.as_str())
+                    .bind(e.price_usd_per_hour.micros())
+                    .bind(D::int(e.gpus))
+                    .bind(e.hold.micros())
+                    .bind(e.reason.as_deref())
+                    .bind(D::time(e.at))
+                    .bind(key.as_str());
+            }
+            for row in query.fetch_all(&mut *conn).await? {
+                seqs.insert(row.try_get("event_key")?, row.try_get("seq")?);
+            }
+        }
+        Ok(seqs)
     }
 
     async fn tokens_where(&self, id: Option<&str>) -> Result<Vec<ApiToken>, LedgerError> {
@@ -188,19 +227,6 @@ where
         })
     }
 
-    async fn events_in(
-        &self,
-        conn: &mut <D::Db as Database>::Connection,
-        query: Statement<D>,
-    ) -> Result<Vec<NodeEvent>, LedgerError> {
-        query
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(Self::event_from_row)
-            .collect()
-    }
-
     async fn events(&self, query: Statement<D>) -> Result<Vec<NodeEvent>, LedgerError> {
         query
             .fetch_all(&self.pool)
@@ -237,49 +263,7 @@ where
         &self,
         new: &NewCapacityRequest,
     ) -> Result<(CapacityRequest, bool), LedgerError> {
-        let request = CapacityRequest {
-            id: new_request_id(),
-            pool: new.pool.clone(),
-            replicas: new.replicas,
-            priority: new.priority,
-            idempotency_key: new.idempotency_key.as_ref().map(|k| k.key.clone()),
-            created_at: new.at,
-        };
-        let stored_key = new.idempotency_key.as_ref().map(IdempotencyKey::stored);
-        // ON CONFLICT makes two concurrent requests with one key resolve to one row.
-        let inserted = Self::query(
-            "INSERT INTO capacity_requests (id, pool, replicas, priority, idempotency_key, {created_at})
-             VALUES (?, ?, ?, ?, ?, ?)
-             ON CONFLICT (idempotency_key) DO NOTHING
-             RETURNING id",
-        )
-        .bind(request.id.0.as_str())
-        .bind(request.pool.as_str())
-        .bind(D::int(request.replicas))
-        .bind(request.priority.as_str())
-        .bind(stored_key.as_deref())
-        .bind(D::time(request.created_at))
-        .fetch_optional(&self.pool)
-        .await?;
-        if inserted.is_some() {
-            return Ok((request, true));
-        }
-        let row = Self::query("SELECT * FROM capacity_requests WHERE idempotency_key = ?")
-            .bind(stored_key.as_deref().unwrap_or_default())
-            .fetch_one(&self.pool)
-            .await?;
-        let existing = Self::request_from_row(&row)?;
-        let same = existing.pool == new.pool
-            && existing.replicas == new.replicas
-            && existing.priority == new.priority;
-        if same {
-            Ok((existing, false))
-        } else {
-            Err(LedgerError::IdempotencyConflict {
-                key: existing.idempotency_key.unwrap_or_default(),
-                existing: existing.id,
-            })
-        }
+        self.record_request(new).await
     }
 
     async fn cancel_capacity_request(
@@ -408,59 +392,13 @@ where
     }
 
     async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
-        Self::insert_event(&self.pool, e).await?;
+        let mut conn = self.pool.acquire().await?;
+        Self::insert_events(&mut conn, &[e]).await?;
         Ok(())
     }
 
     async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError> {
-        // One admission per account at a time, across every process sharing the database; each
-        // statement below then sees every admission committed before this one.
-        let mut tx = D::begin_serialised(&self.pool, event.account.as_str(), 7).await?;
-        let recorded = Self::query("SELECT COUNT(*) AS n FROM node_events WHERE event_key = ?")
-            .bind(event.key().as_str())
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get::<i64, _>("n")?;
-        if recorded > 0 {
-            return Ok(HoldOutcome::Placed);
-        }
-        let budget = Self::query(
-            "SELECT * FROM budget_versions WHERE account = ? ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(event.account.as_str())
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|row| Self::budget_from_row(&row))
-        .transpose()?;
-        let Some(budget) = budget else {
-            Self::insert_event(&mut *tx, event).await?;
-            tx.commit().await?;
-            return Ok(HoldOutcome::Placed);
-        };
-        // The latest checkpoint and the open nodes' histories, not the account's history.
-        let (standing, checkpoint) =
-            Self::checkpointed_standing(&mut tx, &budget, event.at, true).await?;
-        let increment = if event.is_hold_renewal() {
-            let history = self
-                .events_in(
-                    &mut tx,
-                    Self::query("SELECT * FROM node_events WHERE node_id = ? ORDER BY seq")
-                        .bind(event.node.0.as_str()),
-                )
-                .await?;
-            admitted_increment(&history, event)
-        } else {
-            event.hold
-        };
-        if !standing.admits(increment) {
-            return Ok(HoldOutcome::OverBudget(standing));
-        }
-        if let Some(seq) = Self::insert_event(&mut *tx, event).await? {
-            let next = crate::checkpoint::admit(checkpoint, event, seq);
-            Self::append_checkpoint(&mut tx, event.account.as_str(), &next, event.at).await?;
-        }
-        tx.commit().await?;
-        Ok(HoldOutcome::Placed)
+        self.admit(event).await
     }
 
     async fn budget_standing(
@@ -469,9 +407,13 @@ where
         now: Timestamp,
     ) -> Result<BudgetStanding, LedgerError> {
         let mut conn = self.pool.acquire().await?;
-        Ok(Self::checkpointed_standing(&mut conn, budget, now, false)
-            .await?
-            .0)
+        let (standings, _) =
+            Self::checkpointed_standings(&mut conn, &[(budget, now)], &[], false).await?;
+        standings
+            .into_iter()
+            .next()
+            .map(|(standing, _)| standing)
+            .ok_or_else(|| LedgerError::Corrupt(format!("no standing for {}", budget.account)))
     }
 
     async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError> {
@@ -617,7 +559,7 @@ where
         body: &str,
         at: Timestamp,
     ) -> Result<(), LedgerError> {
-        let mut tx = D::begin_serialised(&self.pool, "headroom-alert-outbox", 0).await?;
+        let mut tx = D::begin_serialised(&self.pool, &["headroom-alert-outbox"], 0).await?;
         Self::query("INSERT INTO alert_outbox (webhook, body, {created}) VALUES (?, ?, ?)")
             .bind(webhook)
             .bind(body)

@@ -48,12 +48,15 @@ impl Dialect for SqliteDialect {
             .ok_or_else(|| LedgerError::Corrupt(format!("timestamp {ms}")))
     }
 
+    // One writer at a time, whatever the batches.
+    const BATCHES_AT_ONCE: usize = 1;
+
     /// IMMEDIATE takes the file's write lock up front, so two of these never read the same
     /// remaining budget. SQLite has no lock on one key: this one serialises every writer, in
     /// every process that has the file open.
     async fn begin_serialised(
         pool: &Pool<Sqlite>,
-        _key: &str,
+        _keys: &[&str],
         _seed: i64,
     ) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
         pool.begin_with("BEGIN IMMEDIATE").await

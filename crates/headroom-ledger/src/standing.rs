@@ -2,7 +2,7 @@
 //! checkpoint row of the account and the histories of its open nodes, never the account's whole
 //! history (but once, to seed an account's first checkpoint or a changed period's).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use headroom_core::budget::BudgetStanding;
 use headroom_core::{Budget, NodeId, Timestamp};
@@ -14,6 +14,9 @@ use crate::sql::{DbRow, IN_LIST_CHUNK, SqlLedger};
 use crate::{LedgerError, NodeEvent, derive};
 
 type Connection<D> = <<D as Dialect>::Db as Database>::Connection;
+
+/// Node histories with their sequence numbers, in ledger order, by node.
+pub(crate) type Histories = BTreeMap<NodeId, Vec<(i64, NodeEvent)>>;
 
 impl<D: Dialect> SqlLedger<D>
 where
@@ -41,52 +44,71 @@ where
             .collect()
     }
 
-    /// `budget`'s standing at `now` and the checkpoint that holds after it: from the latest
-    /// checkpoint and the open nodes' histories, or seeded from the whole history when the
-    /// account has no checkpoint for its budget's period yet. `serialised` when `conn` holds the
-    /// account's admission lock (no other admission can interleave: debug builds then check the
-    /// result against the whole history).
-    pub(crate) async fn checkpointed_standing(
+    /// Each `budget`'s standing at its `now` and the checkpoint that holds after it: from the
+    /// account's latest checkpoint and its open nodes' histories, or seeded from the account's
+    /// whole history when it has no checkpoint for its budget's period yet. Also returns the
+    /// histories read, with those of `more_nodes` (renewed nodes, whose holds an admission
+    /// replaces). One statement for every account's checkpoint and one for every open node's
+    /// history, however many budgets. `serialised` when `conn` holds the accounts' admission
+    /// locks (no other admission can interleave: debug builds then check each result against
+    /// the whole history).
+    pub(crate) async fn checkpointed_standings(
         conn: &mut Connection<D>,
-        budget: &Budget,
-        now: Timestamp,
+        budgets: &[(&Budget, Timestamp)],
+        more_nodes: &[&str],
         serialised: bool,
-    ) -> Result<(BudgetStanding, Checkpoint), LedgerError> {
-        let account = budget.account.as_str();
-        let latest = Self::query(
-            "SELECT * FROM standing_checkpoints WHERE account = ? ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(account)
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(|row| Self::checkpoint_from_row(&row))
-        .transpose()?;
-        if let Some(latest) = latest {
-            let nodes: Vec<&str> = latest.open.iter().map(|(n, _)| n.0.as_str()).collect();
-            let mut histories: BTreeMap<NodeId, Vec<(i64, NodeEvent)>> = BTreeMap::new();
-            for chunk in nodes.chunks(IN_LIST_CHUNK) {
-                let template = format!(
-                    "SELECT * FROM node_events WHERE node_id IN ({}) ORDER BY seq",
-                    dialect::params(chunk.len())
-                );
-                for (seq, e) in Self::sequenced(conn, &template, chunk).await? {
-                    histories.entry(e.node.clone()).or_default().push((seq, e));
-                }
+    ) -> Result<(Vec<(BudgetStanding, Checkpoint)>, Histories), LedgerError> {
+        let accounts: Vec<&str> = budgets.iter().map(|(b, _)| b.account.as_str()).collect();
+        let mut latest: BTreeMap<String, Checkpoint> = BTreeMap::new();
+        for chunk in accounts.chunks(IN_LIST_CHUNK) {
+            let mut query = Self::query(&dialect::latest_per_account(
+                "standing_checkpoints",
+                chunk.len(),
+            ));
+            for account in chunk {
+                query = query.bind(*account);
             }
-            if let Some(advanced) = checkpoint::advance(&latest, budget, &histories, now) {
-                if serialised {
-                    Self::check_against_history(conn, budget, now, &latest).await?;
-                }
-                return Ok(advanced);
+            for row in query.fetch_all(&mut *conn).await? {
+                latest.insert(row.try_get("account")?, Self::checkpoint_from_row(&row)?);
             }
         }
-        let events = Self::sequenced(
-            conn,
-            "SELECT * FROM node_events WHERE account = ? ORDER BY seq",
-            &[account],
-        )
-        .await?;
-        Ok(checkpoint::seed(&events, budget, now))
+        let nodes: BTreeSet<&str> = latest
+            .values()
+            .flat_map(|c| c.open.iter().map(|(n, _)| n.0.as_str()))
+            .chain(more_nodes.iter().copied())
+            .collect();
+        let nodes: Vec<&str> = nodes.into_iter().collect();
+        let mut histories = Histories::new();
+        for chunk in nodes.chunks(IN_LIST_CHUNK) {
+            let template = format!(
+                "SELECT * FROM node_events WHERE node_id IN ({}) ORDER BY seq",
+                dialect::params(chunk.len())
+            );
+            for (seq, e) in Self::sequenced(conn, &template, chunk).await? {
+                histories.entry(e.node.clone()).or_default().push((seq, e));
+            }
+        }
+        let mut standings = Vec::with_capacity(budgets.len());
+        for (budget, now) in budgets {
+            let advanced = latest.get(budget.account.as_str()).and_then(|latest| {
+                checkpoint::advance(latest, budget, &histories, *now).map(|a| (latest, a))
+            });
+            if let Some((latest, advanced)) = advanced {
+                if serialised {
+                    Self::check_against_history(conn, budget, *now, latest).await?;
+                }
+                standings.push(advanced);
+                continue;
+            }
+            let events = Self::sequenced(
+                conn,
+                "SELECT * FROM node_events WHERE account = ? ORDER BY seq",
+                &[budget.account.as_str()],
+            )
+            .await?;
+            standings.push(checkpoint::seed(&events, budget, *now));
+        }
+        Ok((standings, histories))
     }
 
     /// In debug builds: `checkpoint` advanced over the account's whole history (read in one
@@ -107,7 +129,7 @@ where
             &[budget.account.as_str()],
         )
         .await?;
-        let mut histories: BTreeMap<NodeId, Vec<(i64, NodeEvent)>> = BTreeMap::new();
+        let mut histories = Histories::new();
         for (seq, e) in &events {
             if checkpoint.open.iter().any(|(n, _)| n == &e.node) {
                 histories
@@ -129,25 +151,35 @@ where
         Ok(())
     }
 
-    /// Appends the checkpoint that holds after an admission.
-    pub(crate) async fn append_checkpoint(
+    /// Appends the checkpoints that hold after admissions (account, checkpoint, time), in one
+    /// statement.
+    pub(crate) async fn append_checkpoints(
         conn: &mut Connection<D>,
-        account: &str,
-        checkpoint: &Checkpoint,
-        at: Timestamp,
+        rows: &[(&str, Checkpoint, Timestamp)],
     ) -> Result<(), LedgerError> {
-        Self::query(
-            "INSERT INTO standing_checkpoints (account, period, {period_start}, settled_micros, open_nodes, {at})
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(account)
-        .bind(checkpoint.period.as_str())
-        .bind(D::time(checkpoint.period_start))
-        .bind(checkpoint.settled.micros())
-        .bind(checkpoint::encode_open(&checkpoint.open).as_str())
-        .bind(D::time(at))
-        .execute(&mut *conn)
-        .await?;
+        const COLUMNS: usize = 6;
+        for chunk in rows.chunks(IN_LIST_CHUNK / COLUMNS) {
+            let values = vec![format!("({})", dialect::params(COLUMNS)); chunk.len()];
+            let mut query = Self::query(&format!(
+                "INSERT INTO standing_checkpoints (account, period, {{period_start}}, settled_micros, open_nodes, {{at}})
+                 VALUES {}",
+                values.join(", ")
+            ));
+            let opens: Vec<String> = chunk
+                .iter()
+                .map(|(_, checkpoint, _)| checkpoint::encode_open(&checkpoint.open))
+                .collect();
+            for ((account, checkpoint, at), open) in chunk.iter().zip(&opens) {
+                query = query
+                    .bind(*account)
+                    .bind(checkpoint.period.as_str())
+                    .bind(D::time(checkpoint.period_start))
+                    .bind(checkpoint.settled.micros())
+                    .bind(open.as_str())
+                    .bind(D::time(*at));
+            }
+            query.execute(&mut *conn).await?;
+        }
         Ok(())
     }
 }

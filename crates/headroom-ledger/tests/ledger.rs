@@ -116,6 +116,91 @@ async fn idempotency_key_returns_the_first_request(ledger: &dyn Ledger) {
     assert_eq!(read.request.idempotency_key.as_deref(), Some("k1"));
 }
 
+/// Capacity requests arriving together share writes: with one key sent four times at once,
+/// exactly one caller creates the request and the others get it back (or a conflict when their
+/// body differs); requests without a key are each their own. The ledger holds one row per key
+/// and per keyless request, and every request reads back as its caller was answered.
+async fn concurrent_requests_resolve_each_key_once(ledger: Arc<dyn Ledger>) {
+    const KEYS: u32 = 12;
+    let mut tasks = tokio::task::JoinSet::new();
+    for copy in 0..4 {
+        for k in 0..KEYS {
+            let ledger = ledger.clone();
+            tasks.spawn(async move {
+                // The fourth copy of every third key asks for something else.
+                let replicas = if copy == 3 && k % 3 == 0 { 3 } else { 2 };
+                let key = format!("k{k}");
+                let answer = ledger
+                    .record_capacity_request(&new_request(Some(&key), replicas))
+                    .await;
+                (Some(k), replicas, answer)
+            });
+        }
+        let ledger = ledger.clone();
+        tasks.spawn(async move {
+            let answer = ledger.record_capacity_request(&new_request(None, 1)).await;
+            (None, 1, answer)
+        });
+    }
+    let mut by_key: std::collections::BTreeMap<u32, Vec<(u32, bool, headroom_core::RequestId)>> =
+        Default::default();
+    let mut keyless = std::collections::BTreeSet::new();
+    let mut conflicts = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        match done.unwrap() {
+            (Some(k), replicas, Ok((request, created))) => {
+                assert_eq!(
+                    request.idempotency_key.as_deref(),
+                    Some(format!("k{k}").as_str())
+                );
+                by_key
+                    .entry(k)
+                    .or_default()
+                    .push((replicas, created, request.id))
+            }
+            (None, _, Ok((request, created))) => {
+                assert!(created, "a request without a key is always new");
+                assert!(
+                    keyless.insert(request.id),
+                    "each keyless request is its own"
+                );
+            }
+            (k, replicas, Err(LedgerError::IdempotencyConflict { existing, .. })) => {
+                conflicts.push((k, replicas, existing))
+            }
+            (k, _, Err(other)) => panic!("key {k:?}: {other}"),
+        }
+    }
+    assert_eq!(keyless.len(), 4);
+    for k in 0..KEYS {
+        let answers = by_key.remove(&k).unwrap_or_default();
+        let created: Vec<_> = answers.iter().filter(|(_, c, _)| *c).collect();
+        assert_eq!(created.len(), 1, "k{k}: created once, answers {answers:?}");
+        let id = &created[0].2;
+        assert!(
+            answers.iter().all(|(_, _, other)| other == id),
+            "k{k}: one request"
+        );
+        let stored = ledger.capacity_request(id).await.unwrap().unwrap().request;
+        // Whichever body came first owns the key; a differing one conflicts, naming it.
+        for (_, replicas, existing) in conflicts.iter().filter(|(c, _, _)| *c == Some(k)) {
+            assert_eq!(
+                existing, id,
+                "k{k}: the conflict names the request holding the key"
+            );
+            assert_ne!(*replicas, stored.replicas);
+        }
+        for (replicas, _, _) in &answers {
+            assert_eq!(
+                *replicas, stored.replicas,
+                "k{k}: a replay has the stored body"
+            );
+        }
+    }
+    let summary = ledger.summary(t("2026-11-30T10:00:00Z")).await.unwrap();
+    assert_eq!(summary.capacity_requests, u64::from(KEYS) + 4);
+}
+
 async fn outcome_follows_node_events_and_refusals(ledger: &dyn Ledger) {
     let (req, _) = ledger
         .record_capacity_request(&new_request(None, 2))
@@ -588,6 +673,168 @@ async fn concurrent_admissions_of_many_accounts(ledgers: Vec<Arc<dyn Ledger>>) {
     }
 }
 
+/// Admissions of many accounts arriving together share transactions; one the database refuses
+/// (a node with no GPUs breaks a CHECK) fails only its own caller: every other account's event
+/// is admitted and recorded, and the refused one is not.
+async fn an_admission_the_database_refuses_fails_alone(ledger: Arc<dyn Ledger>) {
+    let now = t("2026-11-30T09:00:00Z");
+    const ACCOUNTS: u32 = 24;
+    for a in 0..=ACCOUNTS {
+        ledger
+            .put_budget(
+                &Budget {
+                    account: format!("team-{a}").parse().unwrap(),
+                    period: BudgetPeriod::Day,
+                    ceiling: "10".parse().unwrap(),
+                    soft_threshold_percent: 80,
+                    hard_action: HardAction::Refuse,
+                },
+                now,
+            )
+            .await
+            .unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for round in 0..3 {
+        for a in 0..=ACCOUNTS {
+            let ledger = ledger.clone();
+            tasks.spawn(async move {
+                let mut e = event(
+                    &format!("a{a}-r{round}"),
+                    NodeState::Requested,
+                    "2026-11-30T09:00:00Z",
+                    None,
+                    "launch",
+                );
+                e.account = format!("team-{a}").parse().unwrap();
+                // The last account's second event is one the database refuses.
+                if a == ACCOUNTS && round == 1 {
+                    e.gpus = 0;
+                }
+                (a, round, ledger.place_hold(&e).await)
+            });
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (a, round, outcome) = done.unwrap();
+        if a == ACCOUNTS && round == 1 {
+            assert!(outcome.is_err(), "the refused event fails: {outcome:?}");
+        } else {
+            assert_eq!(
+                outcome.unwrap(),
+                HoldOutcome::Placed,
+                "team-{a} round {round}"
+            );
+        }
+    }
+    for a in 0..=ACCOUNTS {
+        let recorded = ledger
+            .account_events(&format!("team-{a}").parse().unwrap())
+            .await
+            .unwrap();
+        let expected = if a == ACCOUNTS { 2 } else { 3 };
+        assert_eq!(recorded.len(), expected, "team-{a}'s events recorded");
+        let budget = ledger
+            .budget(&format!("team-{a}").parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let standing = ledger.budget_standing(&budget, now).await.unwrap();
+        assert_eq!(
+            standing.held,
+            Money::from_micros(1_006_000 * expected as i64),
+            "team-{a} holds what it recorded"
+        );
+    }
+}
+
+/// Callers that give up while their admissions wait or run (a request timing out) leave every
+/// other caller's answer true, and the ledger within its ceilings: an event answered placed is
+/// recorded once, and an account holds exactly what it recorded.
+async fn callers_that_give_up_leave_the_other_answers_true(ledger: Arc<dyn Ledger>) {
+    let now = t("2026-11-30T09:00:00Z");
+    const ACCOUNTS: u32 = 12;
+    for a in 0..ACCOUNTS {
+        ledger
+            .put_budget(
+                &Budget {
+                    account: format!("team-{a}").parse().unwrap(),
+                    period: BudgetPeriod::Day,
+                    // Five of the eight launches below fit.
+                    ceiling: Money::from_micros(5 * 1_006_000),
+                    soft_threshold_percent: 80,
+                    hard_action: HardAction::Refuse,
+                },
+                now,
+            )
+            .await
+            .unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut handles = Vec::new();
+    for n in 0..8 {
+        for a in 0..ACCOUNTS {
+            let ledger = ledger.clone();
+            handles.push(tasks.spawn(async move {
+                let mut e = event(
+                    &format!("a{a}-n{n}"),
+                    NodeState::Requested,
+                    "2026-11-30T09:00:00Z",
+                    None,
+                    "launch",
+                );
+                e.account = format!("team-{a}").parse().unwrap();
+                (a, e.node.clone(), ledger.place_hold(&e).await.unwrap())
+            }));
+        }
+    }
+    tokio::task::yield_now().await;
+    for (i, handle) in handles.iter().enumerate() {
+        if i % 3 == 0 {
+            handle.abort();
+        }
+    }
+    let mut placed: std::collections::BTreeMap<u32, Vec<NodeId>> = Default::default();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok((a, node, HoldOutcome::Placed)) => placed.entry(a).or_default().push(node),
+            Ok((_, _, HoldOutcome::OverBudget(standing))) => {
+                assert_eq!(standing.held, standing.ceiling, "refused only once full")
+            }
+            Err(e) => assert!(e.is_cancelled(), "{e}"),
+        }
+    }
+    for a in 0..ACCOUNTS {
+        let account = format!("team-{a}").parse().unwrap();
+        let recorded: Vec<NodeId> = ledger
+            .account_events(&account)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.node)
+            .collect();
+        let unique: std::collections::BTreeSet<&NodeId> = recorded.iter().collect();
+        assert_eq!(unique.len(), recorded.len(), "team-{a}: each event once");
+        for node in placed.remove(&a).unwrap_or_default() {
+            assert!(
+                recorded.contains(&node),
+                "team-{a}: {node:?} answered placed is recorded"
+            );
+        }
+        let budget = ledger.budget(&account).await.unwrap().unwrap();
+        let standing = ledger.budget_standing(&budget, now).await.unwrap();
+        assert!(
+            standing.held <= budget.ceiling,
+            "team-{a} within its ceiling"
+        );
+        assert_eq!(
+            standing.held,
+            Money::from_micros(1_006_000 * recorded.len() as i64),
+            "team-{a} holds what it recorded"
+        );
+    }
+}
+
 /// A renewal replaces what its node still holds: only the difference is admitted, the renewed
 /// node reads back as its latest hold, and the summary does not count it as new capacity.
 async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
@@ -735,6 +982,24 @@ macro_rules! behaviour_suite {
             async fn concurrent_admissions_of_many_accounts() {
                 let (_guard, ledger) = $open.await;
                 super::concurrent_admissions_of_many_accounts(vec![ledger]).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_requests_with_keys() {
+                let (_guard, ledger) = $open.await;
+                concurrent_requests_resolve_each_key_once(ledger).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_refused_admission_fails_alone() {
+                let (_guard, ledger) = $open.await;
+                an_admission_the_database_refuses_fails_alone(ledger).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn callers_that_give_up() {
+                let (_guard, ledger) = $open.await;
+                callers_that_give_up_leave_the_other_answers_true(ledger).await;
             }
 
             #[tokio::test]

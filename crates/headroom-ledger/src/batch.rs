@@ -1,0 +1,231 @@
+//! Group commit: concurrent writes of one kind share a statement and a commit, so a busy ledger
+//! pays one round of statements and one WAL flush for many writes instead of one each. Nobody
+//! waits for a batch to fill: a caller whose write is waiting takes a batch of whatever waits
+//! (its own included) as soon as a batch slot is free, runs it and answers every caller in it.
+//! Alone, a write is a batch of one.
+//!
+//! A batch holds at most one write per [`Batched::batch_key`] (the account of a budget
+//! admission, the idempotency key of a capacity request): a later one waits for the next batch,
+//! so it sees the earlier committed, exactly as if each ran alone in arrival order.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::future::Future;
+use std::sync::Mutex;
+
+use tokio::sync::{Semaphore, oneshot};
+
+use crate::LedgerError;
+
+/// Writes in one batch at most: its statements stay well under every backend's parameter limit.
+pub(crate) const BATCH_LIMIT: usize = 64;
+
+/// A write that can share a batch with others of its kind.
+pub(crate) trait Batched: Send + 'static {
+    /// Two writes with the same key never share a batch.
+    type Key: Ord;
+    type Answer: Send + 'static;
+    fn batch_key(&self) -> Self::Key;
+}
+
+pub(crate) type Answer<T> = Result<<T as Batched>::Answer, LedgerError>;
+
+/// A write waiting for a batch, and where its caller waits for the answer.
+pub(crate) struct Waiting<T: Batched> {
+    pub(crate) write: T,
+    reply: oneshot::Sender<Answer<T>>,
+}
+
+impl<T: Batched> Waiting<T> {
+    /// Sends the answer; a caller that went away needs none.
+    pub(crate) fn answer(self, answer: Answer<T>) {
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// The writes of one kind waiting for a batch, and the batch slots.
+pub(crate) struct Batches<T: Batched> {
+    waiting: Mutex<VecDeque<Waiting<T>>>,
+    slots: Semaphore,
+}
+
+impl<T: Batched> std::fmt::Debug for Batches<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batches")
+            .field("waiting", &self.lock().len())
+            .field("free_slots", &self.slots.available_permits())
+            .finish()
+    }
+}
+
+impl<T: Batched> Batches<T> {
+    /// `slots` batches may run at once: more than one lets a batch gather while another
+    /// commits, where the database lets writers overlap.
+    pub(crate) fn new(slots: usize) -> Self {
+        Batches {
+            waiting: Mutex::new(VecDeque::new()),
+            slots: Semaphore::new(slots.max(1)),
+        }
+    }
+
+    fn enqueue(&self, write: T) -> oneshot::Receiver<Answer<T>> {
+        let (reply, answer) = oneshot::channel();
+        self.lock().push_back(Waiting { write, reply });
+        answer
+    }
+
+    /// The next batch: the oldest waiting writes whose callers still wait, at most one per key,
+    /// up to [`BATCH_LIMIT`]. Writes whose callers gave up are dropped unwritten.
+    fn next_batch(&self) -> Vec<Waiting<T>> {
+        let mut waiting = self.lock();
+        let mut batch: Vec<Waiting<T>> = Vec::new();
+        let mut keys = BTreeSet::new();
+        let mut later = VecDeque::new();
+        while let Some(w) = waiting.pop_front() {
+            if w.reply.is_closed() {
+                continue;
+            }
+            if batch.len() < BATCH_LIMIT && keys.insert(w.write.batch_key()) {
+                batch.push(w);
+            } else {
+                later.push_back(w);
+            }
+        }
+        *waiting = later;
+        batch
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiting<T>>> {
+        // A panic elsewhere while the queue was held leaves it whole: every change above is a
+        // single push or a swap.
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes `write` in a batch and returns its answer: waits for it, running batches (its own
+    /// or others') with `run` whenever a slot is free and writes wait. `run` must answer every
+    /// write it is given. When the caller running the batch went away before answering (its
+    /// transaction then rolled back, or committed unacknowledged), the write is done `alone`,
+    /// which must therefore be idempotent.
+    pub(crate) async fn write<R, RF, A, AF>(&self, write: T, run: R, alone: A) -> Answer<T>
+    where
+        R: Fn(Vec<Waiting<T>>) -> RF,
+        RF: Future<Output = ()>,
+        A: FnOnce() -> AF,
+        AF: Future<Output = Answer<T>>,
+    {
+        let mut answer = self.enqueue(write);
+        loop {
+            tokio::select! {
+                biased;
+                answered = &mut answer => return match answered {
+                    Ok(answer) => answer,
+                    Err(_) => alone().await,
+                },
+                slot = self.slots.acquire() => {
+                    // The semaphore is never closed; were it, writing alone is still right.
+                    let Ok(_slot) = slot else {
+                        return alone().await;
+                    };
+                    let batch = self.next_batch();
+                    if batch.is_empty() {
+                        // Ours is in a batch another caller runs: its answer is coming.
+                        drop(_slot);
+                        return match (&mut answer).await {
+                            Ok(answer) => answer,
+                            Err(_) => alone().await,
+                        };
+                    }
+                    run(batch).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Write(&'static str, &'static str);
+
+    impl Batched for Write {
+        type Key = &'static str;
+        type Answer = ();
+        fn batch_key(&self) -> &'static str {
+            self.0
+        }
+    }
+
+    fn names(batch: &[Waiting<Write>]) -> Vec<&str> {
+        batch.iter().map(|w| w.write.1).collect()
+    }
+
+    #[test]
+    fn a_batch_takes_one_write_per_key_in_arrival_order_and_skips_callers_gone() {
+        let batches = Batches::new(1);
+        let _a1 = batches.enqueue(Write("a", "a1"));
+        let _a2 = batches.enqueue(Write("a", "a2"));
+        let gone = batches.enqueue(Write("b", "b1"));
+        let _b2 = batches.enqueue(Write("b", "b2"));
+        let _c1 = batches.enqueue(Write("c", "c1"));
+        let _a3 = batches.enqueue(Write("a", "a3"));
+        drop(gone);
+        assert_eq!(names(&batches.next_batch()), ["a1", "b2", "c1"]);
+        assert_eq!(names(&batches.next_batch()), ["a2"]);
+        assert_eq!(names(&batches.next_batch()), ["a3"]);
+        assert!(batches.next_batch().is_empty());
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_the_limit() {
+        let batches = Batches::new(1);
+        let keys: Vec<&'static str> = (0..BATCH_LIMIT + 3)
+            .map(|n| &*Box::leak(format!("k{n}").into_boxed_str()))
+            .collect();
+        let answers: Vec<_> = keys.iter().map(|k| batches.enqueue(Write(k, k))).collect();
+        assert_eq!(batches.next_batch().len(), BATCH_LIMIT);
+        assert_eq!(names(&batches.next_batch()), ["k64", "k65", "k66"]);
+        drop(answers);
+    }
+
+    /// Many callers at once, each answered with its own write's answer, whoever ran its batch.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_caller_gets_its_own_answer() {
+        #[derive(Debug)]
+        struct Double(u32);
+        impl Batched for Double {
+            type Key = u32;
+            type Answer = u32;
+            fn batch_key(&self) -> u32 {
+                self.0
+            }
+        }
+        let batches = std::sync::Arc::new(Batches::<Double>::new(2));
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 0..200u32 {
+            let batches = batches.clone();
+            tasks.spawn(async move {
+                let answer = batches
+                    .write(
+                        Double(n),
+                        |batch| async move {
+                            tokio::task::yield_now().await;
+                            for w in batch {
+                                let doubled = w.write.0 * 2;
+                                w.answer(Ok(doubled));
+                            }
+                        },
+                        || async { Err(LedgerError::Corrupt("lost".into())) },
+                    )
+                    .await;
+                (n, answer.unwrap())
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            let (n, doubled) = done.unwrap();
+            assert_eq!(doubled, n * 2);
+        }
+    }
+}
