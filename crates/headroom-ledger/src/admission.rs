@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use async_trait::async_trait;
 use headroom_core::{AccountName, Budget};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
-use crate::batch::{Answer, Batched, Waiting};
+use crate::batch::{Answer, Batched, WriteBatch};
 use crate::dialect::{self, Dialect};
 use crate::sql::{DbRow, IN_LIST_CHUNK, SqlLedger, admitted_increment};
 use crate::{HoldOutcome, LedgerError, NodeEvent, checkpoint};
@@ -26,6 +27,24 @@ impl Batched for NodeEvent {
     }
 }
 
+#[async_trait]
+impl<D: Dialect> WriteBatch<NodeEvent> for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    async fn write_batch(
+        &self,
+        events: &[&NodeEvent],
+    ) -> Result<Vec<Answer<NodeEvent>>, LedgerError> {
+        let outcomes = self.admit_batch(events).await?;
+        Ok(outcomes.into_iter().map(Ok).collect())
+    }
+}
+
 impl<D: Dialect> SqlLedger<D>
 where
     for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
@@ -34,49 +53,10 @@ where
     String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
     i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
 {
-    /// [`crate::Ledger::place_hold`], in a batch. Done alone again when the caller running its
+    /// [`crate::Ledger::place_hold`], in a batch. Run alone again when the caller running its
     /// batch went away: an event already recorded is `Placed` again, never admitted twice.
     pub(crate) async fn admit(&self, event: &NodeEvent) -> Answer<NodeEvent> {
-        self.admissions()
-            .write(
-                event.clone(),
-                |batch| self.run_admissions(batch),
-                || self.admit_alone(event),
-            )
-            .await
-    }
-
-    async fn admit_alone(&self, event: &NodeEvent) -> Answer<NodeEvent> {
-        self.admit_batch(&[event])
-            .await?
-            .pop()
-            .ok_or_else(|| LedgerError::Corrupt("an admission batch lost its answer".into()))
-    }
-
-    /// Admits `batch` in one transaction and answers each caller. If the transaction fails,
-    /// each event is admitted alone, so one event the database refuses fails only its own
-    /// caller.
-    async fn run_admissions(&self, batch: Vec<Waiting<NodeEvent>>) {
-        let events: Vec<&NodeEvent> = batch.iter().map(|w| &w.write).collect();
-        let outcomes = self.admit_batch(&events).await;
-        match outcomes {
-            Ok(outcomes) if outcomes.len() == batch.len() => {
-                for (w, outcome) in batch.into_iter().zip(outcomes) {
-                    w.answer(Ok(outcome));
-                }
-            }
-            Err(error) if batch.len() == 1 => {
-                if let Some(w) = batch.into_iter().next() {
-                    w.answer(Err(error));
-                }
-            }
-            _ => {
-                for w in batch {
-                    let answer = self.admit_alone(&w.write).await;
-                    w.answer(answer);
-                }
-            }
-        }
+        self.admissions().write(event.clone(), self).await
     }
 
     /// Admits `events` (of different accounts) in one transaction holding their accounts'

@@ -9,9 +9,9 @@
 //! so it sees the earlier committed, exactly as if each ran alone in arrival order.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::future::Future;
 use std::sync::Mutex;
 
+use async_trait::async_trait;
 use tokio::sync::{Semaphore, oneshot};
 
 use crate::LedgerError;
@@ -28,6 +28,13 @@ pub(crate) trait Batched: Send + 'static {
 }
 
 pub(crate) type Answer<T> = Result<<T as Batched>::Answer, LedgerError>;
+
+/// What writes a batch of `T`: an answer per write, in order, or an error for the whole batch.
+/// Idempotent: a write may be written again after its answer was lost.
+#[async_trait]
+pub(crate) trait WriteBatch<T: Batched>: Sync {
+    async fn write_batch(&self, writes: &[&T]) -> Result<Vec<Answer<T>>, LedgerError>;
+}
 
 /// A write waiting for a batch, and where its caller waits for the answer.
 pub(crate) struct Waiting<T: Batched> {
@@ -103,29 +110,28 @@ impl<T: Batched> Batches<T> {
     }
 
     /// Writes `write` in a batch and returns its answer: waits for it, running batches (its own
-    /// or others') with `run` whenever a slot is free and writes wait. `run` must answer every
-    /// write it is given. When the caller running the batch went away before answering (its
-    /// transaction then rolled back, or committed unacknowledged), the write is done `alone`,
-    /// which must therefore be idempotent.
-    pub(crate) async fn write<R, RF, A, AF>(&self, write: T, run: R, alone: A) -> Answer<T>
+    /// or others') whenever a slot is free and writes wait. `run` writes a batch and returns an
+    /// answer per write, in order. When a batch fails as a whole, each of its writes is run
+    /// alone, so a write the database refuses fails only its own caller; and when the caller
+    /// running a batch went away before answering (its transaction then rolled back, or
+    /// committed unacknowledged), the write is run alone again. `run` must therefore be
+    /// idempotent.
+    pub(crate) async fn write<R: WriteBatch<T>>(&self, write: T, run: &R) -> Answer<T>
     where
-        R: Fn(Vec<Waiting<T>>) -> RF,
-        RF: Future<Output = ()>,
-        A: FnOnce() -> AF,
-        AF: Future<Output = Answer<T>>,
+        T: Clone,
     {
-        let mut answer = self.enqueue(write);
+        let mut answer = self.enqueue(write.clone());
         loop {
             tokio::select! {
                 biased;
                 answered = &mut answer => return match answered {
                     Ok(answer) => answer,
-                    Err(_) => alone().await,
+                    Err(_) => alone(&write, run).await,
                 },
                 slot = self.slots.acquire() => {
                     // The semaphore is never closed; were it, writing alone is still right.
                     let Ok(_slot) = slot else {
-                        return alone().await;
+                        return alone(&write, run).await;
                     };
                     let batch = self.next_batch();
                     if batch.is_empty() {
@@ -133,11 +139,45 @@ impl<T: Batched> Batches<T> {
                         drop(_slot);
                         return match (&mut answer).await {
                             Ok(answer) => answer,
-                            Err(_) => alone().await,
+                            Err(_) => alone(&write, run).await,
                         };
                     }
-                    run(batch).await;
+                    settle(batch, run).await;
                 }
+            }
+        }
+    }
+}
+
+/// `write` as a batch of its own.
+async fn alone<T: Batched, R: WriteBatch<T>>(write: &T, run: &R) -> Answer<T> {
+    run.write_batch(&[write])
+        .await?
+        .pop()
+        .unwrap_or_else(|| Err(LedgerError::Corrupt("a batch lost its answer".into())))
+}
+
+/// Runs `batch` and answers every caller in it; if it fails as a whole, each write alone.
+async fn settle<T: Batched, R: WriteBatch<T>>(batch: Vec<Waiting<T>>, run: &R) {
+    let answers = {
+        let writes: Vec<&T> = batch.iter().map(|w| &w.write).collect();
+        run.write_batch(&writes).await
+    };
+    match answers {
+        Ok(answers) if answers.len() == batch.len() => {
+            for (w, answer) in batch.into_iter().zip(answers) {
+                w.answer(answer);
+            }
+        }
+        Err(error) if batch.len() == 1 => {
+            if let Some(w) = batch.into_iter().next() {
+                w.answer(Err(error));
+            }
+        }
+        _ => {
+            for w in batch {
+                let answer = alone(&w.write, run).await;
+                w.answer(answer);
             }
         }
     }
@@ -193,7 +233,7 @@ mod tests {
     /// Many callers at once, each answered with its own write's answer, whoever ran its batch.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn every_caller_gets_its_own_answer() {
-        #[derive(Debug)]
+        #[derive(Debug, Clone)]
         struct Double(u32);
         impl Batched for Double {
             type Key = u32;
@@ -202,24 +242,23 @@ mod tests {
                 self.0
             }
         }
+        struct Doubler;
+        #[async_trait]
+        impl WriteBatch<Double> for Doubler {
+            async fn write_batch(
+                &self,
+                batch: &[&Double],
+            ) -> Result<Vec<Answer<Double>>, LedgerError> {
+                tokio::task::yield_now().await;
+                Ok(batch.iter().map(|d| Ok(d.0 * 2)).collect())
+            }
+        }
         let batches = std::sync::Arc::new(Batches::<Double>::new(2));
         let mut tasks = tokio::task::JoinSet::new();
         for n in 0..200u32 {
             let batches = batches.clone();
             tasks.spawn(async move {
-                let answer = batches
-                    .write(
-                        Double(n),
-                        |batch| async move {
-                            tokio::task::yield_now().await;
-                            for w in batch {
-                                let doubled = w.write.0 * 2;
-                                w.answer(Ok(doubled));
-                            }
-                        },
-                        || async { Err(LedgerError::Corrupt("lost".into())) },
-                    )
-                    .await;
+                let answer = batches.write(Double(n), &Doubler).await;
                 (n, answer.unwrap())
             });
         }

@@ -125,6 +125,11 @@ pub fn params(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
+/// `rows` rows of `columns` parameters each, for a multi-row `VALUES` list.
+pub fn rows(rows: usize, columns: usize) -> String {
+    vec![format!("({})", params(columns)); rows].join(", ")
+}
+
 /// The latest row (highest `seq`) of each of `accounts` accounts in `table`, to be bound with
 /// the account names. Each account's row is found by its own `MAX(seq)` on the `(account, seq)`
 /// index, one index probe per account on both backends, however long the table grows (a

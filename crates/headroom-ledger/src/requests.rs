@@ -5,10 +5,11 @@
 
 use std::collections::BTreeSet;
 
+use async_trait::async_trait;
 use headroom_core::CapacityRequest;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
-use crate::batch::{Answer, Batched, Waiting};
+use crate::batch::{Answer, Batched, WriteBatch};
 use crate::dialect::{self, Dialect};
 use crate::sql::{DbRow, SqlLedger};
 use crate::{IdempotencyKey, LedgerError, NewCapacityRequest, new_request_id};
@@ -50,6 +51,23 @@ impl Batched for RequestWrite {
     }
 }
 
+#[async_trait]
+impl<D: Dialect> WriteBatch<RequestWrite> for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    async fn write_batch(
+        &self,
+        writes: &[&RequestWrite],
+    ) -> Result<Vec<Answer<RequestWrite>>, LedgerError> {
+        self.record_requests(writes).await
+    }
+}
+
 impl<D: Dialect> SqlLedger<D>
 where
     for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
@@ -60,52 +78,9 @@ where
 {
     /// [`crate::Ledger::record_capacity_request`], in a batch.
     pub(crate) async fn record_request(&self, new: &NewCapacityRequest) -> Answer<RequestWrite> {
-        let write = RequestWrite::new(new);
-        let again = write.clone();
         self.request_writes()
-            .write(
-                write,
-                |batch| self.run_request_writes(batch),
-                || async move {
-                    let mut answers = self.record_requests(&[&again]).await?;
-                    answers.pop().unwrap_or_else(|| {
-                        Err(LedgerError::Corrupt(
-                            "a request batch lost its answer".into(),
-                        ))
-                    })
-                },
-            )
+            .write(RequestWrite::new(new), self)
             .await
-    }
-
-    async fn run_request_writes(&self, batch: Vec<Waiting<RequestWrite>>) {
-        let writes: Vec<&RequestWrite> = batch.iter().map(|w| &w.write).collect();
-        match self.record_requests(&writes).await {
-            Ok(answers) if answers.len() == batch.len() => {
-                for (w, answer) in batch.into_iter().zip(answers) {
-                    w.answer(answer);
-                }
-            }
-            Err(error) if batch.len() == 1 => {
-                if let Some(w) = batch.into_iter().next() {
-                    w.answer(Err(error));
-                }
-            }
-            // The statement failed for all: each alone, so a failure is only its own.
-            _ => {
-                for w in batch {
-                    let answer = match self.record_requests(&[&w.write]).await {
-                        Ok(mut answers) => answers.pop().unwrap_or_else(|| {
-                            Err(LedgerError::Corrupt(
-                                "a request batch lost its answer".into(),
-                            ))
-                        }),
-                        Err(error) => Err(error),
-                    };
-                    w.answer(answer);
-                }
-            }
-        }
     }
 
     /// Inserts `writes` in one statement; each answer is its request and whether it was
@@ -116,14 +91,14 @@ where
         writes: &[&RequestWrite],
     ) -> Result<Vec<Answer<RequestWrite>>, LedgerError> {
         const COLUMNS: usize = 6;
-        let values = vec![format!("({})", dialect::params(COLUMNS)); writes.len()];
+
         // ON CONFLICT makes two concurrent requests with one key resolve to one row.
         let mut insert = Self::query(&format!(
             "INSERT INTO capacity_requests (id, pool, replicas, priority, idempotency_key, {{created_at}})
              VALUES {}
              ON CONFLICT DO NOTHING
              RETURNING id",
-            values.join(", ")
+            dialect::rows(writes.len(), COLUMNS)
         ));
         for w in writes {
             insert = insert

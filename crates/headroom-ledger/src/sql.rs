@@ -123,7 +123,7 @@ where
         let mut seqs = BTreeMap::new();
         for chunk in events.chunks(ROWS) {
             let keys: Vec<String> = chunk.iter().map(|e| e.key()).collect();
-            let values = vec![format!("({})", dialect::params(COLUMNS)); chunk.len()];
+
             let mut query = Self::query(&format!(
                 "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
                     instance_type, market, request_id, destination, state, instance_id, client_token,
@@ -131,7 +131,7 @@ where
                  VALUES {}
                  ON CONFLICT DO NOTHING
                  RETURNING seq, event_key",
-                values.join(", ")
+                dialect::rows(chunk.len(), COLUMNS)
             ));
             for (e, key) in chunk.iter().zip(&keys) {
                 query = query

@@ -159,11 +159,10 @@ where
     ) -> Result<(), LedgerError> {
         const COLUMNS: usize = 6;
         for chunk in rows.chunks(IN_LIST_CHUNK / COLUMNS) {
-            let values = vec![format!("({})", dialect::params(COLUMNS)); chunk.len()];
             let mut query = Self::query(&format!(
                 "INSERT INTO standing_checkpoints (account, period, {{period_start}}, settled_micros, open_nodes, {{at}})
                  VALUES {}",
-                values.join(", ")
+                dialect::rows(chunk.len(), COLUMNS)
             ));
             let opens: Vec<String> = chunk
                 .iter()
