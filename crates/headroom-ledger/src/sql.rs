@@ -17,6 +17,7 @@ use headroom_core::{
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool, Row, Type};
 
+use crate::appends::Appended;
 use crate::batch::Batches;
 use crate::dialect::{self, Dialect, render};
 use crate::requests::RequestWrite;
@@ -32,6 +33,7 @@ pub struct SqlLedger<D: Dialect> {
     pool: Pool<D::Db>,
     dialect: D,
     admissions: Arc<Batches<NodeEvent>>,
+    appends: Arc<Batches<Appended>>,
     request_writes: Arc<Batches<RequestWrite>>,
 }
 
@@ -77,6 +79,7 @@ impl<D: Dialect> SqlLedger<D> {
             pool,
             dialect,
             admissions: Arc::new(Batches::new(D::BATCHES_AT_ONCE)),
+            appends: Arc::new(Batches::new(D::BATCHES_AT_ONCE)),
             request_writes: Arc::new(Batches::new(D::BATCHES_AT_ONCE)),
         }
     }
@@ -88,6 +91,11 @@ impl<D: Dialect> SqlLedger<D> {
     /// The budget admissions waiting for a batch ([`crate::admission`]), shared by every clone.
     pub(crate) fn admissions(&self) -> &Batches<NodeEvent> {
         &self.admissions
+    }
+
+    /// The node events waiting for a batch ([`crate::appends`]), shared by every clone.
+    pub(crate) fn appends(&self) -> &Batches<Appended> {
+        &self.appends
     }
 
     /// The capacity requests waiting for a batch ([`crate::requests`]), shared by every clone.
@@ -392,9 +400,7 @@ where
     }
 
     async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
-        let mut conn = self.pool.acquire().await?;
-        Self::insert_events(&mut conn, &[e]).await?;
-        Ok(())
+        self.appends().write(Appended(e.clone()), self).await
     }
 
     async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError> {

@@ -748,6 +748,74 @@ async fn an_admission_the_database_refuses_fails_alone(ledger: Arc<dyn Ledger>) 
     }
 }
 
+/// Node events appended at once by many callers (nodes of a fleet changing state together, which
+/// the ledger writes in shared batches) are each recorded once, every node's history in the order
+/// its caller appended it, and an event the database refuses fails only its own caller.
+async fn concurrent_appends_keep_each_nodes_order(ledger: Arc<dyn Ledger>) {
+    const NODES: u32 = 30;
+    let states = [
+        (NodeState::Requested, "launch"),
+        (NodeState::Launching, "accepted"),
+        (NodeState::Booting, "booting"),
+        (NodeState::Serving, "ready"),
+        (NodeState::Terminated, "released"),
+    ];
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..NODES {
+        let ledger = ledger.clone();
+        tasks.spawn(async move {
+            let mut answers = Vec::new();
+            for (i, (state, reason)) in states.iter().enumerate() {
+                // Every event of a node at the same instant: only the order of appends orders them.
+                let mut e = event(
+                    &format!("n{n}"),
+                    *state,
+                    "2026-11-30T09:00:00Z",
+                    None,
+                    reason,
+                );
+                // Node 7's third event is one the database refuses.
+                if n == 7 && i == 2 {
+                    e.gpus = 0;
+                }
+                answers.push(ledger.append_node_event(&e).await);
+                // Written twice (a retry after a lost answer): recorded once.
+                if i == 1 {
+                    answers.push(ledger.append_node_event(&e).await);
+                }
+            }
+            (n, answers)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (n, answers) = done.unwrap();
+        for (i, answer) in answers.iter().enumerate() {
+            // Answers: launch, accepted, accepted again, booting, ready, released.
+            if n == 7 && i == 3 {
+                assert!(answer.is_err(), "n7's refused event fails: {answer:?}");
+            } else {
+                assert!(answer.is_ok(), "n{n} answer {i}: {answer:?}");
+            }
+        }
+    }
+    let recorded = ledger.node_events().await.unwrap();
+    assert_eq!(recorded.len(), NODES as usize * states.len() - 1);
+    for n in 0..NODES {
+        let history: Vec<NodeState> = recorded
+            .iter()
+            .filter(|e| e.node.0 == format!("n{n}"))
+            .map(|e| e.state)
+            .collect();
+        let expected: Vec<NodeState> = states
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| n != 7 || *i != 2)
+            .map(|(_, (s, _))| *s)
+            .collect();
+        assert_eq!(history, expected, "n{n}'s history, in append order");
+    }
+}
+
 /// Callers that give up while their admissions wait or run (a request timing out) leave every
 /// other caller's answer true, and the ledger within its ceilings: an event answered placed is
 /// recorded once, and an account holds exactly what it recorded.
@@ -994,6 +1062,12 @@ macro_rules! behaviour_suite {
             async fn a_refused_admission_fails_alone() {
                 let (_guard, ledger) = $open.await;
                 an_admission_the_database_refuses_fails_alone(ledger).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_appends() {
+                let (_guard, ledger) = $open.await;
+                concurrent_appends_keep_each_nodes_order(ledger).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
