@@ -393,7 +393,7 @@ fn send(url: &str, client: u32, count: u32) -> anyhow::Result<Vec<Duration>> {
     for n in 0..count {
         let body = r#"{"pool":"mistral-7b-batch","replicas":1,"priority":"low"}"#;
         let started = Instant::now();
-        let response = agent
+        let mut response = agent
             .post(url)
             .header("content-type", "application/json")
             .header(
@@ -402,6 +402,13 @@ fn send(url: &str, client: u32, count: u32) -> anyhow::Result<Vec<Duration>> {
             )
             .send(body)
             .context("bench request")?;
+        // Read to the end, as a client does: only then does the agent keep the connection for
+        // the next request (a body left unread closes it, and every request would pay a new
+        // connection and the server's per-connection set-up).
+        response
+            .body_mut()
+            .read_to_vec()
+            .context("bench response")?;
         latencies.push(started.elapsed());
         anyhow::ensure!(
             response.status().as_u16() == 201,

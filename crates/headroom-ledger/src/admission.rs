@@ -68,7 +68,8 @@ where
         accounts.dedup();
         debug_assert_eq!(accounts.len(), events.len(), "one event per account");
         // Every statement below sees every admission of these accounts committed before.
-        let mut tx = D::begin_serialised(self.pool(), &accounts, ADMISSION_LOCK_SEED).await?;
+        let mut tx =
+            dialect::begin_serialised::<D>(self.pool(), &accounts, ADMISSION_LOCK_SEED).await?;
         let budgets = Self::budgets_of(&mut tx, &accounts).await?;
         let checked: Vec<(&NodeEvent, &Budget)> = events
             .iter()

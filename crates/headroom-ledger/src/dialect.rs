@@ -82,6 +82,30 @@ pub trait Dialect: Debug + Send + Sync + 'static {
     }
 }
 
+/// [`Dialect::begin_serialised`], in a task of its own: a caller cancelled while the database
+/// begins (an API request timing out) cannot leave the transaction open. sqlx counts a
+/// transaction only once its `BEGIN` is answered, so a future dropped before that returns the
+/// connection to the pool with the transaction, and every lock it took, still open on the
+/// server: each later admission of those accounts would wait for ever, and the connection's
+/// next user would write into a transaction nobody commits. The task always finishes the
+/// begin; when nobody waits for it any more, the transaction is dropped there and rolled back.
+pub(crate) async fn begin_serialised<D: Dialect>(
+    pool: &Pool<D::Db>,
+    keys: &[&str],
+    seed: i64,
+) -> Result<Transaction<'static, D::Db>, LedgerError> {
+    let pool = pool.clone();
+    let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    let begun = tokio::spawn(async move {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        D::begin_serialised(&pool, &keys, seed).await
+    })
+    .await
+    // Only a panic inside sqlx ends the task early.
+    .map_err(|_| sqlx::Error::WorkerCrashed)?;
+    Ok(begun?)
+}
+
 /// The name a timestamp column has in `D`'s schema.
 pub fn time_column<D: Dialect>(name: &str) -> String {
     format!("{name}{}", D::TIME_SUFFIX)

@@ -288,6 +288,43 @@ mod tests {
         assert_eq!(advisory_locks(&mut outbox).await, 1);
     }
 
+    /// A caller that gives up while its serialised transaction waits to begin (an API request
+    /// timing out behind another admission of its account) leaves no lock behind: once the
+    /// holder commits, another process's transaction with the key begins.
+    #[tokio::test]
+    async fn a_caller_cancelled_while_beginning_leaves_no_lock_behind() {
+        let url = headroom_testkit::fresh_postgres_database("headroom_locks").await;
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let holder = PgDialect::begin_serialised(&pool, &["team-1"], 7)
+            .await
+            .unwrap();
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                crate::dialect::begin_serialised::<PgDialect>(&pool, &["team-1"], 7)
+                    .await
+                    .map(drop)
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "it waits for team-1's lock");
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        holder.commit().await.unwrap();
+        // Another process: a session of the pool above would take the lock again even if it
+        // still held it (advisory locks are re-entrant per session).
+        let other = sqlx::PgPool::connect(&url).await.unwrap();
+        let next = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            PgDialect::begin_serialised(&other, &["team-1"], 7),
+        )
+        .await;
+        assert!(
+            matches!(next, Ok(Ok(_))),
+            "team-1's lock is free once its holder committed"
+        );
+    }
+
     #[test]
     fn redacts_passwords() {
         assert_eq!(

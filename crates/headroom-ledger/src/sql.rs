@@ -565,7 +565,8 @@ where
         body: &str,
         at: Timestamp,
     ) -> Result<(), LedgerError> {
-        let mut tx = D::begin_serialised(&self.pool, &["headroom-alert-outbox"], 0).await?;
+        let mut tx =
+            dialect::begin_serialised::<D>(&self.pool, &["headroom-alert-outbox"], 0).await?;
         Self::query("INSERT INTO alert_outbox (webhook, body, {created}) VALUES (?, ?, ?)")
             .bind(webhook)
             .bind(body)
