@@ -34,6 +34,10 @@ pub struct AdmissionsArgs {
     /// the accounts the budget admissions charge, in the current budget period.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     prior_rows: u64,
+    /// Admissions of each kind run untimed first (then, on PostgreSQL, ANALYZE), so that the
+    /// figures are those of a ledger in service rather than of empty tables.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    warmup: u32,
     /// Print the figures as one JSON object.
     #[arg(long)]
     json: bool,
@@ -96,17 +100,10 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
             started.elapsed().as_secs_f64()
         );
     }
-    let (holds, holds_elapsed, seed) = hold_admissions(
-        &ledger,
-        &run,
-        args.concurrency,
-        args.requests.div_ceil(args.concurrency),
-    )
-    .await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = Arc::new(sim_cloud_for(&config, clock.clone()));
-    // The reconcile loop is not started: this measures the admission path alone.
-    let engine = Engine::new(config, ledger, cloud, clock);
+    // The reconcile loop is not started: this measures the admission paths alone.
+    let engine = Engine::new(config, ledger.clone(), cloud, clock);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = tokio::spawn(async move {
@@ -125,21 +122,33 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
         )
         .await
     });
-
-    let per_client = args.requests.div_ceil(args.concurrency);
     let url = format!("http://{addr}/v1/capacity-requests");
+    let per_client = args.requests.div_ceil(args.concurrency);
+
+    if args.warmup > 0 {
+        // A ledger in service has rows and statistics: PostgreSQL plans its statements from
+        // them, and plans made on empty tables (sequential scans) stay cached for the
+        // connection's life. Both paths run untimed first, then ANALYZE does what autovacuum
+        // does within its first minute on a ledger in service.
+        let started = Instant::now();
+        let count = args.warmup.div_ceil(args.concurrency);
+        hold_admissions(&ledger, &format!("{run}w"), args.concurrency, count).await?;
+        run_clients(&url, "warmup", args.concurrency, count).await?;
+        if args.database_url.starts_with("postgres") {
+            psql(&args.database_url, "ANALYZE")?;
+        }
+        eprintln!(
+            "warmed up with {} admissions of each kind in {:.1} s",
+            count * args.concurrency,
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    let (holds, holds_elapsed, seed) =
+        hold_admissions(&ledger, &run, args.concurrency, per_client).await?;
+
     let started = Instant::now();
-    let mut clients = Vec::new();
-    for c in 0..args.concurrency {
-        let url = url.clone();
-        clients.push(tokio::task::spawn_blocking(move || {
-            send(&url, c, per_client)
-        }));
-    }
-    let mut latencies = Vec::new();
-    for client in clients {
-        latencies.extend(client.await.context("bench client")??);
-    }
+    let mut latencies = run_clients(&url, "timed", args.concurrency, per_client).await?;
     let elapsed = started.elapsed();
     server.abort();
     latencies.sort();
@@ -371,20 +380,47 @@ async fn preload(url: &str, run: &str, rows: u64, clients: u32) -> anyhow::Resul
         accounts = accounts.join(", "),
         last = rows - 1,
     );
+    psql(url, &sql).context("preloading history")?;
+    Ok(())
+}
+
+/// `clients` API clients at once, `count` requests each: every latency, unsorted.
+async fn run_clients(
+    url: &str,
+    phase: &'static str,
+    clients: u32,
+    count: u32,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut sending = Vec::new();
+    for c in 0..clients {
+        let url = url.to_string();
+        sending.push(tokio::task::spawn_blocking(move || {
+            send(&url, phase, c, count)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for client in sending {
+        latencies.extend(client.await.context("bench client")??);
+    }
+    Ok(latencies)
+}
+
+/// Runs `sql` on `url` with psql.
+fn psql(url: &str, sql: &str) -> anyhow::Result<()> {
     let out = std::process::Command::new(which("psql")?)
-        .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", &sql])
+        .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
         .output()
-        .context("running psql to preload history")?;
+        .context("running psql")?;
     anyhow::ensure!(
         out.status.success(),
-        "preloading history failed: {}",
+        "psql failed: {}",
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Ok(())
 }
 
 /// One client: `count` requests over one keep-alive connection, each with its own key.
-fn send(url: &str, client: u32, count: u32) -> anyhow::Result<Vec<Duration>> {
+fn send(url: &str, phase: &str, client: u32, count: u32) -> anyhow::Result<Vec<Duration>> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .build()
@@ -398,7 +434,7 @@ fn send(url: &str, client: u32, count: u32) -> anyhow::Result<Vec<Duration>> {
             .header("content-type", "application/json")
             .header(
                 "idempotency-key",
-                &format!("bench-{client}-{n}-{}", std::process::id()),
+                &format!("bench-{phase}-{client}-{n}-{}", std::process::id()),
             )
             .send(body)
             .context("bench request")?;
@@ -435,13 +471,8 @@ fn run_pgbench(url: &str, clients: u32, per_client: u32) -> anyhow::Result<Optio
          INSERT INTO headroom_bench (id, pool, replicas, priority, key, created_at) VALUES (gen_random_uuid()::text, 'mistral-7b-batch', 1, 'low', 'k' || :client_id || '-' || :n || '-' || random(), now());\n\
          END;\n",
     )?;
-    let psql = |sql: &str| {
-        std::process::Command::new(which("psql")?)
-            .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
-            .output()
-            .context("running psql")
-    };
     psql(
+        url,
         "CREATE TABLE IF NOT EXISTS headroom_bench (id TEXT PRIMARY KEY, pool TEXT NOT NULL, replicas INTEGER NOT NULL, priority TEXT NOT NULL, key TEXT UNIQUE, created_at TIMESTAMPTZ NOT NULL)",
     )?;
     let out = std::process::Command::new(pgbench)
@@ -458,7 +489,7 @@ fn run_pgbench(url: &str, clients: u32, per_client: u32) -> anyhow::Result<Optio
         ])
         .output()
         .context("running pgbench")?;
-    psql("DROP TABLE IF EXISTS headroom_bench")?;
+    psql(url, "DROP TABLE IF EXISTS headroom_bench")?;
     let text = String::from_utf8_lossy(&out.stdout);
     let number_after = |label: &str| {
         text.lines()

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
 use headroom_core::{PoolName, Timestamp};
@@ -51,19 +52,20 @@ pub trait Dialect: Debug + Send + Sync + 'static {
     fn timestamp(stored: Self::Time) -> Result<Timestamp, LedgerError>;
 
     /// Begins a transaction that runs alone among those begun with any of the same `keys` and
-    /// `seed`, across every process sharing the database: budget admissions per account, the
-    /// outbox. Several keys are taken in one order everywhere, so two transactions can never
-    /// wait on each other's.
-    async fn begin_serialised(
+    /// `seed`, across every process sharing the database (the alert outbox; with no keys, a
+    /// plain transaction on PostgreSQL and SQLite's one writer). Several keys are taken in one order everywhere, so two transactions can never
+    /// wait on each other's. Callers go through [`begin_serialised`]: cancelling this future
+    /// while the database begins can leave the transaction open.
+    async fn begin_serialised_unguarded(
         pool: &Pool<Self::Db>,
         keys: &[&str],
         seed: i64,
     ) -> Result<Transaction<'static, Self::Db>, sqlx::Error>;
 
-    /// Batches of one kind of write ([`crate::batch`]: budget admissions, capacity requests)
-    /// that may run at once: more than one lets a batch gather while another commits, where
-    /// the database lets writers overlap.
-    const BATCHES_AT_ONCE: usize;
+    /// Whether a statement may insert in a `WITH` clause (PostgreSQL): inserts that must land
+    /// together then go as one statement, one round trip that commits alone. Otherwise they
+    /// share a transaction (SQLite, in-process, where a round trip costs nothing).
+    const INSERTS_IN_WITH: bool;
 
     /// See [`crate::Ledger::pool_leases`]: a backend only one process opens owns every pool.
     async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
@@ -82,11 +84,11 @@ pub trait Dialect: Debug + Send + Sync + 'static {
     }
 }
 
-/// [`Dialect::begin_serialised`], in a task of its own: a caller cancelled while the database
+/// [`Dialect::begin_serialised_unguarded`], in a task of its own: a caller cancelled while the database
 /// begins (an API request timing out) cannot leave the transaction open. sqlx counts a
 /// transaction only once its `BEGIN` is answered, so a future dropped before that returns the
 /// connection to the pool with the transaction, and every lock it took, still open on the
-/// server: each later admission of those accounts would wait for ever, and the connection's
+/// server: each later transaction with those keys would wait for ever, and the connection's
 /// next user would write into a transaction nobody commits. The task always finishes the
 /// begin; when nobody waits for it any more, the transaction is dropped there and rolled back.
 pub(crate) async fn begin_serialised<D: Dialect>(
@@ -98,12 +100,59 @@ pub(crate) async fn begin_serialised<D: Dialect>(
     let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
     let begun = tokio::spawn(async move {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        D::begin_serialised(&pool, &keys, seed).await
+        D::begin_serialised_unguarded(&pool, &keys, seed).await
     })
     .await
     // Only a panic inside sqlx ends the task early.
     .map_err(|_| sqlx::Error::WorkerCrashed)?;
     Ok(begun?)
+}
+
+/// How long a pooled connection may sit idle and still be handed out without a ping.
+const UNTESTED_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Connections still to ping when handed out, however briefly idle: set when a statement
+/// found its connection lost, as every connection a pool holds is when the server restarts or
+/// fails over. More than any pool of the ledger holds.
+static SUSPECT_CONNECTIONS: AtomicU32 = AtomicU32::new(0);
+const POOL_AT_MOST: u32 = 32;
+
+/// Whether `error` says the connection is gone (rather than the statement refused): the
+/// pool's other idle connections are then suspect too.
+pub(crate) fn note_if_connection_lost(error: &sqlx::Error) {
+    let lost = match error {
+        // 08: connection exception; 57P: the server is shutting down or ended the session.
+        sqlx::Error::Database(e) => e
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    };
+    if lost {
+        SUSPECT_CONNECTIONS.store(POOL_AT_MOST, Ordering::Relaxed);
+    }
+}
+
+/// The pool options every backend starts from. sqlx pings each connection it takes from the
+/// pool by default: a second round trip before every statement the ledger sends, which
+/// halved the rate of every write. A connection is pinged now only when it sat idle for
+/// longer than [`UNTESTED_IDLE`] (the server may have dropped it meanwhile) or after a
+/// statement found its connection lost, so a restarted server costs one failed statement,
+/// not one per pooled connection.
+pub(crate) fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                let suspect = SUSPECT_CONNECTIONS
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                if suspect || meta.idle_for > UNTESTED_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// The name a timestamp column has in `D`'s schema.

@@ -62,7 +62,18 @@ pub enum LedgerError {
     #[error("--runtime-role {role}: {why}")]
     RuntimeRole { role: String, why: String },
     #[error("ledger query failed")]
-    Database(#[from] sqlx::Error),
+    Database(#[source] sqlx::Error),
+    /// Budget admissions of one account kept landing in another process while this one
+    /// decided (see `admission.rs`): nothing was written; the caller may try again.
+    #[error("budget admissions of the same account kept racing from other processes")]
+    AdmissionContended,
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(error: sqlx::Error) -> Self {
+        dialect::note_if_connection_lost(&error);
+        LedgerError::Database(error)
+    }
 }
 
 /// A capacity request as a client submits it, before the ledger assigns an id.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use headroom_core::{PoolName, Timestamp};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 use sqlx::{Pool, Postgres, Transaction};
 
 use crate::LedgerError;
@@ -75,9 +75,9 @@ impl Dialect for PgDialect {
         Ok(Some(crate::SignalFeed::new(listener)))
     }
 
-    const BATCHES_AT_ONCE: usize = 2;
+    const INSERTS_IN_WITH: bool = true;
 
-    async fn begin_serialised(
+    async fn begin_serialised_unguarded(
         pool: &Pool<Postgres>,
         keys: &[&str],
         seed: i64,
@@ -211,7 +211,7 @@ impl SqlLedger<PgDialect> {
 }
 
 async fn pool(url: &str) -> Result<PgPool, LedgerError> {
-    PgPoolOptions::new()
+    crate::dialect::pool_options::<Postgres>()
         .max_connections(16)
         .acquire_timeout(Duration::from_secs(5))
         .connect(url)
@@ -255,9 +255,10 @@ mod tests {
     async fn serialised_transactions_lock_the_same_keys_however_they_are_sent() {
         let url = headroom_testkit::fresh_postgres_database("headroom_locks").await;
         let pool = sqlx::PgPool::connect(&url).await.unwrap();
-        let mut first = PgDialect::begin_serialised(&pool, &["team-1", "team-2", "team-1"], 7)
-            .await
-            .unwrap();
+        let mut first =
+            PgDialect::begin_serialised_unguarded(&pool, &["team-1", "team-2", "team-1"], 7)
+                .await
+                .unwrap();
         assert_eq!(
             advisory_locks(&mut first).await,
             2,
@@ -266,9 +267,10 @@ mod tests {
         let second = tokio::spawn({
             let pool = pool.clone();
             async move {
-                let mut tx = PgDialect::begin_serialised(&pool, &["o'brien x", "team-2"], 7)
-                    .await
-                    .unwrap();
+                let mut tx =
+                    PgDialect::begin_serialised_unguarded(&pool, &["o'brien x", "team-2"], 7)
+                        .await
+                        .unwrap();
                 let held = advisory_locks(&mut tx).await;
                 tx.commit().await.unwrap();
                 held
@@ -279,23 +281,23 @@ mod tests {
         first.commit().await.unwrap();
         assert_eq!(second.await.unwrap(), 2);
         // Another seed is another lock: it does not wait.
-        let mut outbox = PgDialect::begin_serialised(&pool, &["team-1"], 0)
+        let mut outbox = PgDialect::begin_serialised_unguarded(&pool, &["team-1"], 0)
             .await
             .unwrap();
-        let _other = PgDialect::begin_serialised(&pool, &["team-1"], 7)
+        let _other = PgDialect::begin_serialised_unguarded(&pool, &["team-1"], 7)
             .await
             .unwrap();
         assert_eq!(advisory_locks(&mut outbox).await, 1);
     }
 
     /// A caller that gives up while its serialised transaction waits to begin (an API request
-    /// timing out behind another admission of its account) leaves no lock behind: once the
+    /// timing out behind another holder of its key) leaves no lock behind: once the
     /// holder commits, another process's transaction with the key begins.
     #[tokio::test]
     async fn a_caller_cancelled_while_beginning_leaves_no_lock_behind() {
         let url = headroom_testkit::fresh_postgres_database("headroom_locks").await;
         let pool = sqlx::PgPool::connect(&url).await.unwrap();
-        let holder = PgDialect::begin_serialised(&pool, &["team-1"], 7)
+        let holder = PgDialect::begin_serialised_unguarded(&pool, &["team-1"], 7)
             .await
             .unwrap();
         let waiting = tokio::spawn({
@@ -316,7 +318,7 @@ mod tests {
         let other = sqlx::PgPool::connect(&url).await.unwrap();
         let next = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            PgDialect::begin_serialised(&other, &["team-1"], 7),
+            PgDialect::begin_serialised_unguarded(&other, &["team-1"], 7),
         )
         .await;
         assert!(

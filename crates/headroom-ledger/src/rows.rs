@@ -103,28 +103,42 @@ where
     }
 
     pub(crate) fn budget_from_row(row: &DbRow<D>) -> Result<Budget, LedgerError> {
-        let period: String = row.try_get("period")?;
-        let hard: String = row.try_get("hard_action")?;
+        let account: String = row.try_get("account")?;
+        Self::budget_of(row, &account, "")
+    }
+
+    /// `account`'s budget from its columns, named with `prefix` before each.
+    pub(crate) fn budget_of(
+        row: &DbRow<D>,
+        account: &str,
+        prefix: &str,
+    ) -> Result<Budget, LedgerError> {
+        let column = |name: &str| format!("{prefix}{name}");
+        let period: String = row.try_get(column("period").as_str())?;
+        let hard: String = row.try_get(column("hard_action").as_str())?;
         Ok(Budget {
-            account: parse(row.try_get::<String, _>("account")?.parse())?,
+            account: parse(account.parse())?,
             period: BudgetPeriod::parse(&period)
                 .ok_or_else(|| corrupt("budget period", &period))?,
-            ceiling: Money::from_micros(row.try_get("ceiling_micros")?),
-            soft_threshold_percent: Self::uint(row, "soft_threshold_percent")? as u8,
+            ceiling: Money::from_micros(row.try_get(column("ceiling_micros").as_str())?),
+            soft_threshold_percent: Self::uint(row, &column("soft_threshold_percent"))? as u8,
             hard_action: HardAction::parse(&hard).ok_or_else(|| corrupt("hard action", &hard))?,
         })
     }
 
+    /// A checkpoint from its columns, named with `prefix` before each (a row that joins
+    /// checkpoints with other tables names them apart).
     pub(crate) fn checkpoint_from_row(
         row: &DbRow<D>,
+        prefix: &str,
     ) -> Result<crate::checkpoint::Checkpoint, LedgerError> {
-        let period: String = row.try_get("period")?;
-        let open: String = row.try_get("open_nodes")?;
+        let period: String = row.try_get(format!("{prefix}period").as_str())?;
+        let open: String = row.try_get(format!("{prefix}open_nodes").as_str())?;
         Ok(crate::checkpoint::Checkpoint {
             period: BudgetPeriod::parse(&period)
                 .ok_or_else(|| corrupt("checkpoint period", &period))?,
-            period_start: Self::time(row, "period_start")?,
-            settled: Money::from_micros(row.try_get("settled_micros")?),
+            period_start: Self::time(row, &format!("{prefix}period_start"))?,
+            settled: Money::from_micros(row.try_get(format!("{prefix}settled_micros").as_str())?),
             open: crate::checkpoint::decode_open(&open)
                 .ok_or_else(|| corrupt("checkpoint open nodes", &open))?,
         })

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::TimeZone;
 use headroom_core::Timestamp;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{Pool, Sqlite, Transaction};
 
 use crate::LedgerError;
@@ -48,13 +48,12 @@ impl Dialect for SqliteDialect {
             .ok_or_else(|| LedgerError::Corrupt(format!("timestamp {ms}")))
     }
 
-    // One writer at a time, whatever the batches.
-    const BATCHES_AT_ONCE: usize = 1;
+    const INSERTS_IN_WITH: bool = false;
 
     /// IMMEDIATE takes the file's write lock up front, so two of these never read the same
     /// remaining budget. SQLite has no lock on one key: this one serialises every writer, in
     /// every process that has the file open.
-    async fn begin_serialised(
+    async fn begin_serialised_unguarded(
         pool: &Pool<Sqlite>,
         _keys: &[&str],
         _seed: i64,
@@ -89,7 +88,7 @@ impl SqlLedger<SqliteDialect> {
             // Nobody reads it after the process: no fsync.
             Durability::Scratch => (options.synchronous(sqlx::sqlite::SqliteSynchronous::Off), 4),
         };
-        let pool = SqlitePoolOptions::new()
+        let pool = crate::dialect::pool_options::<Sqlite>()
             .max_connections(connections)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)

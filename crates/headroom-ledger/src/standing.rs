@@ -10,13 +10,55 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::dialect::{self, Dialect};
-use crate::sql::{DbRow, IN_LIST_CHUNK, SqlLedger};
+use crate::sql::{DbRow, IN_LIST_CHUNK, SqlLedger, Statement};
 use crate::{LedgerError, NodeEvent, derive};
 
 type Connection<D> = <<D as Dialect>::Db as Database>::Connection;
 
 /// Node histories with their sequence numbers, in ledger order, by node.
 pub(crate) type Histories = BTreeMap<NodeId, Vec<(i64, NodeEvent)>>;
+
+/// Each account's latest checkpoint, with its sequence number.
+pub(crate) type Latest = BTreeMap<String, (i64, Checkpoint)>;
+
+/// A checkpoint to append after an admission.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckpointRow<'a> {
+    pub(crate) account: &'a str,
+    pub(crate) checkpoint: Checkpoint,
+    /// `checkpoint.open` as stored.
+    pub(crate) open: String,
+    pub(crate) at: Timestamp,
+    /// The checkpoint this one follows ([`Standing::head`]).
+    pub(crate) prev: i64,
+}
+
+impl<'a> CheckpointRow<'a> {
+    const COLUMNS: usize = 7;
+
+    pub(crate) fn new(account: &'a str, checkpoint: Checkpoint, at: Timestamp, prev: i64) -> Self {
+        let open = checkpoint::encode_open(&checkpoint.open);
+        CheckpointRow {
+            account,
+            checkpoint,
+            open,
+            at,
+            prev,
+        }
+    }
+}
+
+/// An account's budget standing as an admission reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct Standing {
+    pub(crate) standing: BudgetStanding,
+    /// The checkpoint that holds after it, before anything is admitted.
+    pub(crate) next: Checkpoint,
+    /// The sequence number of the checkpoint it was read from (0: the account has none): the
+    /// next checkpoint names it as the one it follows, so two admissions that read the same
+    /// one cannot both land.
+    pub(crate) head: i64,
+}
 
 impl<D: Dialect> SqlLedger<D>
 where
@@ -26,7 +68,7 @@ where
     String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
     i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
 {
-    /// Rows of `node_events` with their sequence numbers, in ledger order.
+    /// Rows of `node_events` with their sequence numbers, in the order `template` gives.
     async fn sequenced(
         conn: &mut Connection<D>,
         template: &str,
@@ -44,22 +86,16 @@ where
             .collect()
     }
 
-    /// Each `budget`'s standing at its `now` and the checkpoint that holds after it: from the
-    /// account's latest checkpoint and its open nodes' histories, or seeded from the account's
-    /// whole history when it has no checkpoint for its budget's period yet. Also returns the
-    /// histories read, with those of `more_nodes` (renewed nodes, whose holds an admission
-    /// replaces). One statement for every account's checkpoint and one for every open node's
-    /// history, however many budgets. `serialised` when `conn` holds the accounts' admission
-    /// locks (no other admission can interleave: debug builds then check each result against
-    /// the whole history).
+    /// Each `budget`'s standing at its `now`, the checkpoint that holds after it and the
+    /// sequence number of the checkpoint it was read from, with the histories read: one
+    /// statement for every account's latest checkpoint and one for its open nodes' histories,
+    /// however many budgets (see [`Self::standings`]).
     pub(crate) async fn checkpointed_standings(
         conn: &mut Connection<D>,
         budgets: &[(&Budget, Timestamp)],
-        more_nodes: &[&str],
-        serialised: bool,
-    ) -> Result<(Vec<(BudgetStanding, Checkpoint)>, Histories), LedgerError> {
+    ) -> Result<Vec<Standing>, LedgerError> {
         let accounts: Vec<&str> = budgets.iter().map(|(b, _)| b.account.as_str()).collect();
-        let mut latest: BTreeMap<String, Checkpoint> = BTreeMap::new();
+        let mut latest = Latest::new();
         for chunk in accounts.chunks(IN_LIST_CHUNK) {
             let mut query = Self::query(&dialect::latest_per_account(
                 "standing_checkpoints",
@@ -69,78 +105,134 @@ where
                 query = query.bind(*account);
             }
             for row in query.fetch_all(&mut *conn).await? {
-                latest.insert(row.try_get("account")?, Self::checkpoint_from_row(&row)?);
+                latest.insert(
+                    row.try_get("account")?,
+                    (row.try_get("seq")?, Self::checkpoint_from_row(&row, "")?),
+                );
             }
         }
-        let nodes: BTreeSet<&str> = latest
-            .values()
-            .flat_map(|c| c.open.iter().map(|(n, _)| n.0.as_str()))
-            .chain(more_nodes.iter().copied())
-            .collect();
-        let nodes: Vec<&str> = nodes.into_iter().collect();
         let mut histories = Histories::new();
-        for chunk in nodes.chunks(IN_LIST_CHUNK) {
+        Self::read_histories(conn, &latest, &[], &mut histories).await?;
+        Self::standings(conn, budgets, &latest, &histories).await
+    }
+
+    /// Reads into `histories` the history of every node open in a checkpoint of `latest` and of
+    /// each of `more_nodes` that it does not hold yet, in one statement.
+    pub(crate) async fn read_histories(
+        conn: &mut Connection<D>,
+        latest: &Latest,
+        more_nodes: &[NodeId],
+        histories: &mut Histories,
+    ) -> Result<(), LedgerError> {
+        let missing: BTreeSet<&NodeId> = latest
+            .values()
+            .flat_map(|(_, c)| c.open.iter().map(|(n, _)| n))
+            .chain(more_nodes)
+            .filter(|n| !histories.contains_key(*n))
+            .collect();
+        let missing: Vec<&str> = missing.into_iter().map(|n| n.0.as_str()).collect();
+        for chunk in missing.chunks(IN_LIST_CHUNK) {
+            // No ORDER BY: sorted here, so no plan walks the whole table in `seq` order to
+            // spare a sort of a few rows.
             let template = format!(
-                "SELECT * FROM node_events WHERE node_id IN ({}) ORDER BY seq",
+                "SELECT * FROM node_events WHERE node_id IN ({})",
                 dialect::params(chunk.len())
             );
+            for node in chunk {
+                // Read, even when it has no events yet.
+                histories.entry(NodeId(node.to_string())).or_default();
+            }
             for (seq, e) in Self::sequenced(conn, &template, chunk).await? {
                 histories.entry(e.node.clone()).or_default().push((seq, e));
             }
         }
-        let mut standings = Vec::with_capacity(budgets.len());
-        for (budget, now) in budgets {
-            let advanced = latest.get(budget.account.as_str()).and_then(|latest| {
-                checkpoint::advance(latest, budget, &histories, *now).map(|a| (latest, a))
-            });
-            if let Some((latest, advanced)) = advanced {
-                if serialised {
-                    Self::check_against_history(conn, budget, *now, latest).await?;
-                }
-                standings.push(advanced);
-                continue;
-            }
-            let events = Self::sequenced(
-                conn,
-                "SELECT * FROM node_events WHERE account = ? ORDER BY seq",
-                &[budget.account.as_str()],
-            )
-            .await?;
-            standings.push(checkpoint::seed(&events, budget, *now));
+        for history in histories.values_mut() {
+            history.sort_by_key(|(seq, _)| *seq);
         }
-        Ok((standings, histories))
+        Ok(())
     }
 
-    /// In debug builds: `checkpoint` advanced over the account's whole history (read in one
-    /// statement, so other processes' writes cannot skew the comparison) gives the standing
-    /// derived from that history, to the micro-dollar.
-    async fn check_against_history(
+    /// Each `budget`'s standing at its `now` from its account's latest checkpoint (if any) and
+    /// `histories`, which hold every node open in it: advanced over the open runs, or seeded
+    /// from the account's whole history (read here) when it has no checkpoint for its
+    /// budget's period yet.
+    pub(crate) async fn standings(
+        conn: &mut Connection<D>,
+        budgets: &[(&Budget, Timestamp)],
+        latest: &Latest,
+        histories: &Histories,
+    ) -> Result<Vec<Standing>, LedgerError> {
+        let mut standings = Vec::with_capacity(budgets.len());
+        for (budget, now) in budgets {
+            let latest = latest.get(budget.account.as_str());
+            // The chain goes on across periods: a new period's first checkpoint follows the
+            // last one of the period before.
+            let head = latest.map_or(0, |(seq, _)| *seq);
+            let advanced =
+                latest.and_then(|(_, latest)| checkpoint::advance(latest, budget, histories, *now));
+            let (standing, next) = match advanced {
+                Some(advanced) => advanced,
+                None => {
+                    let events = Self::sequenced(
+                        conn,
+                        "SELECT * FROM node_events WHERE account = ? ORDER BY seq",
+                        &[budget.account.as_str()],
+                    )
+                    .await?;
+                    checkpoint::seed(&events, budget, *now)
+                }
+            };
+            standings.push(Standing {
+                standing,
+                next,
+                head,
+            });
+        }
+        Ok(standings)
+    }
+
+    /// In debug builds: the account's latest checkpoint advanced over its history gives the
+    /// standing derived from the whole history, to the micro-dollar. Both are read in one
+    /// statement, so writes of other callers or processes cannot skew the comparison.
+    pub(crate) async fn check_against_history(
         conn: &mut Connection<D>,
         budget: &Budget,
         now: Timestamp,
-        checkpoint: &Checkpoint,
     ) -> Result<(), LedgerError> {
         if !cfg!(debug_assertions) {
             return Ok(());
         }
-        let events = Self::sequenced(
-            conn,
-            "SELECT * FROM node_events WHERE account = ? ORDER BY seq",
-            &[budget.account.as_str()],
+        // Every event of the account, each beside the latest checkpoint's columns (node_events
+        // has none of those names).
+        let rows = Self::query(
+            "SELECT e.*, c.period, c.{period_start}, c.settled_micros, c.open_nodes
+             FROM node_events e, standing_checkpoints c
+             WHERE e.account = ?
+               AND c.seq = (SELECT MAX(seq) FROM standing_checkpoints WHERE account = ?)
+             ORDER BY e.seq",
         )
+        .bind(budget.account.as_str())
+        .bind(budget.account.as_str())
+        .fetch_all(&mut *conn)
         .await?;
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let checkpoint = Self::checkpoint_from_row(first, "")?;
+        let mut events = Vec::with_capacity(rows.len());
         let mut histories = Histories::new();
-        for (seq, e) in &events {
+        for row in &rows {
+            let (seq, e) = (row.try_get::<i64, _>("seq")?, Self::event_from_row(row)?);
             if checkpoint.open.iter().any(|(n, _)| n == &e.node) {
                 histories
                     .entry(e.node.clone())
                     .or_default()
-                    .push((*seq, e.clone()));
+                    .push((seq, e.clone()));
             }
+            events.push(e);
         }
-        let plain: Vec<NodeEvent> = events.into_iter().map(|(_, e)| e).collect();
-        let derived = derive::standing(&plain, budget, now);
-        if let Some((standing, _)) = checkpoint::advance(checkpoint, budget, &histories, now) {
+        let derived = derive::standing(&events, budget, now);
+        if let Some((standing, _)) = checkpoint::advance(&checkpoint, budget, &histories, now) {
             debug_assert_eq!(
                 (standing.spent, standing.held),
                 (derived.spent, derived.held),
@@ -151,34 +243,31 @@ where
         Ok(())
     }
 
-    /// Appends the checkpoints that hold after admissions (account, checkpoint, time), in one
-    /// statement.
-    pub(crate) async fn append_checkpoints(
-        conn: &mut Connection<D>,
-        rows: &[(&str, Checkpoint, Timestamp)],
-    ) -> Result<(), LedgerError> {
-        const COLUMNS: usize = 6;
-        for chunk in rows.chunks(IN_LIST_CHUNK / COLUMNS) {
-            let mut query = Self::query(&format!(
-                "INSERT INTO standing_checkpoints (account, period, {{period_start}}, settled_micros, open_nodes, {{at}})
-                 VALUES {}",
-                dialect::rows(chunk.len(), COLUMNS)
-            ));
-            let opens: Vec<String> = chunk
-                .iter()
-                .map(|(_, checkpoint, _)| checkpoint::encode_open(&checkpoint.open))
-                .collect();
-            for ((account, checkpoint, at), open) in chunk.iter().zip(&opens) {
-                query = query
-                    .bind(*account)
-                    .bind(checkpoint.period.as_str())
-                    .bind(D::time(checkpoint.period_start))
-                    .bind(checkpoint.settled.micros())
-                    .bind(open.as_str())
-                    .bind(D::time(*at));
-            }
-            query.execute(&mut *conn).await?;
+    /// The statement that appends `rows` checkpoints, for [`Self::bind_checkpoints`].
+    pub(crate) fn checkpoints_insert(rows: usize) -> String {
+        format!(
+            "INSERT INTO standing_checkpoints
+                 (account, period, {{period_start}}, settled_micros, open_nodes, {{at}}, prev_seq)
+             VALUES {}",
+            dialect::rows(rows, CheckpointRow::COLUMNS)
+        )
+    }
+
+    /// `query` ([`Self::checkpoints_insert`]) bound with `rows`.
+    pub(crate) fn bind_checkpoints<'q>(
+        mut query: Statement<'q, D>,
+        rows: &'q [CheckpointRow<'q>],
+    ) -> Statement<'q, D> {
+        for row in rows {
+            query = query
+                .bind(row.account)
+                .bind(row.checkpoint.period.as_str())
+                .bind(D::time(row.checkpoint.period_start))
+                .bind(row.checkpoint.settled.micros())
+                .bind(row.open.as_str())
+                .bind(D::time(row.at))
+                .bind(row.prev);
         }
-        Ok(())
+        query
     }
 }

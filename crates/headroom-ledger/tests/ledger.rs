@@ -992,6 +992,91 @@ async fn budgets_are_versioned(ledger: Arc<dyn Ledger>) {
     );
 }
 
+/// Two processes admit for one account. The first remembers the head of the account's
+/// checkpoint chain it wrote; the second then fills the budget. The first's next admission
+/// would fit what it last saw, but not what the ledger holds: it is refused, with the
+/// standing the ledger holds, and nothing of it is written. Then a hold renewal in the second
+/// process and a new admission in the first each see the other's writes.
+async fn a_process_whose_view_is_stale_decides_on_the_ledger(
+    first: Arc<dyn Ledger>,
+    second: Arc<dyn Ledger>,
+) {
+    let now = t("2026-11-30T09:00:00Z");
+    let budget = Budget {
+        account: "ml".parse().unwrap(),
+        period: BudgetPeriod::Day,
+        ceiling: "3".parse().unwrap(),
+        soft_threshold_percent: 80,
+        hard_action: HardAction::Refuse,
+    };
+    first.put_budget(&budget, now).await.unwrap();
+    let launch = |node: &str| {
+        let mut e = event(
+            node,
+            NodeState::Requested,
+            "2026-11-30T09:00:00Z",
+            None,
+            "launch",
+        );
+        e.hold = "1".parse().unwrap();
+        e
+    };
+    assert_eq!(
+        first.place_hold(&launch("n1")).await.unwrap(),
+        HoldOutcome::Placed
+    );
+    assert_eq!(
+        second.place_hold(&launch("n2")).await.unwrap(),
+        HoldOutcome::Placed
+    );
+    assert_eq!(
+        second.place_hold(&launch("n3")).await.unwrap(),
+        HoldOutcome::Placed
+    );
+    match first.place_hold(&launch("n4")).await.unwrap() {
+        HoldOutcome::OverBudget(standing) => {
+            assert_eq!(
+                standing.held,
+                "3".parse().unwrap(),
+                "the ledger's standing, not the first's"
+            )
+        }
+        placed => panic!("admitted past the ceiling on a stale view: {placed:?}"),
+    }
+    let nodes: std::collections::BTreeSet<String> = first
+        .account_events(&budget.account)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.node.0)
+        .collect();
+    assert_eq!(nodes, ["n1", "n2", "n3"].map(String::from).into());
+    // n1 ends in the first process; the second, whose view has it open, admits into the room.
+    first
+        .append_node_event(&launch("n1").next(
+            NodeState::Refused,
+            "capacity",
+            t("2026-11-30T09:00:01Z"),
+        ))
+        .await
+        .unwrap();
+    let mut n5 = launch("n5");
+    n5.at = t("2026-11-30T09:00:02Z");
+    assert_eq!(second.place_hold(&n5).await.unwrap(), HoldOutcome::Placed);
+    // The first, whose last write is two admissions behind, still sees the ceiling.
+    let mut n6 = launch("n6");
+    n6.at = t("2026-11-30T09:00:03Z");
+    assert!(matches!(
+        first.place_hold(&n6).await.unwrap(),
+        HoldOutcome::OverBudget(_)
+    ));
+    let standing = first
+        .budget_standing(&budget, t("2026-11-30T09:00:03Z"))
+        .await
+        .unwrap();
+    assert_eq!(standing.held, "3".parse().unwrap());
+}
+
 /// Runs every behaviour check against one backend, each on a fresh ledger.
 macro_rules! behaviour_suite {
     ($module:ident, $open:expr) => {
@@ -1113,6 +1198,22 @@ async fn postgres_admissions_from_two_processes_never_overspend() {
     let (url, first) = postgres_ledger().await;
     let second: Arc<dyn Ledger> = Arc::new(PostgresLedger::connect(&url).await.unwrap());
     concurrent_admissions_of_many_accounts(vec![first, second]).await;
+}
+
+#[tokio::test]
+async fn postgres_a_stale_view_decides_on_the_ledger() {
+    let (url, first) = postgres_ledger().await;
+    let second: Arc<dyn Ledger> = Arc::new(PostgresLedger::connect(&url).await.unwrap());
+    a_process_whose_view_is_stale_decides_on_the_ledger(first, second).await;
+}
+
+#[tokio::test]
+async fn sqlite_a_stale_view_decides_on_the_ledger() {
+    let (dir, first) = sqlite().await;
+    let second = SqliteLedger::open_path(&dir.path().join("ledger.db"))
+        .await
+        .unwrap();
+    a_process_whose_view_is_stale_decides_on_the_ledger(Arc::new(first), Arc::new(second)).await;
 }
 
 #[tokio::test]
