@@ -35,16 +35,40 @@ use crate::{HoldOutcome, LedgerError, NodeEvent, checkpoint};
 /// admission's win, so the ledger as a whole always moves on.
 const ADMISSION_RACES: usize = 8;
 
-impl Batched for NodeEvent {
-    type Key = AccountName;
+/// A node event to write, as a batch sees it: appended as it is ([`crate::Ledger::append_node_event`])
+/// or admitted against its account's budget ([`crate::Ledger::place_hold`]). Both kinds share
+/// batches, so the events a tick writes (outcomes, state changes, intents) share commits.
+#[derive(Debug, Clone)]
+pub(crate) enum EventWrite {
+    Append(NodeEvent),
+    Admit(NodeEvent),
+}
+
+/// What a write of a batch holds: its node (so a node's events land in the order they were
+/// written) and, for an admission, its account (decided once per batch).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum EventKey {
+    Node(NodeId),
+    Account(AccountName),
+}
+
+impl Batched for EventWrite {
+    type Key = EventKey;
+    /// An append's answer is `Placed`.
     type Answer = HoldOutcome;
-    fn batch_key(&self) -> AccountName {
-        self.account.clone()
+    fn batch_keys(&self) -> impl IntoIterator<Item = EventKey> {
+        match self {
+            EventWrite::Append(e) => vec![EventKey::Node(e.node.clone())],
+            EventWrite::Admit(e) => vec![
+                EventKey::Node(e.node.clone()),
+                EventKey::Account(e.account.clone()),
+            ],
+        }
     }
 }
 
 #[async_trait]
-impl<D: Dialect> WriteBatch<NodeEvent> for SqlLedger<D>
+impl<D: Dialect> WriteBatch<EventWrite> for SqlLedger<D>
 where
     for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
     for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
@@ -52,28 +76,52 @@ where
     String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
     i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
 {
+    /// Appends alone are one insert, each skipped when recorded before (a batch written again
+    /// is harmless). With admissions, the appends are written in the admissions' statement.
     async fn write_batch(
         &self,
-        events: &[&NodeEvent],
-    ) -> Result<Vec<Answer<NodeEvent>>, LedgerError> {
-        let outcomes = (|| async {
-            let decided = self.admit_batch(events).await;
-            if decided.is_err() {
-                // Whatever the error, the next try reads the heads again.
-                self.heads().forget(events);
+        writes: &[&EventWrite],
+    ) -> Result<Vec<Answer<EventWrite>>, LedgerError> {
+        let (mut admits, mut appends) = (Vec::new(), Vec::new());
+        for w in writes {
+            match w {
+                EventWrite::Admit(e) => admits.push(e),
+                EventWrite::Append(e) => appends.push(e),
             }
-            decided
-        })
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(1))
-                .with_max_delay(Duration::from_millis(50))
-                .with_max_times(ADMISSION_RACES)
-                .with_jitter(),
-        )
-        .when(|e| matches!(e, LedgerError::AdmissionContended))
-        .await?;
-        Ok(outcomes.into_iter().map(Ok).collect())
+        }
+        if admits.is_empty() {
+            let mut conn = self.pool().acquire().await?;
+            Self::insert_events(&mut conn, &appends).await?;
+        } else {
+            let outcomes = (|| async {
+                let decided = self.admit_batch(&admits, &appends).await;
+                if decided.is_err() {
+                    // Whatever the error, the next try reads the heads again.
+                    self.heads().forget(&admits);
+                }
+                decided
+            })
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(1))
+                    .with_max_delay(Duration::from_millis(50))
+                    .with_max_times(ADMISSION_RACES)
+                    .with_jitter(),
+            )
+            .when(|e| matches!(e, LedgerError::AdmissionContended))
+            .await?;
+            let mut outcomes = outcomes.into_iter();
+            return Ok(writes
+                .iter()
+                .map(|w| match w {
+                    EventWrite::Admit(_) => outcomes.next().ok_or_else(|| {
+                        LedgerError::Corrupt("an admission lost its outcome".into())
+                    }),
+                    EventWrite::Append(_) => Ok(HoldOutcome::Placed),
+                })
+                .collect());
+        }
+        Ok(writes.iter().map(|_| Ok(HoldOutcome::Placed)).collect())
     }
 }
 
@@ -147,15 +195,29 @@ where
 {
     /// [`crate::Ledger::place_hold`], in a batch. Run alone again when the caller running its
     /// batch went away: an event already recorded is `Placed` again, never admitted twice.
-    pub(crate) async fn admit(&self, event: &NodeEvent) -> Answer<NodeEvent> {
-        self.admissions().write(event.clone(), self).await
+    pub(crate) async fn admit(&self, event: &NodeEvent) -> Answer<EventWrite> {
+        self.event_writes()
+            .write(EventWrite::Admit(event.clone()), self)
+            .await
+    }
+
+    /// [`crate::Ledger::append_node_event`], in a batch.
+    pub(crate) async fn append(&self, event: &NodeEvent) -> Result<(), LedgerError> {
+        self.event_writes()
+            .write(EventWrite::Append(event.clone()), self)
+            .await
+            .map(drop)
     }
 
     /// Admits `events` (of different accounts): each is recorded, with its hold, only if its
-    /// account's budget in force can carry it. The outcomes, in `events`' order; or
-    /// [`LedgerError::AdmissionContended`], with nothing written, when another admission of one
-    /// of the accounts landed since the batch read it.
-    async fn admit_batch(&self, events: &[&NodeEvent]) -> Result<Vec<HoldOutcome>, LedgerError> {
+    /// account's budget in force can carry it; `appended` are written with them. The outcomes,
+    /// in `events`' order; or [`LedgerError::AdmissionContended`], with nothing written, when
+    /// another admission of one of the accounts landed since the batch read it.
+    async fn admit_batch(
+        &self,
+        events: &[&NodeEvent],
+        appended: &[&NodeEvent],
+    ) -> Result<Vec<HoldOutcome>, LedgerError> {
         debug_assert!(
             {
                 let mut accounts: Vec<&str> = events.iter().map(|e| e.account.as_str()).collect();
@@ -225,7 +287,7 @@ where
             ))));
         }
 
-        let mut written: Vec<&NodeEvent> = Vec::new();
+        let mut written: Vec<&NodeEvent> = appended.to_vec();
         let mut checkpoints: Vec<CheckpointRow> = Vec::new();
         for (event, decision) in events.iter().zip(&decisions) {
             if let Decision::Admitted(checkpoint) = decision {

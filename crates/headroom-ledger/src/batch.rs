@@ -4,8 +4,9 @@
 //! (its own included) as soon as a batch slot is free, runs it and answers every caller in it.
 //! Alone, a write is a batch of one.
 //!
-//! A batch holds at most one write per [`Batched::batch_key`] (the account of a budget
-//! admission, the idempotency key of a capacity request): a later one waits for the next batch,
+//! A batch holds at most one write per key ([`Batched::batch_keys`]: the account and node of a
+//! budget admission, the node of an appended event, the idempotency key of a capacity
+//! request): a later one waits for the next batch,
 //! so it sees the earlier committed, exactly as if each ran alone in arrival order.
 
 use std::collections::{BTreeSet, VecDeque};
@@ -21,10 +22,10 @@ pub(crate) const BATCH_LIMIT: usize = 64;
 
 /// A write that can share a batch with others of its kind.
 pub(crate) trait Batched: Send + 'static {
-    /// Two writes with the same key never share a batch.
+    /// Two writes with a key in common never share a batch.
     type Key: Ord;
     type Answer: Send + 'static;
-    fn batch_key(&self) -> Self::Key;
+    fn batch_keys(&self) -> impl IntoIterator<Item = Self::Key>;
 }
 
 pub(crate) type Answer<T> = Result<<T as Batched>::Answer, LedgerError>;
@@ -91,7 +92,9 @@ impl<T: Batched> Batches<T> {
             if w.reply.is_closed() {
                 continue;
             }
-            if batch.len() < BATCH_LIMIT && keys.insert(w.write.batch_key()) {
+            let mine: Vec<T::Key> = w.write.batch_keys().into_iter().collect();
+            if batch.len() < BATCH_LIMIT && mine.iter().all(|k| !keys.contains(k)) {
+                keys.extend(mine);
                 batch.push(w);
             } else {
                 later.push_back(w);
@@ -193,8 +196,8 @@ mod tests {
     impl Batched for Write {
         type Key = &'static str;
         type Answer = ();
-        fn batch_key(&self) -> &'static str {
-            self.0
+        fn batch_keys(&self) -> impl IntoIterator<Item = &'static str> {
+            [self.0]
         }
     }
 
@@ -238,8 +241,8 @@ mod tests {
         impl Batched for Double {
             type Key = u32;
             type Answer = u32;
-            fn batch_key(&self) -> u32 {
-                self.0
+            fn batch_keys(&self) -> impl IntoIterator<Item = u32> {
+                [self.0]
             }
         }
         struct Doubler;

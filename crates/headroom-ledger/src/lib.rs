@@ -7,7 +7,6 @@
 //! the two databases do differently is the dialect seam in `dialect.rs`.
 
 mod admission;
-mod appends;
 mod batch;
 mod checkpoint;
 pub mod derive;

@@ -44,10 +44,11 @@ impl Batched for RequestWrite {
     /// The stored idempotency key; a request without one shares a batch with anything.
     type Key = String;
     type Answer = (CapacityRequest, bool);
-    fn batch_key(&self) -> String {
-        self.stored_key
+    fn batch_keys(&self) -> impl IntoIterator<Item = String> {
+        [self
+            .stored_key
             .clone()
-            .unwrap_or_else(|| format!("\u{0}{}", self.request.id.0))
+            .unwrap_or_else(|| format!("\u{0}{}", self.request.id.0))]
     }
 }
 

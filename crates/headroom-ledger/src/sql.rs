@@ -17,8 +17,7 @@ use headroom_core::{
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool, Row, Type};
 
-use crate::admission::Heads;
-use crate::appends::Appended;
+use crate::admission::{EventWrite, Heads};
 use crate::batch::Batches;
 use crate::dialect::{self, Dialect, render};
 use crate::requests::RequestWrite;
@@ -33,8 +32,7 @@ use crate::{
 pub struct SqlLedger<D: Dialect> {
     pool: Pool<D::Db>,
     dialect: D,
-    admissions: Arc<Batches<NodeEvent>>,
-    appends: Arc<Batches<Appended>>,
+    event_writes: Arc<Batches<EventWrite>>,
     request_writes: Arc<Batches<RequestWrite>>,
     heads: Arc<Heads>,
 }
@@ -92,8 +90,7 @@ impl<D: Dialect> SqlLedger<D> {
         SqlLedger {
             pool,
             dialect,
-            admissions: Arc::new(Batches::new(BATCHES_AT_ONCE)),
-            appends: Arc::new(Batches::new(BATCHES_AT_ONCE)),
+            event_writes: Arc::new(Batches::new(BATCHES_AT_ONCE)),
             request_writes: Arc::new(Batches::new(BATCHES_AT_ONCE)),
             heads: Arc::default(),
         }
@@ -103,20 +100,16 @@ impl<D: Dialect> SqlLedger<D> {
         &self.pool
     }
 
-    /// The budget admissions waiting for a batch ([`crate::admission`]), shared by every clone.
-    pub(crate) fn admissions(&self) -> &Batches<NodeEvent> {
-        &self.admissions
+    /// The node events, appended or admitted, waiting for a batch ([`crate::admission`]),
+    /// shared by every clone.
+    pub(crate) fn event_writes(&self) -> &Batches<EventWrite> {
+        &self.event_writes
     }
 
     /// The heads of the accounts' checkpoint chains as this process last wrote them
     /// ([`crate::admission`]).
     pub(crate) fn heads(&self) -> &Heads {
         &self.heads
-    }
-
-    /// The node events waiting for a batch ([`crate::appends`]), shared by every clone.
-    pub(crate) fn appends(&self) -> &Batches<Appended> {
-        &self.appends
     }
 
     /// The capacity requests waiting for a batch ([`crate::requests`]), shared by every clone.
@@ -438,7 +431,7 @@ where
     }
 
     async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
-        self.appends().write(Appended(e.clone()), self).await
+        self.append(e).await
     }
 
     async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError> {
