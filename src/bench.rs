@@ -24,7 +24,7 @@ pub struct AdmissionsArgs {
     /// The ledger to write to (a scratch database: the benchmark adds requests to it).
     #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
     database_url: String,
-    /// Requests to send in all.
+    /// Capacity requests, and budget admissions, of each round.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     requests: u32,
     /// Clients sending at once, each over one keep-alive connection.
@@ -34,6 +34,10 @@ pub struct AdmissionsArgs {
     /// the accounts the budget admissions charge, in the current budget period.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     prior_rows: u64,
+    /// Rounds of budget admissions, API admissions and pgbench, one after the other; the
+    /// figures are the medians, each ratio taken within its round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Admissions of each kind run untimed first (then, on PostgreSQL, ANALYZE), so that the
     /// figures are those of a ledger in service rather than of empty tables.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
@@ -45,8 +49,11 @@ pub struct AdmissionsArgs {
 
 #[derive(Debug, Serialize)]
 struct Figures {
+    /// Capacity requests sent in all rounds.
     requests: u32,
     concurrency: u32,
+    rounds: u32,
+    /// The median of the rounds' rates.
     admissions_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -54,19 +61,49 @@ struct Figures {
     /// for a SQLite ledger).
     pgbench_tps: Option<f64>,
     pgbench_latency_ms: Option<f64>,
-    /// admissions_per_s / pgbench_tps.
+    /// The median of the rounds' API / pgbench ratios.
     ratio: Option<f64>,
+    /// Each round's API / pgbench ratio.
+    api_ratios: Vec<f64>,
     /// Ledger rows preloaded before measuring.
     prior_rows: u64,
     /// Budget admissions (`Ledger::place_hold`), one account per client, each hold then ended.
     holds_per_s: f64,
     holds_p50_ms: f64,
     holds_p99_ms: f64,
-    /// holds_per_s / pgbench_tps.
+    /// The median of the rounds' budget admissions / pgbench ratios.
     holds_ratio: Option<f64>,
+    /// Each round's budget admissions / pgbench ratio.
+    holds_ratios: Vec<f64>,
     /// The first admission of every account, untimed above: it seeds the account's standing
     /// checkpoint from its whole history, once.
     checkpoint_seed_ms: f64,
+}
+
+/// Ratios as a reader scans them: `1.02, 0.97, 1.10`.
+fn listed(ratios: &[f64]) -> String {
+    let parts: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    parts.join(", ")
+}
+
+/// One round's figures.
+struct Round {
+    holds: Vec<Duration>,
+    holds_per_s: f64,
+    latencies: Vec<Duration>,
+    admissions_per_s: f64,
+    /// (tps, average latency in ms)
+    pgbench: Option<(f64, f64)>,
+}
+
+/// The median of `values` (the lower middle of an even count); 0 for none.
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values
+        .get(values.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// Nearest-rank percentile of sorted latencies, in milliseconds.
@@ -132,8 +169,8 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
         // does within its first minute on a ledger in service.
         let started = Instant::now();
         let count = args.warmup.div_ceil(args.concurrency);
-        hold_admissions(&ledger, &format!("{run}w"), args.concurrency, count).await?;
-        run_clients(&url, "warmup", args.concurrency, count).await?;
+        hold_admissions(&ledger, &format!("{run}w"), "", args.concurrency, count).await?;
+        run_clients(&url, "warmup".into(), args.concurrency, count).await?;
         if args.database_url.starts_with("postgres") {
             psql(&args.database_url, "ANALYZE")?;
         }
@@ -144,44 +181,85 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
         );
     }
 
-    let (holds, holds_elapsed, seed) =
-        hold_admissions(&ledger, &run, args.concurrency, per_client).await?;
-
-    let started = Instant::now();
-    let mut latencies = run_clients(&url, "timed", args.concurrency, per_client).await?;
-    let elapsed = started.elapsed();
+    // Rounds of the three, each ratio taken within its round: on a shared machine the rate of
+    // everything drifts within seconds, and a ratio of phases minutes apart measures the drift.
+    let mut rounds = Vec::new();
+    let mut seed = Duration::ZERO;
+    for round in 0..args.rounds {
+        let (holds, holds_elapsed, seeded) = hold_admissions(
+            &ledger,
+            &run,
+            &format!("r{round}-"),
+            args.concurrency,
+            per_client,
+        )
+        .await?;
+        seed += seeded;
+        let started = Instant::now();
+        let latencies =
+            run_clients(&url, format!("r{round}"), args.concurrency, per_client).await?;
+        let elapsed = started.elapsed();
+        let pgbench = if args.database_url.starts_with("postgres") {
+            run_pgbench(&args.database_url, args.concurrency, per_client)?
+        } else {
+            None
+        };
+        rounds.push(Round {
+            holds_per_s: holds.len() as f64 / holds_elapsed.as_secs_f64(),
+            holds,
+            admissions_per_s: latencies.len() as f64 / elapsed.as_secs_f64(),
+            latencies,
+            pgbench,
+        });
+    }
     server.abort();
+    let mut latencies: Vec<Duration> = rounds.iter().flat_map(|r| r.latencies.clone()).collect();
+    let mut holds: Vec<Duration> = rounds.iter().flat_map(|r| r.holds.clone()).collect();
     latencies.sort();
+    holds.sort();
     let pick = |p: usize| percentile_ms(&latencies, p);
-    let admissions_per_s = latencies.len() as f64 / elapsed.as_secs_f64();
-
-    let pgbench = if args.database_url.starts_with("postgres") {
-        run_pgbench(&args.database_url, args.concurrency, per_client)?
-    } else {
-        None
-    };
+    let admissions_per_s = median(rounds.iter().map(|r| r.admissions_per_s));
+    let holds_per_s = median(rounds.iter().map(|r| r.holds_per_s));
+    let api_ratios: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| Some(r.admissions_per_s / r.pgbench?.0))
+        .collect();
+    let holds_ratios: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| Some(r.holds_per_s / r.pgbench?.0))
+        .collect();
+    let pgbench = (api_ratios.len() == rounds.len()).then(|| {
+        (
+            median(rounds.iter().filter_map(|r| Some(r.pgbench?.0))),
+            median(rounds.iter().filter_map(|r| Some(r.pgbench?.1))),
+        )
+    });
     let figures = Figures {
         requests: latencies.len() as u32,
         concurrency: args.concurrency,
+        rounds: args.rounds,
         admissions_per_s,
         p50_ms: pick(50),
         p99_ms: pick(99),
         pgbench_tps: pgbench.map(|p| p.0),
         pgbench_latency_ms: pgbench.map(|p| p.1),
-        ratio: pgbench.map(|p| admissions_per_s / p.0),
+        ratio: pgbench.map(|_| median(api_ratios.iter().copied())),
+        api_ratios,
         prior_rows: args.prior_rows,
-        holds_per_s: holds.len() as f64 / holds_elapsed.as_secs_f64(),
+        holds_per_s,
         holds_p50_ms: percentile_ms(&holds, 50),
         holds_p99_ms: percentile_ms(&holds, 99),
-        holds_ratio: pgbench.map(|p| holds.len() as f64 / holds_elapsed.as_secs_f64() / p.0),
+        holds_ratio: pgbench.map(|_| median(holds_ratios.iter().copied())),
+        holds_ratios,
         checkpoint_seed_ms: seed.as_secs_f64() * 1000.0,
     };
     if args.json {
         println!("{}", serde_json::to_string(&figures)?);
     } else {
         println!(
-            "admissions through the API: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms ({} requests, {} clients)",
+            "admissions through the API: {:.0}/s (median of {} rounds), p50 {:.2} ms, p99 {:.2} ms ({} requests, {} clients)",
             figures.admissions_per_s,
+            figures.rounds,
             figures.p50_ms,
             figures.p99_ms,
             figures.requests,
@@ -197,7 +275,10 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
             figures.concurrency
         );
         if let Some(ratio) = figures.holds_ratio {
-            println!("budget admissions / pgbench = {ratio:.2}");
+            println!(
+                "budget admissions / pgbench = {ratio:.2} (median of rounds: {})",
+                listed(&figures.holds_ratios)
+            );
         }
         println!(
             "first admission of each of {} accounts, before timing (seeds its checkpoint from its history once): {:.0} ms in all",
@@ -209,7 +290,8 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
             figures.ratio,
         ) {
             (Some(tps), Some(lat), Some(ratio)) => println!(
-                "pgbench single-row insert transaction, same server and clients: {tps:.0} tps, {lat:.2} ms average; API / pgbench = {ratio:.2}"
+                "pgbench single-row insert transaction, same server and clients: {tps:.0} tps, {lat:.2} ms average; API / pgbench = {ratio:.2} (median of rounds: {})",
+                listed(&figures.api_ratios)
             ),
             _ => {
                 println!("pgbench baseline: not run (needs a postgres:// URL and pgbench on PATH)")
@@ -224,7 +306,8 @@ fn bench_account(run: &str, client: u32) -> String {
     format!("bench-{}-{client}", run.replace('-', ""))
 }
 
-/// Budget admissions: `clients` accounts at once, `count` holds each, every hold placed through
+/// Budget admissions: `clients` accounts at once (those of `run`), `count` holds each (their
+/// nodes named with `tag`), every hold placed through
 /// `Ledger::place_hold` against a budget (timed) and its node then ended (a refused launch)
 /// beside the next admissions, so that what an account has open stays what a real one has.
 /// Returns the latencies, sorted, the wall time of the admissions, and the time the untimed
@@ -232,6 +315,7 @@ fn bench_account(run: &str, client: u32) -> String {
 async fn hold_admissions(
     ledger: &Arc<dyn headroom_ledger::Ledger>,
     run: &str,
+    tag: &str,
     clients: u32,
     count: u32,
 ) -> anyhow::Result<(Vec<Duration>, Duration, Duration)> {
@@ -253,7 +337,7 @@ async fn hold_admissions(
     let seeding = Instant::now();
     for c in 0..clients {
         let account: headroom_core::AccountName = bench_account(run, c).parse()?;
-        admit_once(ledger.as_ref(), run, &account, c, "seed").await?;
+        admit_once(ledger.as_ref(), run, &account, c, &format!("{tag}seed")).await?;
     }
     let seed = seeding.elapsed();
     let started = Instant::now();
@@ -262,6 +346,7 @@ async fn hold_admissions(
         let ledger = ledger.clone();
         let account: headroom_core::AccountName = bench_account(run, c).parse()?;
         let run = run.to_string();
+        let tag = tag.to_string();
         tasks.spawn(async move {
             // Each node ends (a refused launch) beside the admissions, as nodes of a real
             // fleet end while others launch: a client's next admission does not wait for its
@@ -279,7 +364,7 @@ async fn hold_admissions(
             let mut latencies = Vec::with_capacity(count as usize);
             for n in 0..count {
                 let (latency, end) =
-                    admit_timed(ledger.as_ref(), &run, &account, c, &n.to_string()).await?;
+                    admit_timed(ledger.as_ref(), &run, &account, c, &format!("{tag}{n}")).await?;
                 latencies.push(latency);
                 ends.send(end).await?;
             }
@@ -387,15 +472,15 @@ async fn preload(url: &str, run: &str, rows: u64, clients: u32) -> anyhow::Resul
 /// `clients` API clients at once, `count` requests each: every latency, unsorted.
 async fn run_clients(
     url: &str,
-    phase: &'static str,
+    phase: String,
     clients: u32,
     count: u32,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut sending = Vec::new();
     for c in 0..clients {
-        let url = url.to_string();
+        let (url, phase) = (url.to_string(), phase.clone());
         sending.push(tokio::task::spawn_blocking(move || {
-            send(&url, phase, c, count)
+            send(&url, &phase, c, count)
         }));
     }
     let mut latencies = Vec::new();

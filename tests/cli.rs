@@ -2109,3 +2109,66 @@ fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
 mod external_metrics;
 #[path = "cli/roles.rs"]
 mod roles;
+
+/// `bench admissions` on PostgreSQL, as a reader of its figures would check them: every round's
+/// budget admissions and API admissions are counted and timed beside a pgbench run of its own,
+/// each headline ratio is the median of the rounds', and everything the bench admitted is in
+/// the ledger: the benchmark writes through the same paths as `serve`.
+#[test]
+fn bench_admissions_reports_each_rounds_ratio_and_their_median() {
+    let db = fresh_postgres_database();
+    let migrated = Command::new(BIN)
+        .args(["migrate", "--database-url", &db])
+        .output()
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+    let out = Command::new(BIN)
+        .args(["bench", "admissions", "--database-url", &db])
+        .args(["--requests", "40", "--concurrency", "4", "--rounds", "3"])
+        .args(["--warmup", "8", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(figures["rounds"], 3);
+    assert_eq!(figures["requests"], 120, "40 requests in each of 3 rounds");
+    for (ratios, median) in [("holds_ratios", "holds_ratio"), ("api_ratios", "ratio")] {
+        let mut each: Vec<f64> = figures[ratios]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_f64().unwrap())
+            .collect();
+        assert_eq!(each.len(), 3, "{ratios}: one per round: {figures}");
+        assert!(each.iter().all(|r| *r > 0.0), "{figures}");
+        each.sort_by(f64::total_cmp);
+        assert_eq!(figures[median].as_f64().unwrap(), each[1], "{figures}");
+    }
+    assert!(figures["holds_p50_ms"].as_f64().unwrap() <= figures["holds_p99_ms"].as_f64().unwrap());
+    // 4 accounts: in the warm-up one untimed first hold each and 8 holds, then in each round
+    // one untimed first hold each and 40 holds; every hold's node then ended (refused).
+    let count = |sql: &str| -> i64 {
+        let out = Command::new("psql")
+            .args([db.as_str(), "-At", "-c", sql])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        count("SELECT COUNT(*) FROM node_events WHERE pool = 'bench' AND state = 'requested'"),
+        (4 + 8) + 3 * (4 + 40)
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM node_events WHERE pool = 'bench' AND state = 'refused'"),
+        (4 + 8) + 3 * (4 + 40)
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM capacity_requests"), 8 + 120);
+}

@@ -65,6 +65,44 @@ impl Batched for EventWrite {
             ],
         }
     }
+    fn bytes(&self) -> usize {
+        match self {
+            EventWrite::Append(e) => event_bytes(e),
+            // And the account's next checkpoint: its account, period, numbers and open nodes,
+            // a few of them.
+            EventWrite::Admit(e) => {
+                event_bytes(e) + 7 * 4 + 4 * 8 + 2 * e.account.as_str().len() + 128
+            }
+        }
+    }
+}
+
+/// About how many bytes `e`'s twenty values take in an insert: its texts, its key (about
+/// as long again as the node, state and reason), four numbers and the length words.
+fn event_bytes(e: &NodeEvent) -> usize {
+    let text = [
+        e.node.0.as_str(),
+        e.pool.as_str(),
+        e.account.as_str(),
+        e.offering.as_str(),
+        e.provider.as_str(),
+        e.region.as_str(),
+        e.zone.as_str(),
+        e.instance_type.as_str(),
+        e.market.as_str(),
+        e.request.as_ref().map_or("", |r| r.0.as_str()),
+        e.destination.as_str(),
+        e.state.as_str(),
+        e.instance.as_deref().unwrap_or(""),
+        e.client_token.as_str(),
+        e.reason.as_deref().unwrap_or(""),
+    ]
+    .iter()
+    .map(|t| t.len())
+    .sum::<usize>();
+    let key =
+        e.node.0.len() + e.state.as_str().len() + e.reason.as_deref().map_or(0, str::len) + 16;
+    text + key + 4 * 8 + 20 * 4
 }
 
 #[async_trait]

@@ -50,6 +50,14 @@ impl Batched for RequestWrite {
             .clone()
             .unwrap_or_else(|| format!("\u{0}{}", self.request.id.0))]
     }
+    fn bytes(&self) -> usize {
+        // Six values with their length words: the id, names and key, three numbers.
+        let text = self.request.id.0.len()
+            + self.request.pool.as_str().len()
+            + self.request.priority.as_str().len()
+            + self.stored_key.as_ref().map_or(0, String::len);
+        text + 6 * 4 + 3 * 8
+    }
 }
 
 #[async_trait]
