@@ -51,8 +51,9 @@ fn final_states() -> Vec<&'static str> {
         .collect()
 }
 
-/// Values bound into one `IN (…)` list at most, well under every backend's parameter limit.
-pub(crate) const IN_LIST_CHUNK: usize = 500;
+/// Values bound into one `IN (…)` list at most: well under every backend's parameter limit,
+/// and 250 node ids (about 10 KiB) stay within one TLS record (see [`crate::batch::BATCH_BYTES`]).
+pub(crate) const IN_LIST_CHUNK: usize = 250;
 
 /// Events inserted by one statement at most: 1,280 parameters, well under every backend's limit.
 pub(crate) const EVENTS_PER_INSERT: usize = 64;
