@@ -68,17 +68,18 @@ impl Batched for EventWrite {
     fn bytes(&self) -> usize {
         match self {
             EventWrite::Append(e) => event_bytes(e),
-            // And the account's next checkpoint: its account, period, numbers and open nodes,
-            // a few of them.
+            // And the account's next checkpoint: its account and period, four numbers and its
+            // open nodes (three, as `node:seq`, is a guess: the batch does not know them yet).
             EventWrite::Admit(e) => {
-                event_bytes(e) + 7 * 4 + 4 * 8 + 2 * e.account.as_str().len() + 128
+                event_bytes(e) + 7 * 6 + e.account.as_str().len() + 5 + 4 * 8 + 3 * 48
             }
         }
     }
 }
 
-/// About how many bytes `e`'s twenty values take in an insert: its texts, its key (about
-/// as long again as the node, state and reason), four numbers and the length words.
+/// How many bytes `e`'s twenty values take in an insert's Bind message: its texts, its key
+/// (node, state, reason and a millisecond time), four numbers, and for each value a length
+/// word and a format code.
 fn event_bytes(e: &NodeEvent) -> usize {
     let text = [
         e.node.0.as_str(),
@@ -102,7 +103,7 @@ fn event_bytes(e: &NodeEvent) -> usize {
     .sum::<usize>();
     let key =
         e.node.0.len() + e.state.as_str().len() + e.reason.as_deref().map_or(0, str::len) + 16;
-    text + key + 4 * 8 + 20 * 4
+    text + key + 3 * 8 + 4 + 20 * 6
 }
 
 #[async_trait]

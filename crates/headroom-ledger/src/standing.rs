@@ -86,10 +86,9 @@ where
             .collect()
     }
 
-    /// Each `budget`'s standing at its `now`, the checkpoint that holds after it and the
-    /// sequence number of the checkpoint it was read from, with the histories read: one
-    /// statement for every account's latest checkpoint and one for its open nodes' histories,
-    /// however many budgets (see [`Self::standings`]).
+    /// Each `budget`'s standing at its `now` (see [`Self::standings`]), read without an
+    /// admission's shortcuts: one statement for every account's latest checkpoint and one for
+    /// its open nodes' histories, however many budgets.
     pub(crate) async fn checkpointed_standings(
         conn: &mut Connection<D>,
         budgets: &[(&Budget, Timestamp)],
