@@ -23,7 +23,7 @@ use backon::{ExponentialBuilder, Retryable};
 use headroom_core::{AccountName, Budget, NodeId, Timestamp};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
-use crate::batch::{Answer, Batched, WriteBatch};
+use crate::batch::{Answer, BYTES_PER_VALUE, Batched, WriteBatch};
 use crate::dialect::{self, Dialect};
 use crate::sql::{DbRow, IN_LIST_CHUNK, SqlLedger, admitted_increment};
 use crate::standing::{CheckpointRow, Histories, Latest, Standing};
@@ -71,15 +71,14 @@ impl Batched for EventWrite {
             // And the account's next checkpoint: its account and period, four numbers and its
             // open nodes (three, as `node:seq`, is a guess: the batch does not know them yet).
             EventWrite::Admit(e) => {
-                event_bytes(e) + 7 * 6 + e.account.as_str().len() + 5 + 4 * 8 + 3 * 48
+                event_bytes(e) + 7 * BYTES_PER_VALUE + e.account.as_str().len() + 5 + 4 * 8 + 3 * 48
             }
         }
     }
 }
 
 /// How many bytes `e`'s twenty values take in an insert's Bind message: its texts, its key
-/// (node, state, reason and a millisecond time), four numbers, and for each value a length
-/// word and a format code.
+/// (node, state, reason and a millisecond time), four numbers, and each value's overhead.
 fn event_bytes(e: &NodeEvent) -> usize {
     let text = [
         e.node.0.as_str(),
@@ -103,7 +102,7 @@ fn event_bytes(e: &NodeEvent) -> usize {
     .sum::<usize>();
     let key =
         e.node.0.len() + e.state.as_str().len() + e.reason.as_deref().map_or(0, str::len) + 16;
-    text + key + 3 * 8 + 4 + 20 * 6
+    text + key + 3 * 8 + 4 + 20 * BYTES_PER_VALUE
 }
 
 #[async_trait]

@@ -28,6 +28,10 @@ pub(crate) const BATCH_LIMIT: usize = 64;
 /// record are left for the messages' headers and what an estimate misses (long open lists).
 pub(crate) const BATCH_BYTES: usize = 14 * 1024;
 
+/// What each bound value adds to a statement besides its own bytes ([`Batched::bytes`]): in
+/// PostgreSQL's Bind message, a four-byte length word and a two-byte format code.
+pub(crate) const BYTES_PER_VALUE: usize = 6;
+
 /// A write that can share a batch with others of its kind.
 pub(crate) trait Batched: Send + 'static {
     /// Two writes with a key in common never share a batch.
@@ -249,15 +253,15 @@ mod tests {
             .chain([("e", huge), ("f", big)])
             .map(|(k, payload)| batches.enqueue(Write(k, payload)))
             .collect();
-        let sizes =
+        let names =
             |batch: Vec<Waiting<Write>>| -> Vec<&str> { batch.iter().map(|w| w.write.0).collect() };
-        assert_eq!(sizes(batches.next_batch()), ["a", "b", "c"]);
+        assert_eq!(names(batches.next_batch()), ["a", "b", "c"]);
         assert_eq!(
-            sizes(batches.next_batch()),
+            names(batches.next_batch()),
             ["d", "f"],
             "e does not fit beside d"
         );
-        assert_eq!(sizes(batches.next_batch()), ["e"], "alone");
+        assert_eq!(names(batches.next_batch()), ["e"], "alone");
     }
 
     #[test]

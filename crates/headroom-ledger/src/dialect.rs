@@ -53,9 +53,10 @@ pub trait Dialect: Debug + Send + Sync + 'static {
 
     /// Begins a transaction that runs alone among those begun with any of the same `keys` and
     /// `seed`, across every process sharing the database (the alert outbox; with no keys, a
-    /// plain transaction on PostgreSQL and SQLite's one writer). Several keys are taken in one order everywhere, so two transactions can never
-    /// wait on each other's. Callers go through [`begin_serialised`]: cancelling this future
-    /// while the database begins can leave the transaction open.
+    /// plain transaction on PostgreSQL and SQLite's one writer). Several keys are taken in one
+    /// order everywhere, so two transactions can never wait on each other's. Callers go
+    /// through [`begin_serialised`]: cancelling this future while the database begins can
+    /// leave the transaction open.
     async fn begin_serialised_unguarded(
         pool: &Pool<Self::Db>,
         keys: &[&str],
@@ -84,8 +85,8 @@ pub trait Dialect: Debug + Send + Sync + 'static {
     }
 }
 
-/// [`Dialect::begin_serialised_unguarded`], in a task of its own: a caller cancelled while the database
-/// begins (an API request timing out) cannot leave the transaction open. sqlx counts a
+/// [`Dialect::begin_serialised_unguarded`], in a task of its own: a caller cancelled while the
+/// database begins (an API request timing out) cannot leave the transaction open. sqlx counts a
 /// transaction only once its `BEGIN` is answered, so a future dropped before that returns the
 /// connection to the pool with the transaction, and every lock it took, still open on the
 /// server: each later transaction with those keys would wait for ever, and the connection's

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use headroom_core::CapacityRequest;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
-use crate::batch::{Answer, Batched, WriteBatch};
+use crate::batch::{Answer, BYTES_PER_VALUE, Batched, WriteBatch};
 use crate::dialect::{self, Dialect};
 use crate::sql::{DbRow, SqlLedger};
 use crate::{IdempotencyKey, LedgerError, NewCapacityRequest, new_request_id};
@@ -51,12 +51,12 @@ impl Batched for RequestWrite {
             .unwrap_or_else(|| format!("\u{0}{}", self.request.id.0))]
     }
     fn bytes(&self) -> usize {
-        // Six values with their length words: the id, names and key, three numbers.
+        // Six values: the id, names and key, three numbers.
         let text = self.request.id.0.len()
             + self.request.pool.as_str().len()
             + self.request.priority.as_str().len()
             + self.stored_key.as_ref().map_or(0, String::len);
-        text + 6 * 4 + 3 * 8
+        text + 6 * BYTES_PER_VALUE + 3 * 8
     }
 }
 
