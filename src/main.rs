@@ -266,6 +266,11 @@ fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
 /// when the role owns the schema; the runtime role opens a current schema without DDL and is
 /// told to run `headroom migrate` otherwise.
 pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
+    let with_password = database_password()?
+        .map(|password| headroom_ledger::database_url::with_password(url, &password))
+        .transpose()
+        .map_err(|e| BadInput(format!("--database-url: {e}")))?;
+    let url = with_password.as_deref().unwrap_or(url);
     if url.starts_with("sqlite:") {
         let ledger = SqliteLedger::connect(url)
             .await
@@ -283,6 +288,33 @@ pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
         url.chars().take(40).collect::<String>()
     ))
     .into())
+}
+
+/// The ledger's password, when it is given apart from the URL: the contents of the file
+/// `HEADROOM_DATABASE_PASSWORD_FILE` names (a mounted secret; one trailing newline dropped), or
+/// `HEADROOM_DATABASE_PASSWORD`. Never both.
+fn database_password() -> anyhow::Result<Option<String>> {
+    let file = std::env::var_os("HEADROOM_DATABASE_PASSWORD_FILE");
+    let value = std::env::var("HEADROOM_DATABASE_PASSWORD").ok();
+    match (file, value) {
+        (Some(_), Some(_)) => Err(BadInput(
+            "HEADROOM_DATABASE_PASSWORD_FILE and HEADROOM_DATABASE_PASSWORD are both set; set one"
+                .into(),
+        )
+        .into()),
+        (Some(path), None) => {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                BadInput(format!(
+                    "HEADROOM_DATABASE_PASSWORD_FILE: cannot read {}: {e}; point it at the file holding the ledger's password",
+                    Path::new(&path).display()
+                ))
+            })?;
+            let password = text.strip_suffix('\n').unwrap_or(&text);
+            let password = password.strip_suffix('\r').unwrap_or(password);
+            Ok(Some(password.to_string()))
+        }
+        (None, value) => Ok(value),
+    }
 }
 
 /// The External Metrics API's TLS listener (`serve`), all four flags or none.
@@ -394,7 +426,8 @@ async fn serve(
         }
         None => None,
     };
-    eprintln!("headroom serving on http://{addr} (ledger {url}, cloud: {cloud_name}, {auth})");
+    let shown = headroom_ledger::database_url::redact(&url);
+    eprintln!("headroom serving on http://{addr} (ledger {shown}, cloud: {cloud_name}, {auth})");
     run_until_shutdown(engine, listener, !no_auth, external).await?;
     Ok(ExitCode::SUCCESS)
 }

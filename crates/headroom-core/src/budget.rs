@@ -104,6 +104,10 @@ impl HardAction {
     }
 }
 
+/// The largest ceiling a budget may have, from the configuration or the API: a billion dollars
+/// a period, far below what integer micro-dollars could not sum (spend plus holds).
+pub const MOST_CEILING: Money = Money::from_micros(1_000_000_000 * 1_000_000);
+
 /// A money ceiling for one account and period.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Budget {

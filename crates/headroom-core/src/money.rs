@@ -33,14 +33,23 @@ impl Money {
     /// Cost of running for `millis` at `self` per hour, rounded half-up to the micro-dollar.
     /// Computed in i128 so that a year at a thousand dollars an hour cannot overflow.
     pub fn per_hour_for_millis(self, millis: i64) -> Money {
-        let numerator = self.micros as i128 * millis as i128;
+        let numerator = i128::from(self.micros) * i128::from(millis);
         let hour_ms = 3_600_000i128;
         let rounded = (numerator + hour_ms / 2).div_euclid(hour_ms);
-        Money::from_micros(rounded.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+        let clamped = rounded.clamp(i128::from(i64::MIN), i128::from(i64::MAX));
+        Money::from_micros(i64::try_from(clamped).unwrap_or(i64::MAX))
+    }
+
+    /// Cost of running for `duration` at `self` per hour. A duration too long for i64
+    /// milliseconds (about 292 million years) saturates instead of wrapping: configuration
+    /// bounds every horizon far below that, and a wrapped, negative hold would admit anything.
+    pub fn per_hour_for(self, duration: std::time::Duration) -> Money {
+        let millis = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+        self.per_hour_for_millis(millis)
     }
 
     pub fn times(self, n: u32) -> Money {
-        Money::from_micros(self.micros.saturating_mul(n as i64))
+        Money::from_micros(self.micros.saturating_mul(i64::from(n)))
     }
 
     pub fn saturating_sub(self, other: Money) -> Money {

@@ -31,18 +31,20 @@ pub fn lapses_at(placed_at: Timestamp, hold: Money, price: Money) -> Timestamp {
     if price <= Money::ZERO {
         return Timestamp::MAX_UTC;
     }
-    let millis = (hold.micros().max(0) as i128 * 3_600_000) / price.micros() as i128;
-    let millis = millis.min(i64::MAX as i128 / 2) as i64;
+    let millis = (i128::from(hold.micros().max(0)) * 3_600_000) / i128::from(price.micros());
+    let millis = i64::try_from(millis.min(i128::from(i64::MAX / 2))).unwrap_or(i64::MAX / 2);
     placed_at
         .checked_add_signed(chrono::Duration::milliseconds(millis))
         .unwrap_or(Timestamp::MAX_UTC)
 }
 
 /// How long before a hold lapses its renewal is tried: a quarter of the horizon, at least two
-/// ticks (so a renewal refused or delayed by one tick still acts before the lapse), never more
-/// than half the horizon (so a renewal never holds more than a horizon and a half).
-pub fn renewal_lead(horizon: Duration, tick: Duration) -> Duration {
-    (horizon / 4).max(tick * 2).min(horizon / 2)
+/// rounds of the loop (`round`: a tick and the cloud call it may wait on, so a renewal refused
+/// or delayed by one round still acts before the lapse), never more than half the horizon (so a
+/// renewal never holds more than a horizon and a half). The configuration keeps the horizon at
+/// four rounds or more, so the lower bound always holds.
+pub fn renewal_lead(horizon: Duration, round: Duration) -> Duration {
+    (horizon / 4).max(round.saturating_mul(2)).min(horizon / 2)
 }
 
 impl RunningHold {

@@ -1838,3 +1838,6 @@ async fn a_spot_to_on_demand_switch_in_another_zone_counts_zone_and_market() {
 
 #[path = "engine/budgets.rs"]
 mod budgets;
+
+#[path = "engine/config_fuzz.rs"]
+mod config_fuzz;

@@ -9,6 +9,7 @@
 mod admission;
 mod batch;
 mod checkpoint;
+pub mod database_url;
 pub mod derive;
 mod dialect;
 mod pg_schema;
@@ -51,6 +52,9 @@ pub enum LedgerError {
         #[source]
         source: sqlx::Error,
     },
+    /// A database URL the ledger cannot use as given (the message shows it redacted).
+    #[error("database URL {0}")]
+    BadUrl(String),
     #[error("ledger migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The schema is behind this build and the connected role may not migrate it (`serve` as

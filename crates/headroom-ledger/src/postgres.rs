@@ -131,7 +131,7 @@ impl Dialect for PgDialect {
             leases.owned.clear();
             leases.connection = Some(sqlx::PgConnection::connect(&self.url).await.map_err(
                 |source| LedgerError::Open {
-                    url: redact(&self.url),
+                    url: crate::database_url::redact(&self.url),
                     source,
                 },
             )?);
@@ -217,21 +217,9 @@ async fn pool(url: &str) -> Result<PgPool, LedgerError> {
         .connect(url)
         .await
         .map_err(|source| LedgerError::Open {
-            url: redact(url),
+            url: crate::database_url::redact(url),
             source,
         })
-}
-
-/// A database URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -325,15 +313,6 @@ mod tests {
             matches!(next, Ok(Ok(_))),
             "team-1's lock is free once its holder committed"
         );
-    }
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            super::redact("postgres://u:secret@h:5/db"),
-            "postgres://u:***@h:5/db"
-        );
-        assert_eq!(super::redact("postgres://h/db"), "postgres://h/db");
     }
 
     #[test]

@@ -185,10 +185,13 @@ async fn put_budget(
         .ceiling_usd
         .parse()
         .map_err(|e| ApiError::bad("invalid-budget", format!("ceiling_usd: {e}")))?;
-    if ceiling <= Money::ZERO {
+    if ceiling <= Money::ZERO || ceiling > headroom_core::budget::MOST_CEILING {
         return Err(ApiError::bad(
             "invalid-budget",
-            "ceiling_usd: must be more than zero",
+            format!(
+                "ceiling_usd: must be more than zero and at most {}",
+                headroom_core::budget::MOST_CEILING
+            ),
         ));
     }
     let soft = input.soft_threshold_percent.unwrap_or(80);

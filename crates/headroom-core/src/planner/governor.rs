@@ -8,7 +8,7 @@ use crate::{Money, RefusalReason, RequestId};
 impl Builder<'_> {
     /// What a wake or launch holds against the budget: its price for the hold horizon.
     pub(super) fn hold_for(&self, price: Money) -> Money {
-        price.per_hour_for_millis(self.input.hold_horizon.as_millis() as i64)
+        price.per_hour_for(self.input.hold_horizon)
     }
 
     /// Holds `hold` against the budget if it fits under the ceiling.

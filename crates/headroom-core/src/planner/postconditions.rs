@@ -426,7 +426,6 @@ fn refusals(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
 
 /// Each hold is its node's price for the hold horizon, and together they fit the budget.
 fn holds(input: &PlanInput<'_>, plan: &Plan, nodes: &BTreeMap<&NodeId, &NodeView>) {
-    let horizon_ms = input.hold_horizon.as_millis() as i64;
     let mut total = Money::ZERO;
     let mut any = false;
     for action in &plan.actions {
@@ -453,7 +452,7 @@ fn holds(input: &PlanInput<'_>, plan: &Plan, nodes: &BTreeMap<&NodeId, &NodeView
         debug_assert!(
             prices
                 .iter()
-                .any(|p| p.per_hour_for_millis(horizon_ms) == hold),
+                .any(|p| p.per_hour_for(input.hold_horizon) == hold),
             "a hold is the price for the hold horizon"
         );
         total += hold;

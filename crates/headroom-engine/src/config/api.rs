@@ -3,20 +3,32 @@
 use std::time::Duration;
 
 use super::raw::RawApi;
-use super::{ApiSettings, Problems};
+use super::{ApiSettings, DAY, Problems, Within};
 
 pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
-    let mut duration = |field: &str, value: &Option<String>, default: u64| match value {
-        Some(t) => p.duration(field, t),
+    let mut duration = |field: &str, value: &Option<String>, default: u64, within| match value {
+        Some(t) => p.duration(field, t, within),
         None => Duration::from_secs(default),
     };
-    let request_timeout = duration("api.request_timeout", &raw.request_timeout, 30);
+    let request_timeout = duration(
+        "api.request_timeout",
+        &raw.request_timeout,
+        30,
+        Within::millis(100, 600_000, "30s"),
+    );
+    // The revocation bound: a cached token is checked again at least every 5 minutes.
     let token_recheck_interval = duration(
         "api.token_recheck_interval",
         &raw.token_recheck_interval,
         10,
+        Within::secs(1, 300, "10s"),
     );
-    let token_outage_grace = duration("api.token_outage_grace", &raw.token_outage_grace, 300);
+    let token_outage_grace = duration(
+        "api.token_outage_grace",
+        &raw.token_outage_grace,
+        300,
+        Within::secs(1, DAY, "5m"),
+    );
     let trusted_proxies = raw
         .trusted_proxies
         .iter()
@@ -58,15 +70,9 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
             "use e.g. 200 and 400",
         );
     }
-    for (field, value) in [
-        ("api.request_timeout", api.request_timeout),
-        ("api.token_recheck_interval", api.token_recheck_interval),
-    ] {
-        if value.is_zero() {
-            p.add(field, "must be more than zero", "use e.g. \"10s\"");
-        }
-    }
-    if api.token_outage_grace < api.token_recheck_interval {
+    let either = ["api.token_outage_grace", "api.token_recheck_interval"];
+    if !either.iter().any(|k| p.reported(k)) && api.token_outage_grace < api.token_recheck_interval
+    {
         p.add(
             "api.token_outage_grace",
             "must be at least api.token_recheck_interval",

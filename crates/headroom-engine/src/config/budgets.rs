@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 
 use headroom_core::{Budget, Money};
 
+use headroom_core::budget::MOST_CEILING;
+
 use super::Problems;
 use super::raw::RawBudget;
 
@@ -19,13 +21,13 @@ pub(super) fn budgets(raw: Vec<RawBudget>, p: &mut Problems) -> Vec<Budget> {
                 "keep one budget per account",
             );
         }
-        if b.ceiling_usd <= Money::ZERO {
-            p.add(
-                &format!("{key}.ceiling_usd"),
-                "must be more than zero",
-                "write the ceiling in US dollars, e.g. \"5000\"",
-            );
-        }
+        p.money(
+            &format!("{key}.ceiling_usd"),
+            b.ceiling_usd,
+            Money::from_micros(1),
+            MOST_CEILING,
+            "5000",
+        );
         if b.soft_threshold_percent == 0 || b.soft_threshold_percent > 100 {
             p.add(
                 &format!("{key}.soft_threshold_percent"),

@@ -1,65 +1,56 @@
-//! `[engine]`: the reconcile loop's pace, holds, cooldowns and the global ceiling.
+//! `[engine]`: the reconcile loop's pace, holds, cooldowns and the global ceiling. Every duration
+//! has a range, and the hold horizon is checked against the loop's pace and the pools' ladders,
+//! so no accepted configuration lets a billed node run on without a hold.
 
-use std::time::Duration;
+use headroom_core::PoolSpec;
 
 use super::raw::RawEngine;
-use super::{EngineSettings, OrphanPolicy, Problems};
+use super::{DAY, EngineSettings, HOUR, OrphanPolicy, Problems, Within};
 
 pub(super) fn engine(raw: &RawEngine, p: &mut Problems) -> EngineSettings {
     let engine = EngineSettings {
-        tick: p.duration("engine.tick", &raw.tick),
-        hold_horizon: p.duration("engine.hold_horizon", &raw.hold_horizon),
-        offering_cooldown: p.duration("engine.offering_cooldown", &raw.offering_cooldown),
-        provider_timeout: p.duration("engine.provider_timeout", &raw.provider_timeout),
+        tick: p.duration("engine.tick", &raw.tick, Within::millis(50, 300_000, "1s")),
+        hold_horizon: p.duration(
+            "engine.hold_horizon",
+            &raw.hold_horizon,
+            Within::secs(60, 7 * DAY, "1h"),
+        ),
+        offering_cooldown: p.duration(
+            "engine.offering_cooldown",
+            &raw.offering_cooldown,
+            Within::secs(1, DAY, "3m"),
+        ),
+        provider_timeout: p.duration(
+            "engine.provider_timeout",
+            &raw.provider_timeout,
+            Within::secs(1, 600, "60s"),
+        ),
         global_max_nodes: raw.global_max_nodes,
-        price_refresh: p.duration("engine.price_refresh", &raw.price_refresh),
-        quota_cache_ttl: p.duration("engine.quota_cache_ttl", &raw.quota_cache_ttl),
+        price_refresh: p.duration(
+            "engine.price_refresh",
+            &raw.price_refresh,
+            // Price history calls are rate-limited.
+            Within::secs(10, DAY, "5m").or_off(),
+        ),
+        quota_cache_ttl: p.duration(
+            "engine.quota_cache_ttl",
+            &raw.quota_cache_ttl,
+            // Quota reads are rate-limited; older counts mislead.
+            Within::secs(10, HOUR, "5m").or_off(),
+        ),
         orphan_policy: orphan_policy(&raw.orphan_policy, p),
         transient_failure_limit: raw.transient_failure_limit,
         transient_failure_window: p.duration(
             "engine.transient_failure_window",
             &raw.transient_failure_window,
+            Within::secs(1, HOUR, "5m"),
         ),
         provider_errors_alert_after: p.duration(
             "engine.provider_errors_alert_after",
             &raw.provider_errors_alert_after,
+            Within::secs(1, DAY, "5m"),
         ),
     };
-    transient_bounds(&engine, p);
-    if !engine.price_refresh.is_zero() && engine.price_refresh < Duration::from_secs(10) {
-        p.add(
-            "engine.price_refresh",
-            "must be at least 10s (price history calls are rate-limited)",
-            "use e.g. \"5m\", or \"0s\" to keep the configured prices",
-        );
-    }
-    let ttl = engine.quota_cache_ttl;
-    if !ttl.is_zero() && !(Duration::from_secs(10)..=Duration::from_secs(3600)).contains(&ttl) {
-        p.add(
-            "engine.quota_cache_ttl",
-            "must be between 10s and 1h (quota reads are rate-limited; older counts mislead)",
-            "use e.g. \"5m\", or \"0s\" to skip the quota preflight",
-        );
-    }
-    if engine.global_max_nodes == Some(0) {
-        p.add(
-            "engine.global_max_nodes",
-            "must be at least 1",
-            "raise it, or remove it for no ceiling",
-        );
-    }
-    if engine.tick < Duration::from_millis(50) || engine.tick > Duration::from_secs(300) {
-        p.add(
-            "engine.tick",
-            "must be between 50ms and 5m",
-            "use e.g. \"1s\"",
-        );
-    }
-    engine
-}
-
-/// The bound on transient launch failures: a limit of a few, within a window of ticks.
-fn transient_bounds(engine: &EngineSettings, p: &mut Problems) {
     if !(1..=100).contains(&engine.transient_failure_limit) {
         p.add(
             "engine.transient_failure_limit",
@@ -67,20 +58,79 @@ fn transient_bounds(engine: &EngineSettings, p: &mut Problems) {
             "use e.g. 3 (failures of one offering before it is treated as refused)",
         );
     }
-    let window = engine.transient_failure_window;
-    if window < Duration::from_secs(1) || window > Duration::from_secs(3600) {
+    if engine
+        .global_max_nodes
+        .is_some_and(|n| !(1..=1_000_000).contains(&n))
+    {
         p.add(
-            "engine.transient_failure_window",
-            "must be between 1s and 1h",
-            "use e.g. \"5m\"",
+            "engine.global_max_nodes",
+            "must be between 1 and 1000000",
+            "raise it, or remove it for no ceiling",
         );
     }
-    let after = engine.provider_errors_alert_after;
-    if after < Duration::from_secs(1) || after > Duration::from_secs(24 * 3600) {
+    horizon_covers_a_round(&engine, p);
+    engine
+}
+
+/// A hold must outlast the renewal that replaces it: renewals lead a lapse by two rounds of the
+/// loop (a tick and one cloud call that runs to its timeout), and never by more than half the
+/// horizon, so the horizon is at least four rounds.
+fn horizon_covers_a_round(engine: &EngineSettings, p: &mut Problems) {
+    if [
+        "engine.hold_horizon",
+        "engine.tick",
+        "engine.provider_timeout",
+    ]
+    .iter()
+    .any(|k| p.reported(k))
+    {
+        return;
+    }
+    let round = engine.tick.saturating_add(engine.provider_timeout);
+    let least = round.saturating_mul(4);
+    if engine.hold_horizon < least {
         p.add(
-            "engine.provider_errors_alert_after",
-            "must be between 1s and 24h",
-            "use e.g. \"5m\"",
+            "engine.hold_horizon",
+            format!(
+                "{} is shorter than four rounds of the loop (engine.tick + engine.provider_timeout = {}), so a hold could lapse before its renewal",
+                humantime::format_duration(engine.hold_horizon),
+                humantime::format_duration(round)
+            ),
+            format!(
+                "make it at least {}, or shorten engine.tick or engine.provider_timeout",
+                humantime::format_duration(least)
+            ),
+        );
+    }
+}
+
+/// A node climbing its ladder is billed: its launch hold must cover the climb with room to
+/// spare, so that only a node that overruns its estimates is renewed while it climbs.
+pub(super) fn horizon_covers_the_ladders(
+    engine: &EngineSettings,
+    pools: &[PoolSpec],
+    p: &mut Problems,
+) {
+    if p.reported("engine.hold_horizon") {
+        return;
+    }
+    let Some(longest) = pools.iter().max_by_key(|pool| pool.ladder.cold_total()) else {
+        return;
+    };
+    let least = longest.ladder.cold_total().saturating_mul(2);
+    if engine.hold_horizon < least {
+        p.add(
+            "engine.hold_horizon",
+            format!(
+                "{} is less than twice pool {}'s cold-start ladder ({}), so its nodes' holds would lapse while they boot",
+                humantime::format_duration(engine.hold_horizon),
+                longest.name,
+                humantime::format_duration(longest.ladder.cold_total())
+            ),
+            format!(
+                "make it at least {}",
+                humantime::format_duration(least)
+            ),
         );
     }
 }

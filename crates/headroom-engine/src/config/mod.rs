@@ -26,7 +26,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use headroom_core::pool::ColdStartLadder;
-use headroom_core::{AccountName, Budget, Offering, OfferingId, PoolName, PoolSpec, ProviderKind};
+use headroom_core::{
+    AccountName, Budget, Money, Offering, OfferingId, PoolName, PoolSpec, ProviderKind,
+};
 
 use raw::{RawConfig, RawLadder, RawSim, default_listen};
 
@@ -236,41 +238,140 @@ fn describe_toml_error(err: &toml::de::Error, text: &str, origin: &str) -> Strin
     }
 }
 
-/// Collects validation problems, each tied to a key path.
+/// Collects validation problems, each tied to a key path: one line a key at most, so a value
+/// that is malformed is not also reported as out of range, or as at odds with another key.
 struct Problems<'a> {
     origin: &'a str,
     lines: Vec<String>,
+    reported: BTreeSet<String>,
 }
+
+/// The range a duration key accepts. Every duration in the file has one: a value that parses
+/// but is outside it is refused, so none can break an invariant (a zero hold, a timeout that
+/// never fires, a horizon too long for the ledger's arithmetic).
+#[derive(Debug, Clone, Copy)]
+struct Within {
+    min: Duration,
+    max: Duration,
+    /// Zero is accepted too, meaning "off".
+    zero_is_off: bool,
+    example: &'static str,
+}
+
+impl Within {
+    const fn secs(min: u64, max: u64, example: &'static str) -> Within {
+        Within {
+            min: Duration::from_secs(min),
+            max: Duration::from_secs(max),
+            zero_is_off: false,
+            example,
+        }
+    }
+
+    const fn millis(min: u64, max: u64, example: &'static str) -> Within {
+        Within {
+            min: Duration::from_millis(min),
+            max: Duration::from_millis(max),
+            zero_is_off: false,
+            example,
+        }
+    }
+
+    /// The same range, with "0s" accepted as "off".
+    const fn or_off(self) -> Within {
+        Within {
+            zero_is_off: true,
+            ..self
+        }
+    }
+
+    fn contains(&self, d: Duration) -> bool {
+        (self.zero_is_off && d.is_zero()) || (self.min..=self.max).contains(&d)
+    }
+}
+
+const HOUR: u64 = 3600;
+const DAY: u64 = 24 * HOUR;
 
 impl Problems<'_> {
     fn add(&mut self, key: &str, what: impl fmt::Display, fix: impl fmt::Display) {
+        if !self.reported.insert(key.to_string()) {
+            return;
+        }
         self.lines
             .push(format!("{}: key `{key}`: {what}; fix: {fix}", self.origin));
     }
 
-    fn duration(&mut self, key: &str, text: &str) -> Duration {
+    /// Whether `key` has a problem already (checks that span keys skip it).
+    fn reported(&self, key: &str) -> bool {
+        self.reported.contains(key)
+    }
+
+    /// A duration within `within`; a malformed or out-of-range one is one line, and the value
+    /// returned is then the nearest in range (it is never used: the file is refused).
+    fn duration(&mut self, key: &str, text: &str, within: Within) -> Duration {
+        let shown = |d: Duration| humantime::format_duration(d).to_string();
         match humantime::parse_duration(text) {
-            Ok(d) => d,
+            Ok(d) if within.contains(d) => d,
+            Ok(d) => {
+                let off = if within.zero_is_off {
+                    ", or \"0s\" for off"
+                } else {
+                    ""
+                };
+                self.add(
+                    key,
+                    format!(
+                        "{text:?} is outside {}..{}",
+                        shown(within.min),
+                        shown(within.max)
+                    ),
+                    format!("use e.g. \"{}\"{off}", within.example),
+                );
+                d.clamp(within.min, within.max)
+            }
             Err(e) => {
                 self.add(
                     key,
                     format!("{text:?} is not a duration ({e})"),
-                    "write a duration such as \"90s\", \"5m\" or \"1h\"",
+                    format!(
+                        "write a duration such as \"90s\", \"5m\" or \"1h\" (between {} and {})",
+                        shown(within.min),
+                        shown(within.max)
+                    ),
                 );
-                Duration::ZERO
+                within.min
             }
         }
     }
 
+    /// An amount of money within `min..=max`, or one line.
+    fn money(&mut self, key: &str, value: Money, min: Money, max: Money, example: &str) -> Money {
+        if (min..=max).contains(&value) {
+            return value;
+        }
+        self.add(
+            key,
+            format!("${value} is outside ${min}..${max}"),
+            format!("write an amount in US dollars such as \"{example}\""),
+        );
+        value.clamp(min, max)
+    }
+
     /// A `[pools.ladder]` or `[offerings.sim_ladder]` table.
+    /// Each rung takes from nothing to six hours.
     fn ladder(&mut self, key: &str, raw: &RawLadder) -> ColdStartLadder {
+        let rung = Within::secs(0, 6 * HOUR, "90s");
         ColdStartLadder {
-            node_acquisition: self
-                .duration(&format!("{key}.node_acquisition"), &raw.node_acquisition),
-            image_pull: self.duration(&format!("{key}.image_pull"), &raw.image_pull),
-            weight_load: self.duration(&format!("{key}.weight_load"), &raw.weight_load),
-            compile: self.duration(&format!("{key}.compile"), &raw.compile),
-            warmup: self.duration(&format!("{key}.warmup"), &raw.warmup),
+            node_acquisition: self.duration(
+                &format!("{key}.node_acquisition"),
+                &raw.node_acquisition,
+                rung,
+            ),
+            image_pull: self.duration(&format!("{key}.image_pull"), &raw.image_pull, rung),
+            weight_load: self.duration(&format!("{key}.weight_load"), &raw.weight_load, rung),
+            compile: self.duration(&format!("{key}.compile"), &raw.compile, rung),
+            warmup: self.duration(&format!("{key}.warmup"), &raw.warmup, rung),
         }
     }
 }
@@ -289,6 +390,7 @@ impl RawConfig {
         let mut p = Problems {
             origin,
             lines: vec![],
+            reported: BTreeSet::new(),
         };
         cluster_id(&self.cluster_id, &mut p);
         let listen = listen(&self.listen, &mut p);
@@ -301,6 +403,7 @@ impl RawConfig {
             budget_accounts: self.budgets.iter().map(|b| b.account.clone()).collect(),
         };
         let pools = pools::pools(self.pools, &known, &mut p);
+        engine::horizon_covers_the_ladders(&engine, &pools.specs, &mut p);
         fallback_pools(&pools.specs, &mut p);
         let budgets = budgets::budgets(self.budgets, &mut p);
         let alerts = alerts::alerts(self.alerts, &mut p);
@@ -357,14 +460,9 @@ fn sim(raw: RawSim, p: &mut Problems) -> SimSettings {
     let launch_answer_delay = raw
         .launch_answer_delay
         .as_deref()
-        .map_or(Duration::ZERO, |d| p.duration("sim.launch_answer_delay", d));
-    if launch_answer_delay > Duration::from_secs(600) {
-        p.add(
-            "sim.launch_answer_delay",
-            "must be at most 10m",
-            "use e.g. \"300ms\" (a slow cloud API), or remove it",
-        );
-    }
+        .map_or(Duration::ZERO, |d| {
+            p.duration("sim.launch_answer_delay", d, Within::secs(0, 600, "300ms"))
+        });
     SimSettings {
         seed: raw.seed,
         state_file: raw.state_file,

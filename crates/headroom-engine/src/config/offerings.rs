@@ -7,6 +7,10 @@ use headroom_core::{Market, Money, Offering, Timestamp};
 use super::raw::RawOffering;
 use super::{DEFAULT_SIM_LADDER, OfferingConfig, Problems, Reservation};
 
+/// The dearest hourly price a configuration may name: well above any GPU instance, far below
+/// what the ledger's integer arithmetic could not hold over a whole hold horizon.
+pub(super) const MOST_PER_HOUR: Money = Money::from_micros(10_000 * 1_000_000);
+
 pub(super) fn offerings(raw: Vec<RawOffering>, p: &mut Problems) -> Vec<OfferingConfig> {
     let mut offerings = Vec::new();
     let mut seen = BTreeSet::new();
@@ -25,17 +29,18 @@ pub(super) fn offerings(raw: Vec<RawOffering>, p: &mut Problems) -> Vec<Offering
 }
 
 fn offering(key: &str, o: RawOffering, p: &mut Problems) -> OfferingConfig {
-    if o.price_usd_per_hour < Money::ZERO {
-        p.add(
-            &format!("{key}.price_usd_per_hour"),
-            "must not be negative",
-            "write the hourly price, e.g. \"55.04\"",
-        );
-    }
-    if o.gpus == 0 {
+    // Free is allowed (a reservation paid for elsewhere); negative would hold negative money.
+    p.money(
+        &format!("{key}.price_usd_per_hour"),
+        o.price_usd_per_hour,
+        Money::ZERO,
+        MOST_PER_HOUR,
+        "55.04",
+    );
+    if !(1..=64).contains(&o.gpus) {
         p.add(
             &format!("{key}.gpus"),
-            "must be at least 1",
+            "must be between 1 and 64",
             "set the number of GPUs per node",
         );
     }

@@ -87,13 +87,32 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
     pools
 }
 
+/// The most replicas one pool may run, and launch in one step: every plan's loops are bounded
+/// by them.
+const MOST_REPLICAS: u32 = 10_000;
+const MOST_PER_STEP: u32 = 1_000;
+
 /// `min_replicas`, `max_replicas` and `max_scale_up_per_step` leave the pool room to run.
 fn replica_bounds(key: &str, raw: &RawPool, p: &mut Problems) {
-    if raw.max_replicas == 0 {
+    if !(1..=MOST_REPLICAS).contains(&raw.max_replicas) {
         p.add(
             &format!("{key}.max_replicas"),
-            "must be at least 1",
+            format!("must be between 1 and {MOST_REPLICAS}"),
             "set the most replicas this pool may run",
+        );
+    }
+    if raw.warm_pool_size > MOST_REPLICAS {
+        p.add(
+            &format!("{key}.warm_pool_size"),
+            format!("must be at most {MOST_REPLICAS}"),
+            "keep as many warm nodes as a burst needs, e.g. 2",
+        );
+    }
+    if raw.max_scale_up_per_step > MOST_PER_STEP {
+        p.add(
+            &format!("{key}.max_scale_up_per_step"),
+            format!("must be at most {MOST_PER_STEP}"),
+            "use e.g. 10",
         );
     }
     if raw.min_replicas > raw.max_replicas {

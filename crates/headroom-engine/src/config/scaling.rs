@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use headroom_core::pool::ScalingPolicy;
 
-use super::Problems;
 use super::raw::RawScaling;
+use super::{DAY, HOUR, Problems, Within};
 
 pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPolicy {
     let d = ScalingPolicy::default();
-    let mut duration = |name: &str, value: &Option<String>, default: Duration| match value {
-        Some(text) => p.duration(&format!("{key}.{name}"), text),
+    let mut duration = |name: &str, value: &Option<String>, default: Duration, within| match value {
+        Some(text) => p.duration(&format!("{key}.{name}"), text, within),
         None => default,
     };
     let policy = ScalingPolicy {
@@ -22,20 +22,37 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
                 "oldest_age_threshold",
                 &s.oldest_age_threshold,
                 Duration::ZERO,
+                Within::secs(1, HOUR, "30s"),
             )
         }),
         replica_throughput_rps: s.replica_throughput_rps,
         replica_throughput_tps: s.replica_throughput_tps,
-        backlog_drain: duration("backlog_drain", &s.backlog_drain, d.backlog_drain),
+        backlog_drain: duration(
+            "backlog_drain",
+            &s.backlog_drain,
+            d.backlog_drain,
+            Within::secs(1, HOUR, "60s"),
+        ),
         target_utilization: s.target_utilization.unwrap_or(d.target_utilization),
         scale_up_breaches: s.scale_up_breaches.unwrap_or(d.scale_up_breaches),
-        breach_window: duration("breach_window", &s.breach_window, d.breach_window),
+        breach_window: duration(
+            "breach_window",
+            &s.breach_window,
+            d.breach_window,
+            Within::secs(0, 600, "15s"),
+        ),
         scale_up_limit: s.scale_up_limit.unwrap_or(d.scale_up_limit),
-        scale_up_period: duration("scale_up_period", &s.scale_up_period, d.scale_up_period),
+        scale_up_period: duration(
+            "scale_up_period",
+            &s.scale_up_period,
+            d.scale_up_period,
+            Within::secs(1, HOUR, "60s"),
+        ),
         scale_down_stabilization: duration(
             "scale_down_stabilization",
             &s.scale_down_stabilization,
             d.scale_down_stabilization,
+            Within::secs(0, DAY, "10m"),
         ),
         scale_down_fraction: s.scale_down_fraction.unwrap_or(d.scale_down_fraction),
         scale_down_margin: s.scale_down_margin.unwrap_or(d.scale_down_margin),
@@ -43,15 +60,22 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
             "scale_down_period",
             &s.scale_down_period,
             d.scale_down_period,
+            Within::secs(0, DAY, "60s"),
         ),
         direction_cooldown: duration(
             "direction_cooldown",
             &s.direction_cooldown,
             d.direction_cooldown,
+            Within::secs(0, HOUR, "60s"),
         ),
         min_capacity: s.min_capacity.unwrap_or(d.min_capacity),
         utilization_high: s.utilization_high.unwrap_or(d.utilization_high),
-        signal_max_age: duration("signal_max_age", &s.signal_max_age, d.signal_max_age),
+        signal_max_age: duration(
+            "signal_max_age",
+            &s.signal_max_age,
+            d.signal_max_age,
+            Within::secs(1, HOUR, "30s"),
+        ),
         shadow: s.shadow,
         shed_deadlines: [None; 4],
     };
@@ -60,7 +84,8 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
         let field = format!("{key}.shed_deadlines.{tier}");
         match headroom_core::Priority::parse(tier) {
             Ok(priority) => {
-                policy.shed_deadlines[priority as usize] = Some(p.duration(&field, text));
+                let deadline = p.duration(&field, text, Within::secs(1, DAY, "3m"));
+                policy.shed_deadlines[priority as usize] = Some(deadline);
             }
             Err(_) => p.add(
                 &field,
@@ -139,25 +164,18 @@ fn check(key: &str, policy: &ScalingPolicy, p: &mut Problems) {
             "use e.g. 0.7",
         );
     }
-    if policy.scale_up_breaches == 0 {
+    if !(1..=100).contains(&policy.scale_up_breaches) {
         p.add(
             &format!("{key}.scale_up_breaches"),
-            "must be at least 1",
+            "must be between 1 and 100",
             "use 1 to scale up on the first breach, or e.g. 2",
         );
     }
-    if policy.scale_up_limit == 0 {
+    if !(1..=10_000).contains(&policy.scale_up_limit) {
         p.add(
             &format!("{key}.scale_up_limit"),
-            "must be at least 1",
+            "must be between 1 and 10000",
             "allow at least one replica per scale_up_period",
-        );
-    }
-    if policy.signal_max_age.is_zero() {
-        p.add(
-            &format!("{key}.signal_max_age"),
-            "must be more than zero",
-            "use e.g. \"30s\"",
         );
     }
 }

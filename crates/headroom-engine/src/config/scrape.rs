@@ -2,17 +2,21 @@
 
 use std::time::Duration;
 
-use super::Problems;
 use super::raw::RawScrape;
+use super::{Problems, Within};
 use crate::scrape::ScrapeTarget;
 
 pub(super) fn target(key: &str, raw: &RawScrape, p: &mut Problems) -> ScrapeTarget {
     let interval = match &raw.interval {
-        Some(text) => p.duration(&format!("{key}.interval"), text),
+        Some(text) => p.duration(&format!("{key}.interval"), text, Within::secs(1, 300, "5s")),
         None => Duration::from_secs(5),
     };
     let timeout = match &raw.timeout {
-        Some(text) => p.duration(&format!("{key}.timeout"), text),
+        Some(text) => p.duration(
+            &format!("{key}.timeout"),
+            text,
+            Within::millis(10, 300_000, "2s"),
+        ),
         None => Duration::from_secs(2),
     };
     if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
@@ -22,17 +26,11 @@ pub(super) fn target(key: &str, raw: &RawScrape, p: &mut Problems) -> ScrapeTarg
             "scrape an endpoint such as \"http://10.0.0.5:8000/metrics\"",
         );
     }
-    if interval < Duration::from_secs(1) || interval > Duration::from_secs(300) {
+    let (interval_key, timeout_key) = (format!("{key}.interval"), format!("{key}.timeout"));
+    if !p.reported(&interval_key) && !p.reported(&timeout_key) && timeout > interval {
         p.add(
-            &format!("{key}.interval"),
-            "must be between 1s and 5m",
-            "use e.g. \"5s\"",
-        );
-    }
-    if timeout.is_zero() || timeout > interval {
-        p.add(
-            &format!("{key}.timeout"),
-            "must be more than zero and at most the interval",
+            &timeout_key,
+            "must be at most the interval",
             "use e.g. \"2s\"",
         );
     }

@@ -1,9 +1,9 @@
 //! `[pools.supply]`: the order of supply and the governor's per-pool limits.
 
-use headroom_core::{PoolName, SupplyPolicy, WarmMode};
+use headroom_core::{Money, PoolName, SupplyPolicy, WarmMode};
 
-use super::Problems;
 use super::raw::RawSupply;
+use super::{DAY, Problems, Within};
 
 pub(super) fn supply(
     key: &str,
@@ -41,32 +41,45 @@ pub(super) fn supply(
             "name another pool (a smaller model) or remove it",
         );
     }
-    if raw.max_launches_per_period == Some(0) {
+    if raw
+        .max_launches_per_period
+        .is_some_and(|n| !(1..=10_000).contains(&n))
+    {
         p.add(
             &format!("{key}.max_launches_per_period"),
-            "must be at least 1",
+            "must be between 1 and 10000",
             "raise it, or remove it for no per-period limit",
         );
     }
     let launch_period = match &raw.launch_period {
-        Some(text) => p.duration(&format!("{key}.launch_period"), text),
+        Some(text) => p.duration(
+            &format!("{key}.launch_period"),
+            text,
+            Within::secs(1, DAY, "60s"),
+        ),
         None => d.launch_period,
     };
-    if launch_period.is_zero() {
-        p.add(
-            &format!("{key}.launch_period"),
-            "must be more than zero",
-            "use e.g. \"60s\"",
-        );
-    }
     let warm_history = match &raw.warm_history {
-        Some(text) => p.duration(&format!("{key}.warm_history"), text),
+        Some(text) => p.duration(
+            &format!("{key}.warm_history"),
+            text,
+            Within::secs(10, 7 * DAY, "24h"),
+        ),
         None => d.warm_history,
     };
+    let spot_max_price = raw.spot_max_price_usd_per_hour.map(|price| {
+        p.money(
+            &format!("{key}.spot_max_price_usd_per_hour"),
+            price,
+            Money::from_micros(1),
+            super::offerings::MOST_PER_HOUR,
+            "12.50",
+        )
+    });
     SupplyPolicy {
         on_demand_base: raw.on_demand_base.unwrap_or(d.on_demand_base),
         spot_percent_above_base: percent.min(100),
-        spot_max_price: raw.spot_max_price_usd_per_hour,
+        spot_max_price,
         warm_mode,
         reuse_on_scale_in: raw.reuse_on_scale_in.unwrap_or(d.reuse_on_scale_in),
         fallback_pool: raw.fallback_pool.clone(),

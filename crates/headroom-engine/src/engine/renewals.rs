@@ -13,6 +13,7 @@ use super::*;
 use headroom_core::budget::BudgetStanding;
 use headroom_core::renewal::{self, RunningHold};
 use headroom_core::{HardAction, Priority};
+use std::time::Duration;
 
 /// When each live node's hold lapses, as this process placed it or read it back.
 #[derive(Debug, Default)]
@@ -30,12 +31,24 @@ impl RenewalBook {
     }
 }
 
-/// The states a hold is renewed in: running past the ladder, billed by the hour.
+/// The states a hold is renewed in: every state the cloud bills, from the first rung of the
+/// ladder to the end of a drain. A node climbing its ladder within the estimates never needs
+/// one (the horizon is at least twice the longest ladder, `config::engine`), but one that
+/// overruns them is billed all the same.
 fn renews(state: NodeState) -> bool {
-    matches!(state, NodeState::Serving | NodeState::Standby)
+    state.is_billable()
 }
 
 impl Engine {
+    /// The longest one activation of the loop may take to come round: a tick, plus one cloud
+    /// call that runs to its timeout. Renewals lead a lapse by at least two of these.
+    fn round(&self) -> Duration {
+        self.config
+            .engine
+            .tick
+            .saturating_add(self.config.engine.provider_timeout)
+    }
+
     /// Renews the holds of owned pools' running nodes that lapse within the renewal lead.
     pub(super) async fn renew_holds(&self, input: &mut TickInput) -> Result<(), EngineError> {
         let now = self.clock.now();
@@ -63,7 +76,7 @@ impl Engine {
             placed.iter().for_each(|e| book.note(e));
         }
         let holds = self.running_holds(input, &running, now);
-        let lead = renewal::renewal_lead(self.config.engine.hold_horizon, self.config.engine.tick);
+        let lead = renewal::renewal_lead(self.config.engine.hold_horizon, self.round());
         let due: Vec<RunningHold> = renewal::due(&holds, now, lead)
             .into_iter()
             .cloned()
@@ -120,8 +133,9 @@ impl Engine {
         let Some(last) = input.node(&hold.node).cloned().filter(|e| renews(e.state)) else {
             return Ok(());
         };
-        let horizon_ms = self.config.engine.hold_horizon.as_millis() as i64;
-        let amount = last.price_usd_per_hour.per_hour_for_millis(horizon_ms);
+        let amount = last
+            .price_usd_per_hour
+            .per_hour_for(self.config.engine.hold_horizon);
         let renewal = NodeEvent::hold_renewal(&last, amount, now);
         let HoldOutcome::OverBudget(standing) = self.place_hold(input, &renewal).await? else {
             return Ok(());
@@ -210,7 +224,11 @@ impl Engine {
         let to_warm = last.state == NodeState::Serving
             && pool.supply.warm_mode == WarmMode::Stopped
             && decide::warm_count(input, &pool.name) < pool.warm_ceiling();
-        if last.state.is_warm() {
+        if matches!(
+            last.state,
+            NodeState::Warm | NodeState::Standby | NodeState::Booting | NodeState::Draining
+        ) {
+            // Nothing to drain (warm, still climbing) or a drain the budget cannot wait for.
             return self.terminate_node(input, &last, "budget").await;
         }
         self.release(input, node, to_warm).await

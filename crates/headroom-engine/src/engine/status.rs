@@ -334,6 +334,11 @@ fn count_nodes(s: &mut PoolStatus, input: &TickInput, pool: &PoolSpec, now: Time
 /// How long a starting node still has to climb, by the pool's ladder estimates: a launch climbs
 /// the whole ladder, a woken stopped node only the rungs after its disk.
 fn remaining_ladder(pool: &PoolSpec, e: &NodeEvent, now: Timestamp) -> chrono::Duration {
+    if e.is_hold_renewal() {
+        // A climbing node's hold is renewed only once it has overrun the ladder's estimates
+        // (the horizon is at least twice the longest ladder): it is due now.
+        return chrono::Duration::zero();
+    }
     let total = match (e.state, e.reason.as_deref()) {
         (NodeState::Booting, Some(headroom_ledger::WAKE)) => pool.ladder.from_stopped_total(),
         (NodeState::Booting, _) => pool
