@@ -1,22 +1,85 @@
-//! `[api]`: the limits every request meets.
+//! `[api]`: the limits every connection and request meets.
 
 use std::time::Duration;
 
 use super::raw::RawApi;
 use super::{ApiSettings, Problems};
 
+/// Inclusive ranges of the durations: below them every request fails or every connection is cut
+/// (a `request_timeout` of 1 ns answers every request 503); above them a bound stops bounding (a
+/// `token_recheck_interval` of years keeps a revoked token readable for years).
+const REQUEST_TIMEOUT: (Duration, Duration) = (secs(1), secs(600));
+const TOKEN_RECHECK: (Duration, Duration) = (secs(1), secs(300));
+const TOKEN_OUTAGE_GRACE_MAX: Duration = secs(86_400);
+const HEADER_READ_TIMEOUT: (Duration, Duration) = (secs(1), secs(300));
+const IDLE_TIMEOUT: (Duration, Duration) = (secs(1), secs(3_600));
+/// Connections at once, before the descriptor limit `serve` reads at start clamps it.
+const MAX_CONNECTIONS: u32 = 1_000_000;
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// `value` when it lies in `range`, else one problem naming the range (and the default then).
+fn within(
+    p: &mut Problems,
+    key: &str,
+    value: Duration,
+    (min, max): (Duration, Duration),
+    default: Duration,
+) -> Duration {
+    if (min..=max).contains(&value) {
+        return value;
+    }
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    p.add(
+        key,
+        format!("{} is outside {}..={}", show(value), show(min), show(max)),
+        format!(
+            "use a duration in that range, e.g. \"{}\" (the default)",
+            show(default)
+        ),
+    );
+    default
+}
+
 pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
-    let mut duration = |field: &str, value: &Option<String>, default: u64| match value {
-        Some(t) => p.duration(field, t),
-        None => Duration::from_secs(default),
+    let mut duration = |field: &str, value: &Option<String>, default: u64, range| {
+        let default = Duration::from_secs(default);
+        match value {
+            // An unparsable value is reported by `Problems::duration` alone.
+            Some(t) => match p.duration(field, t) {
+                Duration::ZERO if humantime::parse_duration(t).is_err() => default,
+                d => within(p, field, d, range, default),
+            },
+            None => default,
+        }
     };
-    let request_timeout = duration("api.request_timeout", &raw.request_timeout, 30);
+    let request_timeout = duration(
+        "api.request_timeout",
+        &raw.request_timeout,
+        30,
+        REQUEST_TIMEOUT,
+    );
     let token_recheck_interval = duration(
         "api.token_recheck_interval",
         &raw.token_recheck_interval,
         10,
+        TOKEN_RECHECK,
     );
-    let token_outage_grace = duration("api.token_outage_grace", &raw.token_outage_grace, 300);
+    let token_outage_grace = duration(
+        "api.token_outage_grace",
+        &raw.token_outage_grace,
+        300,
+        (Duration::ZERO, TOKEN_OUTAGE_GRACE_MAX),
+    );
+    let header_read_timeout = duration(
+        "api.header_read_timeout",
+        &raw.header_read_timeout,
+        10,
+        HEADER_READ_TIMEOUT,
+    );
+    let idle_timeout = duration("api.idle_timeout", &raw.idle_timeout, 60, IDLE_TIMEOUT);
     let trusted_proxies = raw
         .trusted_proxies
         .iter()
@@ -42,6 +105,10 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
         request_timeout,
         token_recheck_interval,
         token_outage_grace,
+        header_read_timeout,
+        idle_timeout,
+        max_connections: raw.max_connections.unwrap_or(10_000),
+        max_connections_per_client: raw.max_connections_per_client.unwrap_or(256),
         trusted_proxies,
     };
     if api.requests_per_second == 0 || api.burst == 0 {
@@ -58,13 +125,22 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
             "use e.g. 200 and 400",
         );
     }
-    for (field, value) in [
-        ("api.request_timeout", api.request_timeout),
-        ("api.token_recheck_interval", api.token_recheck_interval),
-    ] {
-        if value.is_zero() {
-            p.add(field, "must be more than zero", "use e.g. \"10s\"");
-        }
+    if !(1..=MAX_CONNECTIONS).contains(&api.max_connections) {
+        p.add(
+            "api.max_connections",
+            format!("{} is outside 1..={MAX_CONNECTIONS}", api.max_connections),
+            "use e.g. 10000 (serve lowers it below its file-descriptor limit)",
+        );
+    }
+    if !(1..=api.max_connections.max(1)).contains(&api.max_connections_per_client) {
+        p.add(
+            "api.max_connections_per_client",
+            format!(
+                "{} is outside 1..=api.max_connections ({})",
+                api.max_connections_per_client, api.max_connections
+            ),
+            "use e.g. 256",
+        );
     }
     if api.token_outage_grace < api.token_recheck_interval {
         p.add(
