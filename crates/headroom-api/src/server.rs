@@ -449,6 +449,9 @@ async fn connection(
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(header_read_timeout)
+        // A head that arrives whole in one read is checked against the first; one still
+        // incomplete when the buffer fills, against the second.
+        .max_header_size(MAX_HEAD_BYTES)
         .max_buf_size(MAX_HEAD_BYTES);
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);

@@ -282,3 +282,51 @@ async fn a_path_hyper_cannot_take_is_answered_as_a_problem() {
     );
     assert_eq!(problem["status"], 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_its_answers_is_cut_after_the_idle_timeout() {
+    let server = listen(Limits {
+        idle_timeout: Duration::from_secs(1),
+        header_read_timeout: Duration::from_secs(30),
+        ..Limits::default()
+    })
+    .await;
+    // Far more answer than the sockets' buffers hold, asked for at once and never read.
+    let asked = 200;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let one = "GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n";
+    stream
+        .write_all(one.repeat(asked).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (got, closed) = read_to_close(&mut stream, Duration::from_secs(3)).await;
+    assert!(
+        closed,
+        "a stalled connection was kept past the idle timeout"
+    );
+    let whole = asked * headroom_api::openapi().len();
+    assert!(
+        got.len() < whole / 2,
+        "{} of {whole} bytes: the server kept writing",
+        got.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_too_large_is_answered_431_as_a_problem() {
+    let server = listen(Limits::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let big = "b".repeat(headroom_api::server::MAX_HEAD_BYTES + 1024);
+    let request = format!("GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {big}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (answer, closed) = read_to_close(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed);
+    let (head, problem) = problem_status(&answer);
+    assert!(head.starts_with("http/1.1 431"), "{head}");
+    assert!(
+        head.contains("content-type: application/problem+json"),
+        "{head}"
+    );
+    assert_eq!(problem["status"], 431);
+}
