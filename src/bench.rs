@@ -143,22 +143,23 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(config, ledger.clone(), cloud, clock);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            headroom_api::app(headroom_api::AppState::new(
-                engine,
-                false,
-                // The benchmark measures admissions, not the rate limiter.
-                headroom_api::Limits {
-                    requests_per_second: 1_000_000,
-                    burst: 1_000_000,
-                    ..headroom_api::Limits::default()
-                },
-            )),
-        )
-        .await
-    });
+    // The listener `serve` runs, with its connection limits.
+    let state = headroom_api::AppState::new(
+        engine,
+        false,
+        // The benchmark measures admissions, not the rate limiter.
+        headroom_api::Limits {
+            requests_per_second: 1_000_000,
+            burst: 1_000_000,
+            ..headroom_api::Limits::default()
+        },
+    );
+    let server = tokio::spawn(headroom_api::server::serve(
+        listener,
+        headroom_api::app(state.clone()),
+        state,
+        std::future::pending(),
+    ));
     let url = format!("http://{addr}/v1/capacity-requests");
     let per_client = args.requests.div_ceil(args.concurrency);
 

@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use std::future::IntoFuture;
-
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use headroom_cloud::{Clock, SystemClock};
@@ -476,22 +474,25 @@ pub async fn serve_until(
         token_recheck_interval: api.token_recheck_interval,
         token_outage_grace: api.token_outage_grace,
         trusted_proxies: api.trusted_proxies,
+        header_read_timeout: api.header_read_timeout,
+        idle_timeout: api.idle_timeout,
+        max_connections: api.max_connections,
+        max_connections_per_client: api.max_connections_per_client,
     };
     let state = headroom_api::AppState::new(engine, require_auth, limits);
     let external = external_metrics.map(|(listener, config)| {
         let app = headroom_api::external_metrics_app(state.clone());
         tokio::spawn(tls::serve(listener, config, app, wait_for(stop_rx.clone())))
     });
-    let app = headroom_api::app(state).layer(axum::middleware::from_fn(telemetry::trace_incoming));
-    let mut server = tokio::spawn(
-        // The peer address feeds the per-client limit in front of authentication.
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .with_graceful_shutdown(wait_for(stop_rx))
-        .into_future(),
-    );
+    let app = headroom_api::app(state.clone())
+        .layer(axum::middleware::from_fn(telemetry::trace_incoming));
+    // Our own accept loop: header, idle and connection limits axum::serve does not keep.
+    let mut server = tokio::spawn(headroom_api::server::serve(
+        listener,
+        app,
+        state,
+        wait_for(stop_rx),
+    ));
     tokio::select! {
         result = &mut server => {
             let _ = stop_tx.send(true);

@@ -27,7 +27,8 @@ pub enum TokenCommand {
         #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
         database_url: String,
     },
-    /// Revoke a token by id; it stops working at once.
+    /// Revoke a token by id: writes with it are refused at once; reads within
+    /// api.token_recheck_interval (a running serve's cache).
     Revoke {
         #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
         database_url: String,
@@ -85,7 +86,9 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<ExitCode> {
                     BadInput(format!("no token {id:?}; `headroom token list` shows them")).into(),
                 );
             }
-            println!("token {id} revoked");
+            println!(
+                "token {id} revoked: writes with it are refused at once, reads within api.token_recheck_interval"
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

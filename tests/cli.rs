@@ -2172,3 +2172,39 @@ fn bench_admissions_reports_each_rounds_ratio_and_their_median() {
     );
     assert_eq!(count("SELECT COUNT(*) FROM capacity_requests"), 8 + 120);
 }
+
+#[test]
+fn a_token_revoked_while_serve_runs_writes_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let (mut serve, base, _admin) = start_serve(&db);
+    let out = Command::new(BIN)
+        .args(["token", "create", "--database-url", &db])
+        .args(["--account", "research", "--scope", "capacity"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let agent = agent_with(&token);
+    let url = format!("{base}/v1/capacity-requests");
+    let body = r#"{"pool": "mistral-7b-batch", "replicas": 1}"#;
+    // Verified, and so cached for reads, before the revocation.
+    assert_eq!(call(&agent, "POST", &url, Some(body)).status, 201);
+    let id = token.split('_').nth(1).unwrap();
+    let revoke = Command::new(BIN)
+        .args(["token", "revoke", "--database-url", &db, id])
+        .output()
+        .unwrap();
+    assert!(revoke.status.success());
+    let said = String::from_utf8(revoke.stdout).unwrap();
+    assert!(
+        said.contains("writes with it are refused at once")
+            && said.contains("api.token_recheck_interval"),
+        "{said}"
+    );
+    let after = call(&agent, "POST", &url, Some(body));
+    assert_eq!(after.status, 401, "{:?}", after.body);
+    assert_eq!(after.content_type, "application/problem+json");
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+}

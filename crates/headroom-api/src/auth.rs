@@ -158,9 +158,11 @@ pub fn new_token(accounts: &[String], scopes: &[Scope], now: Timestamp) -> (Stri
     (format!("hr_{id}_{secret}"), record)
 }
 
-/// Checks a presented token: against the cache while its verification is fresh, else against
-/// the ledger. When the ledger cannot answer, a read-only request may pass on a verification
-/// within the outage grace (see [`crate::token_cache`]); a write never does.
+/// Checks a presented token: a read-only request against the cache while its verification is
+/// fresh, a write always against the ledger, so a revocation refuses writes at once and reads
+/// within `api.token_recheck_interval`. When the ledger cannot answer, a read-only request may
+/// pass on a verification within the outage grace (see [`crate::token_cache`]); a write never
+/// does.
 pub async fn verify(
     state: &AppState,
     presented: &str,
@@ -178,7 +180,7 @@ pub async fn verify(
     }
     let now = state.engine.clock().now();
     let token = match state.token_cache.lookup(id, now) {
-        Lookup::Fresh(token) => token,
+        Lookup::Fresh(token) if read_only => token,
         cached => match state.engine.ledger().token(id).await {
             Ok(token) => {
                 state.token_cache.record(id, token.as_ref(), now);

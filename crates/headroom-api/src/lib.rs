@@ -7,6 +7,7 @@ pub mod auth;
 mod http_metrics;
 mod problem;
 mod routes;
+pub mod server;
 pub mod token_cache;
 
 use std::sync::Arc;
@@ -36,8 +37,8 @@ pub struct Limits {
     pub client_burst: u32,
     /// A request still unanswered after this gets a 503 problem (the handler is dropped).
     pub request_timeout: std::time::Duration,
-    /// A verified token is read from the ledger again after this: the bound on how long a
-    /// revocation takes to bite.
+    /// For read-only requests, a verified token is read from the ledger again after this: the
+    /// bound on how long a revocation takes to bite on reads (writes always read the ledger).
     pub token_recheck_interval: std::time::Duration,
     /// While the ledger is down, tokens verified within this long still pass for read-only
     /// requests.
@@ -45,6 +46,11 @@ pub struct Limits {
     /// Peers whose `X-Forwarded-For` names the client the per-client limit counts (load
     /// balancers); behind none of them the peer address is the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The connection limits [`server::serve`] keeps (see there).
+    pub header_read_timeout: std::time::Duration,
+    pub idle_timeout: std::time::Duration,
+    pub max_connections: u32,
+    pub max_connections_per_client: u32,
 }
 
 impl Default for Limits {
@@ -58,6 +64,10 @@ impl Default for Limits {
             token_recheck_interval: std::time::Duration::from_secs(10),
             token_outage_grace: std::time::Duration::from_secs(300),
             trusted_proxies: Vec::new(),
+            header_read_timeout: std::time::Duration::from_secs(10),
+            idle_timeout: std::time::Duration::from_secs(60),
+            max_connections: 10_000,
+            max_connections_per_client: 256,
         }
     }
 }

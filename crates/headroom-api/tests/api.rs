@@ -13,6 +13,8 @@ use headroom_testkit::Rig;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+#[path = "api/connections.rs"]
+mod connections;
 #[path = "api/external_metrics.rs"]
 mod external_metrics;
 #[path = "api/typed.rs"]
@@ -1798,4 +1800,239 @@ async fn a_verified_token_is_rechecked_within_the_stated_bound() {
     );
     api.clock.advance(std::time::Duration::from_secs(1));
     assert_problem(&read().await, StatusCode::UNAUTHORIZED, "revoked");
+}
+
+#[tokio::test]
+async fn a_revoked_token_writes_nothing_even_while_its_verification_is_cached() {
+    let (api, router) = secured().await;
+    let token = mint(&api, &["research"], &[Scope::Capacity]).await;
+    let create = || {
+        send_as(
+            &router,
+            Some(&token),
+            "POST",
+            "/v1/capacity-requests",
+            Some(json!({"pool": "mistral-7b-batch", "replicas": 1})),
+        )
+    };
+    assert_eq!(create().await.status, StatusCode::CREATED);
+    let before = api.ledger_rows().await.0;
+    // Revoked through the ledger, as `headroom token revoke` does, with no time passing: the
+    // cached verification is fresh, but a write reads the token again.
+    let id = token.split('_').nth(1).unwrap();
+    assert!(api.ledger.revoke_token(id, api.clock_now()).await.unwrap());
+    assert_problem(&create().await, StatusCode::UNAUTHORIZED, "revoked");
+    let cancel = send_as(
+        &router,
+        Some(&token),
+        "DELETE",
+        &format!("/v1/capacity-requests/{}", "0".repeat(32)),
+        None,
+    )
+    .await;
+    assert_problem(&cancel, StatusCode::UNAUTHORIZED, "revoked");
+    assert_eq!(
+        api.ledger_rows().await.0,
+        before,
+        "nothing written after the revocation"
+    );
+}
+
+/// The endpoints anyone may call are the ones the document marks public, and the README names
+/// each of them where it says what needs a token.
+#[tokio::test]
+async fn the_public_endpoints_are_the_documented_ones_and_the_readme_names_them() {
+    let (_api, router) = secured().await;
+    let doc: Value = serde_json::from_str(&headroom_api::openapi()).unwrap();
+    let readme = include_str!("../../../README.md");
+    let sentence = readme
+        .split("\n\n")
+        .find(|p| p.contains("requires `Authorization: Bearer <token>` on every endpoint but"))
+        .expect("the README says which endpoints need a token")
+        .replace('\n', " ");
+    let mut public = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if item["get"]["security"] == json!([{}]) {
+            public.push(path.clone());
+        }
+    }
+    assert_eq!(public.len(), 3, "{public:?}");
+    for path in &public {
+        let reply = send_as(&router, None, "GET", path, None).await;
+        assert_ne!(
+            reply.status,
+            StatusCode::UNAUTHORIZED,
+            "{path} wants a token"
+        );
+        assert!(
+            sentence.contains(&format!("`{path}`")),
+            "the README does not name {path} as public: {sentence}"
+        );
+    }
+    let reply = send_as(&router, None, "GET", "/v1/pools", None).await;
+    assert_problem(&reply, StatusCode::UNAUTHORIZED, "Bearer");
+}
+
+/// A TCP proxy in front of PostgreSQL that can turn into a blackhole: connections stay open and
+/// what is sent is swallowed, as a network partition without resets looks.
+struct Blackhole {
+    port: u16,
+    dark: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Blackhole {
+    async fn start(target: String) -> Blackhole {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dark = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dark2 = dark.clone();
+        tokio::spawn(async move {
+            // Bounded: a test opens far fewer connections than this.
+            for _ in 0..200 {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut to) in [(cr, sw), (sr, cw)].map(|(r, w)| (r, w)) {
+                    let dark = dark2.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n) = from.read(&mut buf).await {
+                            if n == 0 {
+                                return;
+                            }
+                            if !dark.load(Ordering::SeqCst)
+                                && to.write_all(&buf[..n]).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Blackhole { port, dark }
+    }
+}
+
+#[tokio::test]
+async fn readyz_answers_503_within_its_bound_when_the_database_is_a_blackhole() {
+    let direct = headroom_testkit::fresh_postgres_database("readyz").await;
+    let (head, db_name) = direct.rsplit_once('/').unwrap();
+    let (user_host, target_port) = head.rsplit_once(':').unwrap();
+    let host = user_host
+        .rsplit_once('@')
+        .map_or(user_host, |(_, h)| h)
+        .trim_start_matches("postgres://");
+    let proxy = Blackhole::start(format!("{host}:{target_port}")).await;
+    let proxied = format!("{user_host}:{}/{db_name}", proxy.port);
+    let ledger = Arc::new(
+        headroom_ledger::PostgresLedger::connect(&proxied)
+            .await
+            .unwrap(),
+    );
+    let rig = Rig::new(&config()).await;
+    let engine = Engine::new(
+        rig.config.clone(),
+        ledger,
+        rig.sim_cloud(),
+        rig.clock.clone(),
+    );
+    engine.tick().await.unwrap();
+    let router = app(AppState::new(
+        engine,
+        false,
+        headroom_api::Limits::default(),
+    ));
+    let readyz = || {
+        router
+            .clone()
+            .oneshot(Request::get("/readyz").body(Body::empty()).unwrap())
+    };
+    assert_eq!(readyz().await.unwrap().status(), StatusCode::OK);
+    proxy.dark.store(true, std::sync::atomic::Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let response = tokio::time::timeout(std::time::Duration::from_secs(10), readyz())
+        .await
+        .expect("/readyz still unanswered after 10 s")
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(2500),
+        "/readyz took {took:?}"
+    );
+}
+
+/// Not a pass/fail test of timing (machines vary): prints how long a lookup of another
+/// account's request and of an unknown id take, which must be the same work. Run with
+/// `cargo test -p headroom-api --test api tenancy_lookup_timing -- --nocapture`.
+#[tokio::test]
+async fn tenancy_lookup_timing_of_known_and_unknown_ids() {
+    let api = api().await;
+    // Timed, not rate limited.
+    let router = app(AppState::new(
+        api.engine.clone(),
+        true,
+        headroom_api::Limits {
+            requests_per_second: 1_000_000,
+            burst: 1_000_000,
+            ..headroom_api::Limits::default()
+        },
+    ));
+    api.engine.tick().await.unwrap();
+    let research = mint(&api, &["research"], &[Scope::Capacity]).await;
+    let other = mint(&api, &["ml-platform"], &[Scope::Capacity]).await;
+    let created = send_as(
+        &router,
+        Some(&research),
+        "POST",
+        "/v1/capacity-requests",
+        Some(json!({"pool": "mistral-7b-batch", "replicas": 2})),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    api.engine.tick().await.unwrap();
+    let known = created.body["id"].as_str().unwrap().to_string();
+    // The same shape, one character off: an id no request has.
+    let last = if known.ends_with('0') { "1" } else { "0" };
+    let unknown = format!("{}{last}", &known[..known.len() - 1]);
+    let time = |id: String| {
+        let router = router.clone();
+        let other = other.clone();
+        async move {
+            let started = tokio::time::Instant::now();
+            let reply = send_as(
+                &router,
+                Some(&other),
+                "GET",
+                &format!("/v1/capacity-requests/{id}"),
+                None,
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::NOT_FOUND);
+            started.elapsed()
+        }
+    };
+    let (mut known_times, mut unknown_times) = (Vec::new(), Vec::new());
+    for _ in 0..300 {
+        known_times.push(time(known.clone()).await);
+        unknown_times.push(time(unknown.clone()).await);
+    }
+    known_times.sort();
+    unknown_times.sort();
+    println!(
+        "another account's id: median {:?}; unknown id: median {:?} (300 each, interleaved)",
+        known_times[150], unknown_times[150]
+    );
 }

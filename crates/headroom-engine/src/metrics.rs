@@ -96,6 +96,12 @@ pub struct BuildLabels {
     pub version: String,
 }
 
+/// The connection limit that refused a connection: `per_client` or `global`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub limit: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AccountLabels {
     pub account: String,
@@ -144,6 +150,7 @@ pub struct ServiceMetrics {
     pub alert_outbox_depth: Gauge,
     pub http_requests: Family<HttpStatusLabels, Counter>,
     pub http_request_seconds: Family<HttpLabels, Histogram>,
+    pub http_connections_refused: Family<LimitLabels, Counter>,
 }
 
 impl Default for ServiceMetrics {
@@ -158,6 +165,7 @@ impl Default for ServiceMetrics {
             http_request_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 16))
             }),
+            http_connections_refused: Family::default(),
         }
     }
 }
@@ -318,6 +326,11 @@ fn register_service(registry: &mut Registry, m: &ServiceMetrics) {
         "http_request_duration_seconds",
         "API request latency by method and matched route",
         m.http_request_seconds.clone(),
+    );
+    registry.register(
+        "http_connections_refused",
+        "API connections refused at a connection limit (per_client, global)",
+        m.http_connections_refused.clone(),
     );
     registry.register(
         "alert_outbox_depth",

@@ -348,6 +348,15 @@ pub trait Ledger: Send + Sync + Debug {
     async fn capacity_request(&self, id: &RequestId)
     -> Result<Option<RequestOutcome>, LedgerError>;
 
+    /// The request `id` when it belongs to one of `pools`, else `None` after the same work an
+    /// unknown id costs (one lookup by id): how long the answer takes does not tell another
+    /// tenant's request from a missing one.
+    async fn capacity_request_in(
+        &self,
+        id: &RequestId,
+        pools: &[PoolName],
+    ) -> Result<Option<RequestOutcome>, LedgerError>;
+
     /// Which of `ids` were cancelled.
     async fn cancelled_requests(
         &self,

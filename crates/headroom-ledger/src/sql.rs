@@ -336,6 +336,22 @@ where
         }
     }
 
+    async fn capacity_request_in(
+        &self,
+        id: &RequestId,
+        pools: &[PoolName],
+    ) -> Result<Option<RequestOutcome>, LedgerError> {
+        // The outcome's reads only for a request the caller may see.
+        match self
+            .request_by_id(id)
+            .await?
+            .filter(|request| pools.contains(&request.pool))
+        {
+            Some(request) => Ok(Some(self.outcome(request).await?)),
+            None => Ok(None),
+        }
+    }
+
     async fn capacity_requests_between(
         &self,
         pool: &PoolName,

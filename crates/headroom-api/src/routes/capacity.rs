@@ -214,17 +214,16 @@ struct RequestView {
     fill: headroom_ledger::derive::Fill,
 }
 
-/// Whether the caller acts for the account of the request's pool.
-fn visible_request(
-    state: &AppState,
-    principal: &Principal,
-    request: &headroom_core::CapacityRequest,
-) -> bool {
+/// The configured pools whose account the caller acts for: the requests it may see.
+fn visible_pools(state: &AppState, principal: &Principal) -> Vec<headroom_core::PoolName> {
     state
         .engine
         .config()
-        .pool(&request.pool)
-        .is_some_and(|p| principal.acts_for(&p.account))
+        .pools
+        .iter()
+        .filter(|p| principal.acts_for(&p.account))
+        .map(|p| p.name.clone())
+        .collect()
 }
 
 #[utoipa::path(
@@ -249,10 +248,10 @@ async fn get_capacity_request(
         principal.require(Scope::Capacity)?;
     }
     let ledger = state.engine.ledger();
+    // Another account's request costs what an unknown one does (invariant 10).
     let outcome = ledger
-        .capacity_request(&id)
+        .capacity_request_in(&id, &visible_pools(&state, &principal))
         .await?
-        .filter(|o| visible_request(&state, &principal, &o.request))
         .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
     // The request's own events, not its pool's history: the cost stays with the request.
     let events = ledger.request_events(&outcome.request.id).await?;
@@ -281,9 +280,8 @@ async fn cancel_capacity_request(
     principal.require(Scope::Capacity)?;
     let ledger = state.engine.ledger();
     ledger
-        .capacity_request(&id)
+        .capacity_request_in(&id, &visible_pools(&state, &principal))
         .await?
-        .filter(|o| visible_request(&state, &principal, &o.request))
         .ok_or_else(|| ApiError::NotFound(format!("no capacity request {id}")))?;
     let outcome = ledger
         .cancel_capacity_request(&id, state.engine.clock().now())

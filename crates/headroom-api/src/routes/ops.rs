@@ -12,6 +12,9 @@ use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
 
+/// How long `/readyz` waits for the ledger before it answers 503.
+pub const READY_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
         .routes(routes!(healthz))
@@ -46,12 +49,23 @@ async fn healthz() -> &'static str {
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<&'static str, Response> {
-    state
-        .engine
-        .ledger()
-        .ping()
-        .await
-        .map_err(|e| ApiError::from(e).into_response())?;
+    // A probe that hangs on a blackholed database is no answer: not ready within the bound.
+    match tokio::time::timeout(READY_BOUND, state.engine.ledger().ping()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(ApiError::from(e).into_response()),
+        Err(_) => {
+            return Err(crate::Problem::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "not-ready",
+                "Not ready",
+                format!(
+                    "the ledger did not answer within {} s",
+                    READY_BOUND.as_secs()
+                ),
+            )
+            .into_response());
+        }
+    }
     state.engine.readiness().map_err(|why| {
         crate::Problem::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,

@@ -1,9 +1,17 @@
-//! `[api]`: the limits every request meets.
+//! `[api]`: the limits every connection and request meets. Below their ranges every request
+//! fails or every connection is cut (a `request_timeout` of 1 ns answers every request 503);
+//! above them a bound stops bounding (a `token_recheck_interval` of years keeps a revoked token
+//! readable for years).
 
 use std::time::Duration;
 
 use super::raw::RawApi;
-use super::{ApiSettings, DAY, Problems, Within};
+use super::{ApiSettings, DAY, HOUR, Problems, Within};
+
+/// Connections at once, before the descriptor limit `serve` reads at start clamps it.
+const MAX_CONNECTIONS: u32 = 1_000_000;
+/// Requests per second (and bursts) a limit may allow.
+const MAX_RATE: u32 = 1_000_000;
 
 pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
     let mut duration = |field: &str, value: &Option<String>, default: u64, within| match value {
@@ -14,9 +22,9 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
         "api.request_timeout",
         &raw.request_timeout,
         30,
-        Within::millis(100, 600_000, "30s"),
+        Within::secs(1, 600, "30s"),
     );
-    // The revocation bound: a cached token is checked again at least every 5 minutes.
+    // The revocation bound for reads: a cached token is checked again at least every 5 minutes.
     let token_recheck_interval = duration(
         "api.token_recheck_interval",
         &raw.token_recheck_interval,
@@ -28,6 +36,18 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
         &raw.token_outage_grace,
         300,
         Within::secs(1, DAY, "5m"),
+    );
+    let header_read_timeout = duration(
+        "api.header_read_timeout",
+        &raw.header_read_timeout,
+        10,
+        Within::secs(1, 300, "10s"),
+    );
+    let idle_timeout = duration(
+        "api.idle_timeout",
+        &raw.idle_timeout,
+        60,
+        Within::secs(1, HOUR, "60s"),
     );
     let trusted_proxies = raw
         .trusted_proxies
@@ -54,20 +74,47 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
         request_timeout,
         token_recheck_interval,
         token_outage_grace,
+        header_read_timeout,
+        idle_timeout,
+        max_connections: raw.max_connections.unwrap_or(10_000),
+        max_connections_per_client: raw.max_connections_per_client.unwrap_or(256),
         trusted_proxies,
     };
-    if api.requests_per_second == 0 || api.burst == 0 {
+    for (key, value, example) in [
+        ("api.requests_per_second", api.requests_per_second, 50),
+        ("api.burst", api.burst, 100),
+        (
+            "api.client_requests_per_second",
+            api.client_requests_per_second,
+            200,
+        ),
+        ("api.client_burst", api.client_burst, 400),
+    ] {
+        if !(1..=MAX_RATE).contains(&value) {
+            p.add(
+                key,
+                format!("{value} is outside 1..={MAX_RATE}"),
+                format!("use e.g. {example}"),
+            );
+        }
+    }
+    if !(1..=MAX_CONNECTIONS).contains(&api.max_connections) {
         p.add(
-            "api.requests_per_second",
-            "the rate and the burst must be at least 1",
-            "use e.g. 50 and 100",
+            "api.max_connections",
+            format!("{} is outside 1..={MAX_CONNECTIONS}", api.max_connections),
+            "use e.g. 10000 (serve lowers it below its file-descriptor limit)",
         );
     }
-    if api.client_requests_per_second == 0 || api.client_burst == 0 {
+    if !p.reported("api.max_connections")
+        && !(1..=api.max_connections).contains(&api.max_connections_per_client)
+    {
         p.add(
-            "api.client_requests_per_second",
-            "the per-client rate and burst must be at least 1",
-            "use e.g. 200 and 400",
+            "api.max_connections_per_client",
+            format!(
+                "{} is outside 1..=api.max_connections ({})",
+                api.max_connections_per_client, api.max_connections
+            ),
+            "use e.g. 256",
         );
     }
     let either = ["api.token_outage_grace", "api.token_recheck_interval"];

@@ -131,11 +131,20 @@ pub struct ApiSettings {
     /// ...with this burst on top.
     pub client_burst: u32,
     pub request_timeout: Duration,
-    /// A verified token is read from the ledger again after this: a revocation takes effect
-    /// within it.
+    /// A verified token is read from the ledger again after this for read-only requests: a
+    /// revocation takes effect on reads within it (writes always read the ledger).
     pub token_recheck_interval: Duration,
     /// While the ledger is down, tokens verified within this long still pass read-only requests.
     pub token_outage_grace: Duration,
+    /// A request's head must arrive within this, counted from when the connection opens or its
+    /// previous answer is sent (so an idle keep-alive connection closes after it too).
+    pub header_read_timeout: Duration,
+    /// A connection with no request in hand on which no byte moves for this long is closed.
+    pub idle_timeout: Duration,
+    /// Connections at once, lowered at start below the process's file-descriptor limit.
+    pub max_connections: u32,
+    /// Connections at once from one peer address (trusted proxies are exempt).
+    pub max_connections_per_client: u32,
     /// Load balancers and proxies whose `X-Forwarded-For` names the client the per-client limit
     /// counts; from any other peer the header is ignored.
     pub trusted_proxies: Vec<ipnet::IpNet>,

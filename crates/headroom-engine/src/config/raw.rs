@@ -46,6 +46,10 @@ pub(super) struct RawApi {
     pub(super) request_timeout: Option<String>,
     pub(super) token_recheck_interval: Option<String>,
     pub(super) token_outage_grace: Option<String>,
+    pub(super) header_read_timeout: Option<String>,
+    pub(super) idle_timeout: Option<String>,
+    pub(super) max_connections: Option<u32>,
+    pub(super) max_connections_per_client: Option<u32>,
     #[serde(default)]
     pub(super) trusted_proxies: Vec<String>,
 }

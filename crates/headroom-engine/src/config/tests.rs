@@ -324,3 +324,77 @@ fn token_cache_bounds_and_client_limits_are_read_and_checked() {
         assert!(e[0].contains(key), "{api}: {}", e[0]);
     }
 }
+
+#[test]
+fn every_api_duration_and_connection_limit_has_a_range() {
+    let with_api = |api: &str| EXAMPLE.replacen("# [api]\n", &format!("[api]\n{api}\n"), 1);
+    let defaults = Config::parse(EXAMPLE, "t").unwrap().api;
+    assert_eq!(
+        (
+            defaults.header_read_timeout,
+            defaults.idle_timeout,
+            defaults.max_connections,
+            defaults.max_connections_per_client
+        ),
+        (
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            10_000,
+            256
+        )
+    );
+    let set = Config::parse(
+        &with_api("header_read_timeout = \"2s\"\nidle_timeout = \"5m\"\nmax_connections = 50\nmax_connections_per_client = 5"),
+        "t",
+    )
+    .unwrap()
+    .api;
+    assert_eq!(
+        (
+            set.header_read_timeout,
+            set.idle_timeout,
+            set.max_connections,
+            set.max_connections_per_client
+        ),
+        (Duration::from_secs(2), Duration::from_secs(300), 50, 5)
+    );
+    for (api, key) in [
+        ("request_timeout = \"1ns\"", "api.request_timeout"),
+        ("request_timeout = \"0s\"", "api.request_timeout"),
+        ("request_timeout = \"99999999h\"", "api.request_timeout"),
+        (
+            "token_recheck_interval = \"99999999h\"\ntoken_outage_grace = \"99999999h\"",
+            "api.token_recheck_interval",
+        ),
+        (
+            "token_outage_grace = \"99999999h\"",
+            "api.token_outage_grace",
+        ),
+        ("header_read_timeout = \"1ns\"", "api.header_read_timeout"),
+        (
+            "header_read_timeout = \"18446744073709551615s\"",
+            "api.header_read_timeout",
+        ),
+        ("idle_timeout = \"0s\"", "api.idle_timeout"),
+        ("idle_timeout = \"99999999h\"", "api.idle_timeout"),
+        ("max_connections = 0", "api.max_connections"),
+        ("max_connections = 4294967295", "api.max_connections"),
+        (
+            "max_connections = 10\nmax_connections_per_client = 11",
+            "api.max_connections_per_client",
+        ),
+        (
+            "max_connections_per_client = 0",
+            "api.max_connections_per_client",
+        ),
+    ] {
+        let e = errors(&with_api(api));
+        assert!(!e.is_empty(), "{api} was accepted");
+        assert!(e.iter().all(|line| !line.contains('\n')), "{e:#?}");
+        assert!(
+            e[0].contains(&format!("key `{key}`")) && e[0].contains("fix:"),
+            "{api}: {}",
+            e[0]
+        );
+    }
+}

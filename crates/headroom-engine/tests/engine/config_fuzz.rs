@@ -37,6 +37,10 @@ client_burst = 400
 request_timeout = "30s"
 token_recheck_interval = "10s"
 token_outage_grace = "5m"
+header_read_timeout = "10s"
+idle_timeout = "60s"
+max_connections = 10000
+max_connections_per_client = 256
 [alerts]
 repeat_interval = "4h"
 resend_interval = "1m"
