@@ -23,7 +23,7 @@ pub(super) fn engine(raw: &RawEngine, p: &mut Problems) -> EngineSettings {
         provider_timeout: p.duration(
             "engine.provider_timeout",
             &raw.provider_timeout,
-            Within::secs(1, 600, "60s"),
+            Within::millis(100, 600_000, "60s"),
         ),
         global_max_nodes: raw.global_max_nodes,
         price_refresh: p.duration(

@@ -19,6 +19,9 @@ cluster_id = "budget-test"
 [engine]
 tick = "30s"
 hold_horizon = "10m"
+# A round of the loop is a tick and one cloud call (40 s): renewals lead a lapse by a quarter of
+# the horizon (150 s), which the timings below count on.
+provider_timeout = "10s"
 [[offerings]]
 id = "g6"
 provider = "sim"
@@ -261,5 +264,51 @@ async fn on_postgres_two_engines_charging_one_account_never_overspend_it() {
             .unwrap()
             .iter()
             .all(|e| e.state != NodeState::Serving)
+    );
+}
+
+/// A node is held from its launch: one that boots far longer than its pool's ladder says (the
+/// cloud's real climb is 30 minutes, the estimate 30 seconds) is billed while it climbs, so its
+/// hold is renewed while it boots and, once the budget cannot carry it, it is ended.
+#[tokio::test]
+async fn a_node_that_overruns_its_ladder_is_held_while_it_boots() {
+    let config = budget_config("llm", "5", "clamp")
+        .replace("hold_horizon = \"10m\"", "hold_horizon = \"1m\"")
+        .replace("tick = \"30s\"", "tick = \"1s\"")
+        .replace("provider_timeout = \"10s\"", "provider_timeout = \"1s\"")
+        .replace("price_usd_per_hour = \"1\"", "price_usd_per_hour = \"60\"")
+        .replace(
+            "sim_capacity = 8\n",
+            "sim_capacity = 8\n[offerings.sim_ladder]\nnode_acquisition = \"10s\"\nimage_pull = \"30m\"\nweight_load = \"10s\"\ncompile = \"0s\"\nwarmup = \"0s\"\n",
+        );
+    let rig = Rig::new(&config).await;
+    let engine = rig.engine(rig.sim_cloud());
+    rig.request("llm", 2).await;
+    engine.tick().await.unwrap();
+    let budget = ml_budget(rig.ledger.as_ref()).await;
+    let mut renewed_while_booting = false;
+    // Two $60/h nodes booting for half an hour would spend $60 against a $5 day; each holds $1
+    // a minute, so the day carries a few renewals and then none.
+    for _ in 0..(10 * 60) {
+        engine.tick().await.unwrap();
+        rig.clock.advance(Duration::from_secs(1));
+        let now = rig.clock.now();
+        let spent = spent(rig.ledger.as_ref(), &budget, now).await;
+        assert!(spent <= budget.ceiling, "spent ${spent} of $5 at {now}");
+        renewed_while_booting |= rig
+            .ledger
+            .node_events()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.is_hold_renewal() && e.state == NodeState::Booting);
+    }
+    assert!(renewed_while_booting, "no booting node's hold was renewed");
+    let stops = budget_stops(rig.ledger.as_ref(), rig.clock.now()).await;
+    assert!(!stops.is_empty(), "the overrunning nodes were ended for budget");
+    let live = rig.ledger.live_nodes().await.unwrap();
+    assert!(
+        live.iter().all(|e| e.state != NodeState::Booting),
+        "{live:?}"
     );
 }
