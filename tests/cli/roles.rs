@@ -203,3 +203,150 @@ fn runtime_role_options_are_checked_in_one_line() {
         );
     }
 }
+
+/// The runtime role's password never reaches a log line or a span, whether it comes in the URL
+/// or apart from it (a file, the environment), and a password apart from the URL logs in.
+#[test]
+fn the_database_password_never_reaches_the_log() {
+    let db = fresh_postgres_database();
+    let suffix = &db.rsplit('_').next().unwrap()[..12];
+    let runtime = format!("cli_secret_{suffix}");
+    let secret = format!("pw-{suffix}-Zq81");
+    let migrated = Command::new(BIN)
+        .args(["migrate", "--database-url", &db, "--runtime-role", &runtime])
+        .env("HEADROOM_RUNTIME_PASSWORD", &secret)
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let with_password = as_role(&db, &runtime, &secret);
+    let (scheme, rest) = with_password.split_once("://").unwrap();
+    let without_password = format!("{scheme}://{runtime}@{}", rest.rsplit_once('@').unwrap().1);
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("db-password");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
+
+    // In the URL, from a file, and from the environment: each serves, and logs no secret.
+    let ways: [(&str, &str, Option<&str>); 3] = [
+        (&with_password, "", None),
+        (
+            &without_password,
+            "HEADROOM_DATABASE_PASSWORD_FILE",
+            secret_file.to_str(),
+        ),
+        (
+            &without_password,
+            "HEADROOM_DATABASE_PASSWORD",
+            Some(&secret),
+        ),
+    ];
+    for (url, var, value) in ways {
+        let mut token = Command::new(BIN);
+        token.args([
+            "token",
+            "create",
+            "--database-url",
+            url,
+            "--account",
+            "*",
+            "--scope",
+            "admin",
+        ]);
+        let mut serve = Command::new(BIN);
+        let port = free_port();
+        serve
+            .args(["serve", "--config"])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/config/headroom.example.toml"
+            ))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--database-url",
+                url,
+            ])
+            // Every span and event there is, at every level.
+            .env("RUST_LOG", "trace")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(value) = value {
+            token.env(var, value);
+            serve.env(var, value);
+        }
+        let minted = token.output().unwrap();
+        assert!(
+            minted.status.success(),
+            "{var}: {}",
+            String::from_utf8_lossy(&minted.stderr)
+        );
+        let token = String::from_utf8(minted.stdout).unwrap().trim().to_string();
+        let mut child = serve.spawn().unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let agent = agent_with(&token);
+        let up = eventually(300, || agent.get(format!("{base}/readyz")).call().is_ok());
+        assert!(up, "{var}: serve did not become ready");
+        let created = call(
+            &agent,
+            "POST",
+            &format!("{base}/v1/capacity-requests"),
+            Some(&json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string()),
+        );
+        assert_eq!(created.status, 201, "{var}: {:?}", created.body);
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let output = child.wait_with_output().unwrap();
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(log.lines().count() > 20, "{var}: a trace-level log: {log}");
+        assert!(
+            log.contains(&format!("{runtime}:***@")) || value.is_some(),
+            "{var}: the startup line shows the URL redacted: {log}"
+        );
+        let leaks: Vec<&str> = log.lines().filter(|l| l.contains(&secret)).collect();
+        assert!(
+            leaks.is_empty(),
+            "{var}: the password in the log: {leaks:#?}"
+        );
+    }
+
+    // Both sources at once, or a password twice, are one-line refusals that show no secret.
+    for (url, vars) in [
+        (
+            &with_password,
+            vec![("HEADROOM_DATABASE_PASSWORD", secret.as_str())],
+        ),
+        (
+            &without_password,
+            vec![
+                ("HEADROOM_DATABASE_PASSWORD", secret.as_str()),
+                (
+                    "HEADROOM_DATABASE_PASSWORD_FILE",
+                    secret_file.to_str().unwrap(),
+                ),
+            ],
+        ),
+    ] {
+        let mut report = Command::new(BIN);
+        report.args(["report", "budget", "--database-url", url]);
+        for (k, v) in vars {
+            report.env(k, v);
+        }
+        let out = report.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains(&secret), "{stderr}");
+    }
+}

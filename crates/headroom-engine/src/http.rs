@@ -24,12 +24,33 @@ pub(crate) fn get_metrics_text(url: &str, timeout: Duration) -> Result<String, S
         .map_err(|e| e.to_string())
 }
 
+/// Why a POST was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PostFailure {
+    /// The receiver answered with this non-2xx status: it is up and refused this body.
+    Status(u16),
+    /// No answer: the receiver is down, unreachable or too slow.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for PostFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PostFailure::Status(code) => write!(f, "answered HTTP {code}"),
+            PostFailure::Unreachable(error) => f.write_str(error),
+        }
+    }
+}
+
 /// One bounded POST of a JSON body; any 2xx is delivered.
-pub(crate) fn post_json(url: &str, body: &str, timeout: Duration) -> Result<(), String> {
-    agent(timeout)
+pub(crate) fn post_json(url: &str, body: &str, timeout: Duration) -> Result<(), PostFailure> {
+    match agent(timeout)
         .post(url)
         .header("content-type", "application/json")
         .send(body)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    {
+        Ok(_) => Ok(()),
+        Err(ureq::Error::StatusCode(code)) => Err(PostFailure::Status(code)),
+        Err(e) => Err(PostFailure::Unreachable(e.to_string())),
+    }
 }

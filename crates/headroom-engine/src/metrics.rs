@@ -73,7 +73,7 @@ pub struct QuotaLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `ok` or `error`.
+    /// `ok` or `error` for ticks; delivered, retried, dropped or overflowed for alerts.
     pub outcome: String,
 }
 
@@ -148,6 +148,9 @@ pub struct ServiceMetrics {
     pub ticks: Family<OutcomeLabels, Counter>,
     pub last_good_tick_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub alert_outbox_depth: Gauge,
+    /// Notification attempts by outcome: delivered, retried, dropped (retries spent), overflowed
+    /// (pushed out of the bounded outbox before any attempt succeeded).
+    pub alert_deliveries: Family<OutcomeLabels, Counter>,
     pub http_requests: Family<HttpStatusLabels, Counter>,
     pub http_request_seconds: Family<HttpLabels, Histogram>,
     pub http_connections_refused: Family<LimitLabels, Counter>,
@@ -161,6 +164,7 @@ impl Default for ServiceMetrics {
             ticks: Family::default(),
             last_good_tick_seconds: Gauge::default(),
             alert_outbox_depth: Gauge::default(),
+            alert_deliveries: Family::default(),
             http_requests: Family::default(),
             http_request_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -336,6 +340,11 @@ fn register_service(registry: &mut Registry, m: &ServiceMetrics) {
         "alert_outbox_depth",
         "Alert notifications queued that no webhook has taken yet",
         m.alert_outbox_depth.clone(),
+    );
+    registry.register(
+        "alert_deliveries",
+        "Alert notification attempts by outcome: delivered, retried, dropped, overflowed",
+        m.alert_deliveries.clone(),
     );
 }
 

@@ -547,6 +547,15 @@ fn receiver(
     listener: std::net::TcpListener,
     max: usize,
 ) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    answering_receiver(listener, max, |_| 200)
+}
+
+/// A webhook receiver that records each request body and answers it with `status(body)`.
+fn answering_receiver(
+    listener: std::net::TcpListener,
+    max: usize,
+    status: fn(&str) -> u16,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
     use std::io::{BufRead, BufReader, Read, Write};
     let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = bodies.clone();
@@ -564,11 +573,13 @@ fn receiver(
             }
             let mut body = vec![0; length];
             reader.read_exact(&mut body).unwrap();
-            seen.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&body).into_owned());
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let body = String::from_utf8_lossy(&body).into_owned();
+            let code = status(&body);
+            seen.lock().unwrap().push(body);
+            let _ = stream.write_all(
+                format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
         }
     });
     bodies
@@ -662,6 +673,86 @@ async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resol
         resolved[0]["endsAt"].is_string(),
         "a resolve message: {resolved}"
     );
+}
+
+#[tokio::test]
+async fn a_notification_the_receiver_refuses_is_dropped_and_never_holds_back_the_next() {
+    use headroom_engine::alerts::delivery::{REFUSED_ATTEMPTS, TRANSIENT_ATTEMPTS};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    // 400 to one notification, 500 to another, 200 to the rest.
+    let bodies = answering_receiver(listener, 100, |body| {
+        if body.contains("malformed") {
+            400
+        } else if body.contains("chokes") {
+            500
+        } else {
+            200
+        }
+    });
+    let h = harness(CONFIG).await;
+    let now = h.clock.now();
+    for body in ["malformed", "chokes", "first", "second"] {
+        h.ledger.enqueue_alert(&url, body, now).await.unwrap();
+    }
+    let outcome = |name: &str| {
+        h.engine
+            .metrics()
+            .service
+            .alert_deliveries
+            .get_or_create(&headroom_engine::metrics::OutcomeLabels {
+                outcome: name.to_string(),
+            })
+            .get()
+    };
+
+    // One round: both refusals are kept for a retry and the two behind them are delivered.
+    h.engine.deliver_alerts().await.unwrap();
+    let pending: Vec<String> = h
+        .ledger
+        .pending_alerts(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.body)
+        .collect();
+    assert_eq!(
+        pending,
+        ["malformed", "chokes"],
+        "nothing waits behind a refusal"
+    );
+    assert_eq!((outcome("delivered"), outcome("retried")), (2, 2));
+
+    // Each is retried on its own schedule; the hopeless 400 goes first, the 500 later.
+    for _ in 0..TRANSIENT_ATTEMPTS {
+        h.clock.advance(Duration::from_secs(600)); // past any backoff
+        h.engine.deliver_alerts().await.unwrap();
+    }
+    assert!(
+        h.ledger.pending_alerts(10).await.unwrap().is_empty(),
+        "both dropped in the end"
+    );
+    assert_eq!(outcome("dropped"), 2);
+    assert_eq!(outcome("delivered"), 2);
+    let tries = |needle: &str| {
+        bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| b.as_str() == needle)
+            .count() as u32
+    };
+    assert_eq!(
+        tries("malformed"),
+        REFUSED_ATTEMPTS,
+        "a 400 is not retried forever"
+    );
+    assert_eq!(
+        tries("chokes"),
+        TRANSIENT_ATTEMPTS,
+        "a 500 is retried within the bound"
+    );
+    assert_eq!((tries("first"), tries("second")), (1, 1));
 }
 
 /// Alertmanager's documented rule for a received alert: it is resolved from its `endsAt` on,

@@ -462,13 +462,14 @@ pub trait Ledger: Send + Sync + Debug {
     }
 
     /// Queues an alert notification for `webhook`. The outbox is bounded: beyond
-    /// [`ALERT_OUTBOX_BOUND`] pending notifications the oldest are closed as dropped.
+    /// [`ALERT_OUTBOX_BOUND`] pending notifications the oldest are closed as dropped; returns
+    /// how many were.
     async fn enqueue_alert(
         &self,
         webhook: &str,
         body: &str,
         at: Timestamp,
-    ) -> Result<(), LedgerError>;
+    ) -> Result<u64, LedgerError>;
 
     /// The oldest pending notifications, at most `limit`.
     async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError>;
@@ -478,6 +479,10 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// Closes a notification as delivered (idempotent).
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
+
+    /// Closes a notification as dropped: its retries are spent (idempotent; a notification
+    /// already closed keeps its first outcome).
+    async fn alert_dropped(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
 
     /// Records one controller decision (a JSON document) for `pool`.
     async fn append_decision(

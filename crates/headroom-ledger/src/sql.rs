@@ -134,6 +134,20 @@ where
         sqlx::query(AssertSqlSafe(render::<D>(template)))
     }
 
+    /// Closes an outbox notification with `outcome`; the first outcome recorded stands.
+    async fn close_alert(&self, seq: i64, outcome: &str, at: Timestamp) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, {at}) VALUES (?, ?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(seq)
+        .bind(outcome)
+        .bind(D::time(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Inserts events, many to a statement; the sequence numbers of those not recorded
     /// before, by event key.
     pub(crate) async fn insert_events(
@@ -611,7 +625,7 @@ where
         webhook: &str,
         body: &str,
         at: Timestamp,
-    ) -> Result<(), LedgerError> {
+    ) -> Result<u64, LedgerError> {
         let mut tx =
             dialect::begin_serialised::<D>(&self.pool, &["headroom-alert-outbox"], 0).await?;
         Self::query("INSERT INTO alert_outbox (webhook, body, {created}) VALUES (?, ?, ?)")
@@ -622,19 +636,21 @@ where
             .await?;
         // SQLite has no OFFSET without a LIMIT and Postgres no negative LIMIT: the largest one
         // stands for "all the rest" on both.
-        Self::query(
+        let dropped = Self::query(
             "INSERT INTO alert_deliveries (outbox_seq, outcome, {at})
              SELECT seq, 'dropped', ? FROM alert_outbox o
              WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
-             ORDER BY seq DESC LIMIT ? OFFSET ?",
+             ORDER BY seq DESC LIMIT ? OFFSET ?
+             RETURNING outbox_seq",
         )
         .bind(D::time(at))
         .bind(i64::MAX)
         .bind(crate::ALERT_OUTBOX_BOUND)
-        .execute(&mut *tx)
-        .await?;
+        .fetch_all(&mut *tx)
+        .await?
+        .len() as u64;
         tx.commit().await?;
-        Ok(())
+        Ok(dropped)
     }
 
     async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError> {
@@ -666,15 +682,11 @@ where
     }
 
     async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
-        Self::query(
-            "INSERT INTO alert_deliveries (outbox_seq, outcome, {at}) VALUES (?, 'delivered', ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(seq)
-        .bind(D::time(at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.close_alert(seq, "delivered", at).await
+    }
+
+    async fn alert_dropped(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
+        self.close_alert(seq, "dropped", at).await
     }
 
     async fn append_decision(

@@ -373,12 +373,14 @@ async fn refusals_close_requests_as_the_core_says(ledger: &dyn Ledger) {
 async fn alert_outbox_is_bounded(ledger: &dyn Ledger) {
     let at = t("2026-11-30T09:00:00Z");
     let bound = headroom_ledger::ALERT_OUTBOX_BOUND;
+    let mut pushed_out = 0;
     for n in 0..bound + 3 {
-        ledger
+        pushed_out += ledger
             .enqueue_alert("https://hooks.example/a", &format!("alert {n}"), at)
             .await
             .unwrap();
     }
+    assert_eq!(pushed_out, 3, "each enqueue says how many it pushed out");
     let pending = ledger.pending_alerts(bound + 10).await.unwrap();
     assert_eq!(pending.len() as i64, bound);
     assert_eq!(pending[0].body, "alert 3", "the oldest three were dropped");
@@ -389,6 +391,15 @@ async fn alert_outbox_is_bounded(ledger: &dyn Ledger) {
     let pending = ledger.pending_alerts(2).await.unwrap();
     assert_eq!(pending.len(), 2);
     assert_eq!(pending[0].body, "alert 4");
+    // A dropped notification leaves the queue too; closing it again is no error.
+    ledger.alert_dropped(pending[0].seq, at).await.unwrap();
+    ledger.alert_delivered(pending[0].seq, at).await.unwrap();
+    let next = ledger.pending_alerts(1).await.unwrap();
+    assert_eq!(next[0].body, "alert 5");
+    assert_eq!(
+        ledger.pending_alert_count().await.unwrap() as i64,
+        bound - 2
+    );
 }
 
 async fn decisions_and_tokens_round_trip(ledger: &dyn Ledger) {

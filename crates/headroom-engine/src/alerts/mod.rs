@@ -4,7 +4,7 @@
 //! ledger ([`delivery`]), so a webhook that is down loses nothing and never blocks the control
 //! loop.
 
-mod delivery;
+pub mod delivery;
 pub mod rules;
 
 pub use delivery::AlertDelivery;

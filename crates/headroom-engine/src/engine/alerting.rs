@@ -30,7 +30,7 @@ impl Engine {
         self.delivery.run(shutdown).await
     }
 
-    /// One delivery round: at most 50 notifications.
+    /// One delivery round: at most 50 attempts, each notification retried on its own.
     pub async fn deliver_alerts(&self) -> Result<(), EngineError> {
         Ok(self.delivery.round().await?)
     }
@@ -82,7 +82,14 @@ impl Engine {
                 .filter(|w| !(n.keep_alive && backlogged.contains(&w.url)))
             {
                 let body = crate::alerts::render(webhook.format, n);
-                self.ledger.enqueue_alert(&webhook.url, &body, now).await?;
+                let pushed_out = self.ledger.enqueue_alert(&webhook.url, &body, now).await?;
+                self.metrics
+                    .service
+                    .alert_deliveries
+                    .get_or_create(&crate::metrics::OutcomeLabels {
+                        outcome: "overflowed".to_string(),
+                    })
+                    .inc_by(pushed_out);
             }
         }
         Ok(())

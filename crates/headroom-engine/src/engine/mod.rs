@@ -174,7 +174,11 @@ impl Engine {
             .map(|p| (p.name.clone(), PoolStatus::empty(p)))
             .collect();
         Arc::new(Engine {
-            delivery: AlertDelivery::new(ledger.clone(), clock.clone()),
+            delivery: AlertDelivery::new(
+                ledger.clone(),
+                clock.clone(),
+                metrics.service.alert_deliveries.clone(),
+            ),
             metrics,
             config,
             ledger,

@@ -305,7 +305,10 @@ async fn a_node_that_overruns_its_ladder_is_held_while_it_boots() {
     }
     assert!(renewed_while_booting, "no booting node's hold was renewed");
     let stops = budget_stops(rig.ledger.as_ref(), rig.clock.now()).await;
-    assert!(!stops.is_empty(), "the overrunning nodes were ended for budget");
+    assert!(
+        !stops.is_empty(),
+        "the overrunning nodes were ended for budget"
+    );
     let live = rig.ledger.live_nodes().await.unwrap();
     assert!(
         live.iter().all(|e| e.state != NodeState::Booting),
