@@ -9,10 +9,15 @@
 //!   while the replicas are saturated.
 //! - **Oldest age**: when the oldest eligible request has waited past its threshold while
 //!   arrivals exceed departures for two consecutive windows, add what the excess needs.
+//! - **Ramp**: when arrivals grew through four windows in a row, the drain rule on the rate
+//!   projected one cold start ahead — demand growing slower than a breach window notices but
+//!   faster than a cold start can follow.
 //!
 //! Around them: scale up only after consecutive breaching windows and within a per-period
-//! limit; scale down one replica per period, only after a long stabilisation below a fraction of
-//! the thresholds; no more than one change of direction per cooldown; and hold — neither up nor
+//! limit; scale in after a stabilisation below a fraction of the thresholds — the ski-rental
+//! break-even of getting a replica back, or the whole window when the pool's own rises recur
+//! within it; no more than one change of direction per cooldown unless the objective is at
+//! risk; and hold — neither up nor
 //! down — when the signal is missing or stale, or when work waits but nothing departs (a
 //! dispatch failure more replicas would not fix). Every decision carries the rule that won, a
 //! sentence saying why, and the three-way classification of queue age against utilisation.
@@ -124,9 +129,27 @@ pub struct ControllerMemory {
     /// Scale-ups within the current period: bounded by `scale_up_limit` entries.
     pub scale_ups: Vec<(Timestamp, u32)>,
     /// The recent levels scale-in compares with (what the rules wanted plus the margin),
-    /// within the release wait, at most [`MAX_LEVELS`].
+    /// within the stabilisation window, at most [`MAX_LEVELS`].
     pub levels: std::collections::VecDeque<(Timestamp, u32)>,
+    /// Whether demand (what the rules want) is in a rise: it climbed a quarter above its
+    /// last low, and has not yet fallen a quarter below its high since.
+    pub rising: bool,
+    pub swing_low: u32,
+    pub swing_high: u32,
+    /// When the latest rises began, at most [`MAX_RISES`]: the pool's own burst recurrence.
+    pub rises: std::collections::VecDeque<Timestamp>,
+    /// Recent arrival rates in thousandths of the pool's unit per second, for the ramp rule,
+    /// at most [`MAX_LEVELS`].
+    pub arrivals: std::collections::VecDeque<(Timestamp, u64)>,
 }
+
+/// Rises remembered at most.
+pub const MAX_RISES: usize = 8;
+
+/// Windows the ramp rule needs arrivals to grow through, one after another. A step in the
+/// rate (a burst) raises at most two windows, the one it starts in and the next; growth through
+/// four is a ramp.
+pub const RAMP_WINDOWS: usize = 4;
 
 /// Levels remembered at most: an hour of one-second activations.
 pub const MAX_LEVELS: usize = 3600;
@@ -143,6 +166,83 @@ impl ControllerMemory {
         {
             self.levels.pop_front();
         }
+    }
+
+    /// Follows what the rules want through its swings: a climb of a quarter (at least one
+    /// replica) above the last low starts a rise at `now`, a fall of as much below the high
+    /// ends it.
+    fn track_swing(&mut self, wanted: u32, now: Timestamp) {
+        let significant = |x: u32| (x / 4).max(1);
+        if self.rising {
+            self.swing_high = self.swing_high.max(wanted);
+            if wanted.saturating_add(significant(self.swing_high)) <= self.swing_high {
+                self.rising = false;
+                self.swing_low = wanted;
+            }
+        } else {
+            self.swing_low = self.swing_low.min(wanted);
+            if wanted >= self.swing_low.saturating_add(significant(self.swing_low)) {
+                self.rising = true;
+                self.swing_high = wanted;
+                self.rises.push_back(now);
+                if self.rises.len() > MAX_RISES {
+                    self.rises.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Records an arrival rate at `now`, forgetting what is older than `keep`.
+    fn remember_arrivals(&mut self, now: Timestamp, rate: f64, keep: Duration) {
+        self.arrivals
+            .push_back((now, clamp_u64((rate * 1000.0).round())));
+        while self
+            .arrivals
+            .front()
+            .is_some_and(|(at, _)| elapsed(*at, now) > keep)
+            || self.arrivals.len() > MAX_LEVELS
+        {
+            self.arrivals.pop_front();
+        }
+    }
+
+    /// The mean arrival rate in each of the [`RAMP_WINDOWS`] windows of `window` before `now`,
+    /// oldest first, once the history spans them all.
+    fn arrival_windows(&self, now: Timestamp, window: Duration) -> Option<[f64; RAMP_WINDOWS]> {
+        let oldest = elapsed(self.arrivals.front()?.0, now);
+        if oldest + window / 4 < window * RAMP_WINDOWS as u32 {
+            return None;
+        }
+        let mut sums = [(0.0, 0u32); RAMP_WINDOWS];
+        for (at, milli) in &self.arrivals {
+            let age = elapsed(*at, now);
+            let index = usize::try_from(age.as_nanos() / window.as_nanos().max(1));
+            let Some(slot) = index.ok().and_then(|i| (RAMP_WINDOWS - 1).checked_sub(i)) else {
+                continue; // older than the windows
+            };
+            sums[slot].0 += *milli as f64 / 1000.0;
+            sums[slot].1 += 1;
+        }
+        let mut means = [0.0; RAMP_WINDOWS];
+        for (mean, (sum, n)) in means.iter_mut().zip(sums) {
+            if n == 0 {
+                return None;
+            }
+            *mean = sum / f64::from(n);
+        }
+        Some(means)
+    }
+
+    /// The gaps between the last three rises, when the pool has seen that many and each gap
+    /// is within `horizon`: bursts that recur, so surplus kept across a gap serves the next.
+    fn recurring_gaps(&self, horizon: Duration) -> Option<(Duration, Duration)> {
+        let n = self.rises.len();
+        if n < 3 {
+            return None;
+        }
+        let gap = |i: usize| elapsed(self.rises[i - 1], self.rises[i]);
+        let (older, newer) = (gap(n - 2), gap(n - 1));
+        (older <= horizon && newer <= horizon).then_some((older, newer))
     }
 
     /// The highest level within `window` of `now`.
@@ -166,6 +266,9 @@ pub enum Rule {
     Hpa,
     BacklogDrain,
     OldestAge,
+    /// Arrivals grew through four windows in a row: sized for the rate projected one cold
+    /// start ahead, so replicas land when the demand they were bought for does.
+    Ramp,
     /// Nothing asked for a change: the target stays.
     Steady,
     /// One replica removed after the stabilisation window.
@@ -277,6 +380,14 @@ fn clamp_u32(x: f64) -> u32 {
     }
 }
 
+fn clamp_u64(x: f64) -> u64 {
+    if x.is_nan() || x <= 0.0 {
+        0
+    } else {
+        x.min(u64::MAX as f64) as u64
+    }
+}
+
 fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     (now - since).to_std().unwrap_or_default()
 }
@@ -336,8 +447,9 @@ pub fn decide(
     }
     let proposals = step.proposals(s, counts, &mut memory);
     let winner = Winner::largest(&step, proposals, classification);
+    memory.track_swing(winner.wanted, now);
     if winner.wanted > step.current {
-        step.scale_up(&winner, memory)
+        step.scale_up(&winner, s, counts, memory)
     } else {
         step.scale_down(&winner, s, counts, memory)
     }
@@ -451,6 +563,20 @@ impl Activation<'_> {
         })
     }
 
+    /// Whether the objective is at risk now: the oldest request past its threshold, or more
+    /// queued than the ready replicas drain within the drain window. Only then may the
+    /// direction change twice within a cooldown.
+    fn slo_at_risk(&self, s: &Signals, counts: ReplicaCounts) -> bool {
+        let old = match (self.policy.oldest_age_threshold, s.oldest_age_s) {
+            (Some(threshold), Some(age)) => age >= threshold.as_secs_f64(),
+            _ => false,
+        };
+        let drainable = f64::from(counts.ready)
+            * throughput(self.policy, s, counts.ready)
+            * self.policy.backlog_drain.as_secs_f64();
+        old || s.queue_depth as f64 > drainable
+    }
+
     /// Whether the target changed in the other direction less than `direction_cooldown` ago.
     fn recent_change(&self, memory: &ControllerMemory, direction: Direction) -> bool {
         memory.last_change.is_some_and(|(at, d)| {
@@ -462,7 +588,13 @@ impl Activation<'_> {
     /// never against a recent scale-down, within the per-period limit. A pool at zero replicas
     /// serves nothing until one lands, so its first replica comes at once, whatever the windows
     /// and the cooldown say (scale to zero: the first request wakes a node).
-    fn scale_up(&self, winner: &Winner, mut memory: ControllerMemory) -> Decision {
+    fn scale_up(
+        &self,
+        winner: &Winner,
+        s: &Signals,
+        counts: ReplicaCounts,
+        mut memory: ControllerMemory,
+    ) -> Decision {
         let (policy, current, why) = (self.policy, self.current, &winner.why);
         memory.low_since = None;
         let from_zero = current == 0 && winner.wanted > 0;
@@ -492,7 +624,9 @@ impl Activation<'_> {
                 return winner.answer(target, winner.rule, reason, limited, memory);
             }
         }
-        if !from_zero && self.recent_change(&memory, Direction::Up) {
+        let against_cooldown = self.recent_change(&memory, Direction::Up);
+        let at_risk = self.slo_at_risk(s, counts);
+        if !from_zero && !at_risk && against_cooldown {
             let why = format!(
                 "{why}; but the pool scaled down less than {}s ago",
                 policy.direction_cooldown.as_secs()
@@ -521,7 +655,10 @@ impl Activation<'_> {
             breach_window_at: None,
             ..memory
         };
-        let reason = format!("{why}; target {current} → {target}");
+        let mut reason = format!("{why}; target {current} → {target}");
+        if step > 0 && against_cooldown && !from_zero {
+            reason.push_str("; against the direction cooldown, because the objective is at risk");
+        }
         winner.answer(target, winner.rule, reason, limited, memory)
     }
 
@@ -544,8 +681,9 @@ impl Activation<'_> {
         memory.breach_windows = 0;
         memory.breach_window_at = None;
         let level = self.safe_level(winner.wanted);
-        let waits = self.scale_in_waits();
-        memory.remember_level(self.now, level, waits.1);
+        let recurrence = memory.recurring_gaps(policy.scale_down_stabilization);
+        let waits = self.scale_in_waits(recurrence);
+        memory.remember_level(self.now, level, policy.scale_down_stabilization);
         if level >= current || !self.quiet(s, counts) {
             memory.low_since = None;
             let reason = format!("{why}; target stays {current}");
@@ -573,13 +711,21 @@ impl Activation<'_> {
             .last_scale_down_at
             .is_none_or(|at| elapsed(at, self.now) >= policy.scale_down_period);
         if target >= current || !period_passed {
-            let reason = format!(
-                "{why}; {idle} above demand with a {:.0} % margin for {}s: parked after {}s (a wake to get back), released after {}s (a cold start); target stays {current}",
-                policy.scale_down_margin * 100.0,
-                low_for.as_secs(),
-                waits.0.as_secs(),
-                waits.1.as_secs()
-            );
+            let reason = match recurrence {
+                Some(gaps) => format!(
+                    "{why}; {idle} above demand with a {:.0} % margin for {}s; {}",
+                    policy.scale_down_margin * 100.0,
+                    low_for.as_secs(),
+                    self.recurrence_costs(idle, gaps)
+                ),
+                None => format!(
+                    "{why}; {idle} above demand with a {:.0} % margin for {}s: parked after {}s (a wake to get back), released after {}s (a cold start); target stays {current}",
+                    policy.scale_down_margin * 100.0,
+                    low_for.as_secs(),
+                    waits.0.as_secs(),
+                    waits.1.as_secs()
+                ),
+            };
             let mut answer = winner.answer(current, Rule::Steady, reason, None, memory);
             answer.idle_replicas = idle;
             return answer;
@@ -616,14 +762,36 @@ impl Activation<'_> {
             .min(self.current.max(self.floor))
     }
 
-    /// How long a surplus replica is kept before it is parked warm, and before it is released:
-    /// what getting it back costs in time, at most the stabilisation window.
-    fn scale_in_waits(&self) -> (Duration, Duration) {
+    /// How long a surplus replica is kept before it is parked warm, and before it is released.
+    /// Without a known recurrence, what getting it back costs in time (the ski-rental
+    /// break-even), at most the stabilisation window. When the pool's own rises recur within
+    /// that window, the whole window: the next rise is expected before it ends, and a replica
+    /// let go now would miss it by a wake or a cold start.
+    fn scale_in_waits(&self, recurrence: Option<(Duration, Duration)>) -> (Duration, Duration) {
         let most = self.policy.scale_down_stabilization;
+        if recurrence.is_some() {
+            return (most, most);
+        }
         let ladder = &self.pool.ladder;
         (
             ladder.from_stopped_total().min(most),
             ladder.cold_total().min(most),
+        )
+    }
+
+    /// The reason a recurring surplus stays: what each choice is expected to cost, in replica
+    /// time, until the next rise.
+    fn recurrence_costs(&self, idle: u32, (older, newer): (Duration, Duration)) -> String {
+        let expected = older.max(newer);
+        let ladder = &self.pool.ladder;
+        format!(
+            "rises recur (the last gaps {}s and {}s, within the {}s window): keeping {idle} idle until the next costs at most {idle} × {}s of replica time, parking them misses its first {}s (a wake), releasing them its first {}s (a cold start, billed too); kept",
+            older.as_secs(),
+            newer.as_secs(),
+            self.policy.scale_down_stabilization.as_secs(),
+            expected.as_secs(),
+            ladder.from_stopped_total().as_secs(),
+            ladder.cold_total().as_secs()
         )
     }
 

@@ -55,6 +55,7 @@ impl Activation<'_> {
             self.hpa_proposal(s, counts),
             self.drain_proposal(s, counts, per_replica_rps),
             self.oldest_age_proposal(s, per_replica_rps, memory),
+            self.ramp_proposal(s, counts, per_replica_rps, memory),
         ]
         .into_iter()
         .flatten()
@@ -63,7 +64,9 @@ impl Activation<'_> {
             Some((cap, why)) => proposals
                 .into_iter()
                 .map(|(rule, n, reason)| match rule {
-                    Rule::Floor => (rule, n, reason),
+                    // The ramp rule sizes for the arrivals when its replicas land: the cap's
+                    // own argument, on the projected rate.
+                    Rule::Floor | Rule::Ramp => (rule, n, reason),
                     _ if n > cap => (rule, cap, format!("{reason}; but {why}: {cap}")),
                     _ => (rule, n, reason),
                 })
@@ -205,4 +208,54 @@ impl Activation<'_> {
         );
         Some((Rule::OldestAge, self.current.saturating_add(extra), why))
     }
+
+    /// Proposes when arrivals grew through [`RAMP_WINDOWS`] windows in a row, by a tenth at
+    /// least overall: the
+    /// drain rule on the rate projected one lead time ahead (a wake when warm nodes wait, a
+    /// cold start otherwise) along the growth measured over the windows.
+    pub(super) fn ramp_proposal(
+        &self,
+        s: &Signals,
+        counts: ReplicaCounts,
+        per_replica_rps: f64,
+        memory: &mut ControllerMemory,
+    ) -> Option<Candidate> {
+        let work = Work::of(self.policy, s, per_replica_rps)?;
+        let window = ramp_window(self.policy);
+        let span = RAMP_WINDOWS as u32;
+        memory.remember_arrivals(self.now, work.arrivals, window * span);
+        let means = memory.arrival_windows(self.now, window)?;
+        let (first, last) = (means[0], means[RAMP_WINDOWS - 1]);
+        if !(means.windows(2).all(|w| w[0] < w[1]) && last >= 1.1 * first) {
+            return None;
+        }
+        let growth = (last - first) / (f64::from(span - 1) * window.as_secs_f64());
+        let ladder = &self.pool.ladder;
+        let lead = if counts.warm > 0 {
+            ladder.from_stopped_total()
+        } else {
+            ladder.cold_total()
+        };
+        let projected = work.arrivals.max(last) + growth * lead.as_secs_f64();
+        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        let desired = drain_rule(
+            projected / utilization,
+            work.backlog,
+            self.policy.backlog_drain,
+            work.per_replica,
+        );
+        let why = format!(
+            "arrivals grew from {first:.1} to {last:.1} {unit}/s through {RAMP_WINDOWS} windows of {}s: {projected:.1} {unit}/s projected {}s ahead (when a new replica serves) gives {desired}",
+            window.as_secs(),
+            lead.as_secs(),
+            unit = work.unit,
+        );
+        Some((Rule::Ramp, desired, why))
+    }
+}
+
+/// The ramp rule's window: four breach windows, at least a minute, so a burst of seconds is
+/// not a ramp.
+fn ramp_window(policy: &ScalingPolicy) -> Duration {
+    (policy.breach_window * 4).max(Duration::from_secs(60))
 }

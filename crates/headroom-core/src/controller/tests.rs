@@ -622,3 +622,176 @@ fn a_queue_of_long_prompts_needs_more_replicas_than_one_of_short_ones() {
         2
     );
 }
+
+/// Ten replicas' worth of bursts (100 req/s at 10 each) for a minute every five, over a base
+/// of two, then quiet from `quiet_from` on; each activation 15 s apart, ready as targeted.
+fn bursts_run(quiet_from: i64, until: i64) -> Vec<(i64, Decision)> {
+    let p = pool(
+        2,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            scale_down_stabilization: Duration::from_secs(600),
+            ..base()
+        }),
+    );
+    let mut m = memory(2);
+    let mut out = Vec::new();
+    for t in (0..=until).step_by(15) {
+        let bursting = t < quiet_from && t % 300 < 60;
+        let rate = if bursting { 100.0 } else { 20.0 };
+        let d = decide(
+            &p,
+            Some(&Signals::queue(0, rate, secs(t))),
+            ready(m.target),
+            m,
+            secs(t),
+        );
+        m = d.memory.clone();
+        out.push((t, d));
+    }
+    out
+}
+
+#[test]
+fn bursts_that_recur_within_the_window_keep_their_capacity_across_the_gap() {
+    let run = bursts_run(1500, 2400);
+    let target_at = |t: i64| run.iter().find(|(at, _)| *at == t).unwrap().1.target;
+    // The first gap is not yet a pattern: the surplus goes after a cold start (190 s).
+    assert_eq!(target_at(240), 10);
+    assert_eq!(
+        target_at(285),
+        2,
+        "released a cold start after the first burst"
+    );
+    // From the third rise on the gaps (300 s) recur within the 600 s window: the burst's
+    // capacity stays through the gap, and the decision says what each choice costs.
+    for t in (660..1500).step_by(15) {
+        assert_eq!(target_at(t), 10, "at {t}s: {:?}", targets(&run));
+    }
+    let kept = &run.iter().find(|(at, _)| *at == 990).unwrap().1;
+    assert_eq!((kept.rule, kept.idle_replicas), (Rule::Steady, 8));
+    assert!(kept.reason.contains("rises recur"), "{}", kept.reason);
+    assert!(kept.reason.contains("300s and 300s"), "{}", kept.reason);
+    // Once the bursts stop, the whole window passes and the surplus goes.
+    assert_eq!(target_at(1200 + 60 + 585), 10);
+    assert_eq!(target_at(1200 + 60 + 600), 2);
+}
+
+#[test]
+fn a_ramp_is_sized_for_the_rate_one_cold_start_ahead() {
+    // 20 req/s growing by 1 req/s every 15 s (4 per minute), ten per replica, a 190 s ladder.
+    let p = pool(
+        2,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            ..base()
+        }),
+    );
+    let mut m = memory(2);
+    let mut ramp = None;
+    for step in 0..=20 {
+        let t = step * 15;
+        let rate = 20.0 + step as f64;
+        let d = decide(
+            &p,
+            Some(&Signals::queue(0, rate, secs(t))),
+            ready(m.target),
+            m,
+            secs(t),
+        );
+        if d.rule == Rule::Ramp && ramp.is_none() {
+            ramp = Some((t, rate, d.clone()));
+        }
+        m = d.memory.clone();
+    }
+    let (t, rate, d) = ramp.expect("the ramp rule never proposed");
+    assert!(t >= 225, "four full windows of history first: {t}s");
+    let drain = d
+        .proposals
+        .iter()
+        .find(|p| p.rule == Rule::BacklogDrain)
+        .unwrap()
+        .replicas;
+    assert_eq!(drain, (rate / 10.0).ceil() as u32);
+    // About 4/60 req/s per second, 190 s ahead: some 12.7 req/s more than now.
+    let projected = ((rate + 4.0 / 60.0 * 190.0) / 10.0).ceil() as u32;
+    assert!(
+        d.target >= projected - 1 && d.target <= projected + 1 && d.target > drain,
+        "target {} against drain {drain} and ~{projected} projected: {}",
+        d.target,
+        d.reason
+    );
+    assert!(d.reason.contains("projected 190s ahead"), "{}", d.reason);
+}
+
+#[test]
+fn a_flat_or_spiky_rate_is_no_ramp() {
+    let p = pool(
+        2,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            ..base()
+        }),
+    );
+    let mut m = memory(2);
+    // Noise around 20 req/s, and a ten-second spike: neither grows through four windows.
+    for step in 0..=80 {
+        let t = step * 5;
+        let noise = [0.0, 1.5, -1.0, 0.5, -1.5, 1.0][step as usize % 6];
+        let spike = if (200..210).contains(&t) { 60.0 } else { 0.0 };
+        let d = decide(
+            &p,
+            Some(&Signals::queue(0, 20.0 + noise + spike, secs(t))),
+            ready(m.target),
+            m,
+            secs(t),
+        );
+        assert!(
+            d.proposals.iter().all(|p| p.rule != Rule::Ramp),
+            "at {t}s: {}",
+            d.reason
+        );
+        m = d.memory.clone();
+    }
+}
+
+#[test]
+fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
+    let p = pool(
+        2,
+        50,
+        ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            scale_up_breaches: 1,
+            scale_down_stabilization: Duration::ZERO,
+            direction_cooldown: Duration::from_secs(120),
+            ..base()
+        },
+    );
+    let down = decide(
+        &p,
+        Some(&Signals::queue(0, 20.0, t0())),
+        ready(10),
+        memory(10),
+        t0(),
+    );
+    assert_eq!(down.target, 2);
+    // 2,000 queued: two replicas drain 1,200 within the 60 s drain window, so it is at risk.
+    let up = decide(
+        &p,
+        Some(&Signals::queue(2000, 20.0, secs(30))),
+        ready(2),
+        down.memory,
+        secs(30),
+    );
+    assert!(up.target > 2, "{}", up.reason);
+    assert_eq!(up.scaling_hold, None);
+    assert!(
+        up.reason.contains("against the direction cooldown"),
+        "{}",
+        up.reason
+    );
+}
