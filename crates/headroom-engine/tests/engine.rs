@@ -594,7 +594,7 @@ async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resol
         .unwrap()
         .port();
     let text = format!(
-        "{}\n[alerts]\nrepeat_interval = \"1h\"\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n",
+        "{}\n[alerts]\nrepeat_interval = \"1h\"\nwatchdog = false\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n",
         CONFIG.replace("min_replicas = 0", "min_replicas = 1")
     );
     let h = harness(&text).await;
@@ -755,6 +755,106 @@ async fn a_notification_the_receiver_refuses_is_dropped_and_never_holds_back_the
     assert_eq!((tries("first"), tries("second")), (1, 1));
 }
 
+#[tokio::test]
+async fn a_fresh_start_with_no_traffic_fires_no_shedding_and_no_depleted_warm_pool() {
+    let alerts_over = async |config: &str, seconds: u64| {
+        let h = harness(config).await;
+        let pool: headroom_core::PoolName = "llm".parse().unwrap();
+        let mut fired = std::collections::BTreeSet::new();
+        for _ in 0..seconds / 5 {
+            // The serving layer says: nothing queued, nothing arriving.
+            h.engine.push_signal(
+                &pool,
+                SignalInput {
+                    queue_depth: 0,
+                    arrival_rate_rps: Some(0.0),
+                    ..SignalInput::default()
+                },
+            );
+            h.engine.tick().await.unwrap();
+            fired.extend(
+                h.engine
+                    .active_alerts()
+                    .into_iter()
+                    .map(|a| a.alert.name)
+                    .filter(|name| name != "Watchdog"),
+            );
+            h.clock.advance(Duration::from_secs(5));
+        }
+        fired
+    };
+    let floor_and_warm = CONFIG
+        .replace("min_replicas = 0", "min_replicas = 2")
+        .replace("warm_pool_size = 0", "warm_pool_size = 1");
+    // The floor and the warm node climb their ladders: neither condition could have been met.
+    let fired = alerts_over(&floor_and_warm, 300).await;
+    assert!(fired.is_empty(), "{fired:?}");
+    // With no capacity left for the warm node, the warm pool is depleted indeed.
+    let no_room = floor_and_warm.replace("sim_capacity = 8", "sim_capacity = 0");
+    let fired = alerts_over(&no_room, 60).await;
+    assert!(fired.contains("WarmPoolDepleted"), "{fired:?}");
+    assert!(!fired.contains("PoolShedding"), "{fired:?}");
+}
+
+#[tokio::test]
+async fn the_watchdog_fires_at_alertmanager_for_as_long_as_headroom_runs_and_nowhere_else() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = receiver(listener, 100);
+    let text = format!(
+        "{}\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/slack\"\nformat = \"slack\"\n",
+        CONFIG
+    );
+    let h = harness(&text).await;
+    // A pool with nothing to say: the Watchdog is the only alert.
+    for _ in 0..6 {
+        h.engine.push_signal(
+            &"llm".parse().unwrap(),
+            SignalInput {
+                queue_depth: 0,
+                arrival_rate_rps: Some(0.0),
+                ..SignalInput::default()
+            },
+        );
+        h.engine.tick().await.unwrap();
+        h.engine.deliver_alerts().await.unwrap();
+        h.clock.advance(Duration::from_secs(30));
+    }
+    let names: Vec<String> = h
+        .engine
+        .active_alerts()
+        .into_iter()
+        .map(|a| a.alert.name)
+        .collect();
+    assert_eq!(names, ["Watchdog"]);
+    for _ in 0..50 {
+        if h.ledger.pending_alerts(10).await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bodies = bodies.lock().unwrap().clone();
+    // Sent once and re-sent within Alertmanager's resolve timeout, always with endsAt ahead;
+    // never to the Slack webhook, where people would read it.
+    assert!(bodies.len() >= 2, "{bodies:?}");
+    for body in &bodies {
+        let v: serde_json::Value =
+            serde_json::from_str(body).expect("only Alertmanager JSON arrays");
+        assert_eq!(v[0]["labels"]["alertname"], "Watchdog", "{body}");
+        assert!(v[0]["endsAt"].as_str().unwrap() > v[0]["startsAt"].as_str().unwrap());
+    }
+    // With `watchdog = false` there is none.
+    let quiet = harness(&format!("{CONFIG}\n[alerts]\nwatchdog = false\n")).await;
+    quiet.engine.tick().await.unwrap();
+    assert!(
+        quiet
+            .engine
+            .active_alerts()
+            .iter()
+            .all(|a| a.alert.name != "Watchdog")
+    );
+}
+
 /// Alertmanager's documented rule for a received alert: it is resolved from its `endsAt` on,
 /// or, without one, from `resolve_timeout` (5 minutes by default) after it was last received.
 fn alertmanager_resolved_at(
@@ -777,7 +877,7 @@ async fn an_alert_that_holds_stays_firing_at_alertmanager_and_resolves_when_it_c
     let bodies = receiver(listener, 200);
     // A day between repeats: without keep-alives Alertmanager would resolve it after 5 minutes.
     let text = format!(
-        "{}\n[alerts]\nrepeat_interval = \"24h\"\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n",
+        "{}\n[alerts]\nrepeat_interval = \"24h\"\nwatchdog = false\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n",
         CONFIG.replace("min_replicas = 0", "min_replicas = 1")
     );
     let h = harness(&text).await;

@@ -51,7 +51,14 @@ pub struct AlertSettings {
     pub resend_interval: Duration,
     /// A refusal keeps its alert firing this long after it happened.
     pub refusal_window: Duration,
+    /// Fire [`WATCHDOG`] for as long as the service runs, to Alertmanager webhooks only: a
+    /// dead man's switch, so a receiver notices when Headroom (or its path to Alertmanager)
+    /// is gone rather than reading its alerts as resolved.
+    pub watchdog: bool,
 }
+
+/// The always-firing alert's name, as kube-prometheus spells it.
+pub const WATCHDOG: &str = "Watchdog";
 
 impl Default for AlertSettings {
     fn default() -> Self {
@@ -60,6 +67,7 @@ impl Default for AlertSettings {
             repeat_interval: Duration::from_secs(4 * 3600),
             resend_interval: Duration::from_secs(60),
             refusal_window: Duration::from_secs(600),
+            watchdog: true,
         }
     }
 }
@@ -148,7 +156,7 @@ impl Notification {
 
     /// Whether a webhook of `format` is sent this notification.
     pub fn is_for(&self, format: WebhookFormat) -> bool {
-        !self.keep_alive || format == WebhookFormat::Alertmanager
+        format == WebhookFormat::Alertmanager || !(self.keep_alive || self.alert.name == WATCHDOG)
     }
 }
 

@@ -40,6 +40,8 @@ pub struct AlertSnapshot<'a> {
     pub budgets: Vec<(Budget, BudgetStanding)>,
     /// Owned pools whose every offering a known quota covers, with the room those quotas leave.
     pub quota_room: Vec<PoolQuotaRoom>,
+    /// Whether this process sends the deployment's [`super::WATCHDOG`].
+    pub watchdog: bool,
 }
 
 /// What the quotas of a pool's whole fallback chain still take, against what it may grow by.
@@ -104,6 +106,14 @@ pub fn conditions(s: &AlertSnapshot<'_>) -> Vec<Alert> {
             .filter_map(|(b, standing)| budget_condition(b, standing)),
     );
     holding.extend(s.quota_room.iter().filter_map(quota_condition));
+    if s.watchdog {
+        holding.push(Alert::new(
+            super::WATCHDOG,
+            "none",
+            &[],
+            "Headroom is running; this alert always fires, and its end means Headroom or its path to Alertmanager is down".to_string(),
+        ));
+    }
     // Deduplicate conditions that hold several times (several refusals of one reason).
     holding.sort_by_key(|a| a.key());
     holding.dedup_by_key(|a| a.key());
@@ -165,7 +175,9 @@ fn pool_conditions(status: &PoolStatus) -> Vec<Alert> {
             ),
         ));
     }
-    if status.warm_pool_size > 0 && status.warm == 0 {
+    // Depleted is nothing parked and nothing on its way to be: a warm pool still filling (as
+    // every one does after a start) is not depleted yet.
+    if status.warm_pool_size > 0 && status.warm == 0 && status.warming == 0 {
         out.push(Alert::new(
             "WarmPoolDepleted",
             "warning",

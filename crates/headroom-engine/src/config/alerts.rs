@@ -22,6 +22,7 @@ pub(super) fn alerts(raw: RawAlerts, p: &mut Problems) -> AlertSettings {
             Some(t) => p.duration("alerts.refusal_window", t, Within::secs(60, DAY, "10m")),
             None => defaults.refusal_window,
         },
+        watchdog: raw.watchdog.unwrap_or(defaults.watchdog),
         webhooks: raw.webhooks,
     };
     for (i, w) in alerts.webhooks.iter().enumerate() {

@@ -60,6 +60,7 @@ pub(super) struct RawAlerts {
     pub(super) repeat_interval: Option<String>,
     pub(super) resend_interval: Option<String>,
     pub(super) refusal_window: Option<String>,
+    pub(super) watchdog: Option<bool>,
     #[serde(default)]
     pub(super) webhooks: Vec<crate::alerts::Webhook>,
 }

@@ -72,7 +72,7 @@ impl Engine {
             BTreeSet::new()
         };
         for n in &notifications {
-            if !n.keep_alive {
+            if !n.keep_alive && n.alert.name != crate::alerts::WATCHDOG {
                 tracing::warn!(alert = %n.alert.name, status = ?n.status, summary = %n.alert.summary, "alert");
             }
             for webhook in settings
@@ -147,6 +147,7 @@ impl Engine {
             reservations,
             budgets,
             quota_room: self.quota_room(input),
+            watchdog: owns_first && self.config.alerts.watchdog,
         })
     }
 
