@@ -8,6 +8,7 @@ pub mod budget;
 pub mod controller;
 pub mod cost;
 pub mod error;
+pub mod forecast;
 pub mod money;
 pub mod names;
 pub mod node;

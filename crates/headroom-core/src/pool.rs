@@ -99,6 +99,8 @@ pub struct ScalingPolicy {
     pub signal_max_age: Duration,
     /// Decisions are computed and recorded but not executed.
     pub shadow: bool,
+    /// Launch ahead of what the pool's own history says recurs ([`crate::forecast`]).
+    pub forecast: bool,
     /// Per priority tier (low, normal, high, critical): how long its requests stay useful.
     /// A tier with a deadline is shed only for the part of its backlog the capacity ready and
     /// on its way cannot start within it (`headroom_core::shedding`), when signals count the
@@ -136,6 +138,7 @@ impl Default for ScalingPolicy {
             utilization_high: 0.7,
             signal_max_age: Duration::from_secs(30),
             shadow: false,
+            forecast: true,
             shed_deadlines: [None; 4],
         }
     }

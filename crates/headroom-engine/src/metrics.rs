@@ -134,6 +134,10 @@ pub struct Metrics {
     pub offering_price_dollars:
         Family<OfferingPriceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub orphan_instances: Family<PoolLabels, Gauge>,
+    /// The most replicas the pool's history expects within its lead time (0: none expected).
+    pub forecast_replicas: Family<PoolLabels, Gauge>,
+    /// Mean absolute error of the pool's scored forecasts, in replicas.
+    pub forecast_error_replicas: Family<PoolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Units each quota has left (limit less use, floored at zero), and its limit.
     pub quota_remaining: Family<QuotaLabels, Gauge>,
     pub quota_limit: Family<QuotaLabels, Gauge>,
@@ -195,6 +199,8 @@ impl Default for Metrics {
             budget_held_dollars: Family::default(),
             offering_price_dollars: Family::default(),
             orphan_instances: Family::default(),
+            forecast_replicas: Family::default(),
+            forecast_error_replicas: Family::default(),
             quota_remaining: Family::default(),
             quota_limit: Family::default(),
             service: ServiceMetrics::default(),
@@ -282,6 +288,16 @@ fn register_money(registry: &mut Registry, m: &Metrics) {
         "orphan_instances",
         "Instances tagged for the pool that the ledger does not know, in the last inventory (terminated or reported per engine.orphan_policy)",
         m.orphan_instances.clone(),
+    );
+    registry.register(
+        "forecast_replicas",
+        "The most replicas the pool's own history expects within its lead time (0 when none)",
+        m.forecast_replicas.clone(),
+    );
+    registry.register(
+        "forecast_error_replicas",
+        "Mean absolute error of the pool's forecasts scored against the demand that came, over the last day",
+        m.forecast_error_replicas.clone(),
     );
     registry.register(
         "quota_remaining",

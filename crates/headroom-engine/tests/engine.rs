@@ -2032,3 +2032,129 @@ mod budgets;
 
 #[path = "engine/config_fuzz.rs"]
 mod config_fuzz;
+
+/// A previous owner's history: two days of one replica's demand with a job of five from 09:10
+/// to 09:30, and a first owner that dies at 09:05; the next owner reads it all back.
+#[tokio::test]
+async fn a_new_owner_keeps_the_demand_history_its_forecast_and_the_warm_pool_size() {
+    let config = format!(
+        "{}[pools.supply]\nwarm_pool_max = 4\n",
+        CONFIG
+            .replace("min_replicas = 0", "min_replicas = 1")
+            .replace("max_replicas = 6", "max_replicas = 8")
+    );
+    let h = harness(&config).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let minute = |at: headroom_core::Timestamp| at.timestamp().div_euclid(60);
+    let start = minute(h.clock.now());
+    let history: Vec<(i64, u32)> = (start - 2 * 1440..start)
+        .map(|m| {
+            let of_day = m.rem_euclid(1440);
+            (m, if (550..570).contains(&of_day) { 5 } else { 1 })
+        })
+        .collect();
+    h.ledger
+        .record_demand_minutes(&pool, &history)
+        .await
+        .unwrap();
+    let quiet = || SignalInput {
+        queue_depth: 0,
+        arrival_rate_rps: Some(0.0),
+        ..SignalInput::default()
+    };
+    // The first owner runs five quiet minutes: each ended minute reaches the ledger.
+    for _ in 0..60 {
+        h.engine.push_signal(&pool, quiet());
+        h.engine.tick().await.unwrap();
+        h.clock.advance(Duration::from_secs(5));
+    }
+    // The last tick is at 09:04:55: four minutes have ended, none asked for a replica.
+    let written = h.ledger.demand_minutes(&pool, start).await.unwrap();
+    assert_eq!(
+        written,
+        (start..start + 4).map(|m| (m, 0)).collect::<Vec<_>>()
+    );
+    let status = h.engine.pool_status(&pool).unwrap();
+    let forecast = status.forecast.clone().expect("a forecast status");
+    assert_eq!(
+        forecast.expected.as_ref().map(|f| f.replicas),
+        Some(5),
+        "09:05 with a 5-minute lead sees the job: {forecast:?}"
+    );
+    assert_eq!(status.desired, 5, "{:?}", status.reason);
+    assert!(
+        status
+            .reason
+            .as_ref()
+            .unwrap()
+            .contains("history expects 5"),
+        "{:?}",
+        status.reason
+    );
+    let warm_size = status.warm_pool.as_ref().unwrap().size;
+    assert_eq!(
+        warm_size, 4,
+        "a rise of four within a cold start, capped at the ceiling"
+    );
+
+    // The owner dies; the next one starts from the ledger alone.
+    let next = h.restarted();
+    next.push_signal(&pool, quiet());
+    next.tick().await.unwrap();
+    let status = next.pool_status(&pool).unwrap();
+    let forecast = status.forecast.clone().expect("restored");
+    assert!(forecast.history_minutes >= 2 * 1440, "{forecast:?}");
+    assert_eq!(forecast.expected.map(|f| f.replicas), Some(5));
+    assert_eq!(status.desired, 5, "{:?}", status.reason);
+    assert_eq!(
+        status.warm_pool.unwrap().size,
+        warm_size,
+        "the warm pool's size is kept"
+    );
+}
+
+#[tokio::test]
+async fn with_forecast_off_the_history_is_kept_but_not_acted_on() {
+    let config = CONFIG
+        .replace("min_replicas = 0", "min_replicas = 1")
+        .replace(
+            "target_utilization = 1.0",
+            "target_utilization = 1.0\nforecast = false",
+        );
+    let h = harness(&config).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let start = h.clock.now().timestamp().div_euclid(60);
+    let history: Vec<(i64, u32)> = (start - 2 * 1440..start)
+        .map(|m| {
+            (
+                m,
+                if (550..570).contains(&m.rem_euclid(1440)) {
+                    5
+                } else {
+                    1
+                },
+            )
+        })
+        .collect();
+    h.ledger
+        .record_demand_minutes(&pool, &history)
+        .await
+        .unwrap();
+    h.clock.advance(Duration::from_secs(300));
+    h.engine.push_signal(
+        &pool,
+        SignalInput {
+            queue_depth: 0,
+            arrival_rate_rps: Some(0.0),
+            ..SignalInput::default()
+        },
+    );
+    h.engine.tick().await.unwrap();
+    let status = h.engine.pool_status(&pool).unwrap();
+    assert_eq!(status.desired, 1, "{:?}", status.reason);
+    assert!(
+        status
+            .forecast
+            .is_some_and(|f| f.history_minutes >= 2 * 1440)
+    );
+}

@@ -495,6 +495,21 @@ pub trait Ledger: Send + Sync + Debug {
     /// The pool's recorded decisions, newest first, at most `limit`.
     async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError>;
 
+    /// Records `pool`'s demand for each (Unix minute, replicas); a minute already recorded
+    /// keeps its first value (idempotent across a lost answer or a lease move).
+    async fn record_demand_minutes(
+        &self,
+        pool: &PoolName,
+        minutes: &[(i64, u32)],
+    ) -> Result<(), LedgerError>;
+
+    /// `pool`'s recorded demand from Unix minute `since` on, oldest first.
+    async fn demand_minutes(
+        &self,
+        pool: &PoolName,
+        since: i64,
+    ) -> Result<Vec<(i64, u32)>, LedgerError>;
+
     async fn create_token(&self, token: &ApiToken) -> Result<(), LedgerError>;
 
     async fn token(&self, id: &str) -> Result<Option<ApiToken>, LedgerError>;

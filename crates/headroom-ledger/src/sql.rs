@@ -704,6 +704,53 @@ where
         Ok(())
     }
 
+    async fn record_demand_minutes(
+        &self,
+        pool: &PoolName,
+        minutes: &[(i64, u32)],
+    ) -> Result<(), LedgerError> {
+        // A few hundred rows a statement at most: well under either database's parameter limit.
+        for chunk in minutes.chunks(300) {
+            let rows = vec!["(?, ?, ?)"; chunk.len()].join(", ");
+            let mut query = Self::query(&format!(
+                "INSERT INTO demand_minutes (pool, minute, replicas) VALUES {rows}
+                 ON CONFLICT DO NOTHING"
+            ));
+            for (minute, replicas) in chunk {
+                query = query
+                    .bind(pool.as_str())
+                    .bind(*minute)
+                    .bind(i64::from(*replicas));
+            }
+            query.execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn demand_minutes(
+        &self,
+        pool: &PoolName,
+        since: i64,
+    ) -> Result<Vec<(i64, u32)>, LedgerError> {
+        Self::query(
+            "SELECT minute, replicas FROM demand_minutes
+             WHERE pool = ? AND minute >= ? ORDER BY minute",
+        )
+        .bind(pool.as_str())
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            let replicas: i64 = row.try_get("replicas")?;
+            Ok((
+                row.try_get("minute")?,
+                u32::try_from(replicas).unwrap_or(u32::MAX),
+            ))
+        })
+        .collect()
+    }
+
     async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError> {
         Self::query(
             "SELECT CAST(record AS TEXT) AS record FROM decisions

@@ -402,6 +402,32 @@ async fn alert_outbox_is_bounded(ledger: &dyn Ledger) {
     );
 }
 
+/// A pool's demand by minute reads back in order from a minute on; a minute written twice
+/// keeps its first value; another pool's minutes stay apart.
+async fn demand_minutes_round_trip(ledger: &dyn Ledger) {
+    let (llama, other) = ("llama".parse().unwrap(), "other".parse().unwrap());
+    let minutes: Vec<(i64, u32)> = (0..700).map(|m| (29_400_000 + m, (m % 9) as u32)).collect();
+    ledger
+        .record_demand_minutes(&llama, &minutes)
+        .await
+        .unwrap();
+    ledger
+        .record_demand_minutes(&llama, &[(29_400_000, 99), (29_400_700, 4)])
+        .await
+        .unwrap();
+    ledger
+        .record_demand_minutes(&other, &[(29_400_001, 7)])
+        .await
+        .unwrap();
+    let back = ledger.demand_minutes(&llama, 29_400_000).await.unwrap();
+    assert_eq!(back.len(), 701);
+    assert_eq!(back[0], (29_400_000, 0), "the first value stands");
+    assert_eq!(back[700], (29_400_700, 4));
+    assert!(back.windows(2).all(|w| w[0].0 < w[1].0));
+    let later = ledger.demand_minutes(&llama, 29_400_690).await.unwrap();
+    assert_eq!(later.len(), 11);
+}
+
 async fn decisions_and_tokens_round_trip(ledger: &dyn Ledger) {
     let pool = "llama".parse().unwrap();
     // Written as Postgres prints JSONB, so both backends read back the same text.
@@ -1116,6 +1142,12 @@ macro_rules! behaviour_suite {
             async fn alert_outbox() {
                 let (_guard, ledger) = $open.await;
                 alert_outbox_is_bounded(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn demand_minutes() {
+                let (_guard, ledger) = $open.await;
+                demand_minutes_round_trip(ledger.as_ref()).await;
             }
 
             #[tokio::test]

@@ -136,6 +136,8 @@ pub struct ControllerMemory {
     pub rising: bool,
     pub swing_low: u32,
     pub swing_high: u32,
+    /// When demand last fell from a rise.
+    pub fell_at: Option<Timestamp>,
     /// When the latest rises began, at most [`MAX_RISES`]: the pool's own burst recurrence.
     pub rises: std::collections::VecDeque<Timestamp>,
     /// Recent arrival rates in thousandths of the pool's unit per second, for the ramp rule,
@@ -170,23 +172,27 @@ impl ControllerMemory {
 
     /// Follows what the rules want through its swings: a climb of a quarter (at least one
     /// replica) above the last low starts a rise at `now`, a fall of as much below the high
-    /// ends it.
-    fn track_swing(&mut self, wanted: u32, now: Timestamp) {
+    /// ends it. Only a rise after a lull of at least `lull` is a new one: shorter lulls are
+    /// one burst wobbling, and scale-in would not have let anything go within them anyway.
+    fn track_swing(&mut self, wanted: u32, now: Timestamp, lull: Duration) {
         let significant = |x: u32| (x / 4).max(1);
         if self.rising {
             self.swing_high = self.swing_high.max(wanted);
             if wanted.saturating_add(significant(self.swing_high)) <= self.swing_high {
                 self.rising = false;
                 self.swing_low = wanted;
+                self.fell_at = Some(now);
             }
         } else {
             self.swing_low = self.swing_low.min(wanted);
             if wanted >= self.swing_low.saturating_add(significant(self.swing_low)) {
                 self.rising = true;
                 self.swing_high = wanted;
-                self.rises.push_back(now);
-                if self.rises.len() > MAX_RISES {
-                    self.rises.pop_front();
+                if self.fell_at.is_none_or(|fell| elapsed(fell, now) >= lull) {
+                    self.rises.push_back(now);
+                    if self.rises.len() > MAX_RISES {
+                        self.rises.pop_front();
+                    }
                 }
             }
         }
@@ -269,6 +275,9 @@ pub enum Rule {
     /// Arrivals grew through four windows in a row: sized for the rate projected one cold
     /// start ahead, so replicas land when the demand they were bought for does.
     Ramp,
+    /// The pool's own history expects this demand within a lead time
+    /// ([`crate::forecast`]): launched ahead of a rise that recurs.
+    Forecast,
     /// Nothing asked for a change: the target stays.
     Steady,
     /// One replica removed after the stabilisation window.
@@ -428,12 +437,26 @@ fn classify(policy: &ScalingPolicy, s: &Signals, ready: u32) -> Option<Classific
     })
 }
 
-/// One activation of the controller for one pool.
+/// One activation of the controller for one pool, without a forecast.
 pub fn decide(
     pool: &PoolSpec,
     signals: Option<&Signals>,
     counts: ReplicaCounts,
+    memory: ControllerMemory,
+    now: Timestamp,
+) -> Decision {
+    decide_with_forecast(pool, signals, counts, memory, None, now)
+}
+
+/// One activation of the controller for one pool. A `forecast` (what the pool's history
+/// expects within a lead time) is one more rule's proposal; it never acts on a missing or stale
+/// signal, which holds as always.
+pub fn decide_with_forecast(
+    pool: &PoolSpec,
+    signals: Option<&Signals>,
+    counts: ReplicaCounts,
     mut memory: ControllerMemory,
+    forecast: Option<&crate::forecast::Forecast>,
     now: Timestamp,
 ) -> Decision {
     let step = Activation::new(pool, &memory, now);
@@ -445,9 +468,13 @@ pub fn decide(
     if let Some(why) = step.dispatch_failure(s, counts) {
         return step.held(memory, ScalingHold::DispatchFailure, why, classification);
     }
-    let proposals = step.proposals(s, counts, &mut memory);
+    let mut proposals = step.proposals(s, counts, &mut memory);
+    // Swings are of measured demand: a forecast must not teach the controller its own rises.
+    let measured = proposals.iter().map(|p| p.1).max().unwrap_or(0);
+    let lull = step.scale_in_waits(None).1;
+    memory.track_swing(measured.clamp(step.floor, pool.max_replicas), now, lull);
+    proposals.extend(forecast.map(|f| step.forecast_proposal(f)));
     let winner = Winner::largest(&step, proposals, classification);
-    memory.track_swing(winner.wanted, now);
     if winner.wanted > step.current {
         step.scale_up(&winner, s, counts, memory)
     } else {

@@ -254,6 +254,24 @@ impl Activation<'_> {
     }
 }
 
+impl Activation<'_> {
+    /// The forecast's proposal: the replicas the history expects, named with when and why.
+    pub(super) fn forecast_proposal(&self, f: &crate::forecast::Forecast) -> Candidate {
+        let recurrence = match f.recurrence {
+            crate::forecast::Recurrence::Daily => "at this time on two of the last three days",
+            crate::forecast::Recurrence::Weekly => {
+                "at this time of the week on each of the last two weeks"
+            }
+        };
+        let why = format!(
+            "the pool's history expects {} replicas from {} ({recurrence}), within the lead time of a new replica",
+            f.replicas,
+            f.expected_at.format("%H:%M UTC")
+        );
+        (Rule::Forecast, f.replicas, why)
+    }
+}
+
 /// The ramp rule's window: four breach windows, at least a minute, so a burst of seconds is
 /// not a ramp.
 fn ramp_window(policy: &ScalingPolicy) -> Duration {

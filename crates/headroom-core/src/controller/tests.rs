@@ -795,3 +795,69 @@ fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
         up.reason
     );
 }
+
+#[test]
+fn a_forecast_launches_ahead_of_a_recurring_rise_but_never_on_a_missing_signal() {
+    let p = pool(
+        2,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            ..base()
+        }),
+    );
+    let forecast = crate::forecast::Forecast {
+        replicas: 9,
+        expected_at: secs(240),
+        recurrence: crate::forecast::Recurrence::Daily,
+    };
+    let quiet = Signals::queue(0, 20.0, t0());
+    let d = decide_with_forecast(&p, Some(&quiet), ready(2), memory(2), Some(&forecast), t0());
+    assert_eq!((d.target, d.rule), (9, Rule::Forecast), "{}", d.reason);
+    assert!(d.reason.contains("09:04 UTC"), "{}", d.reason);
+    // The measured demand (two replicas) is what the controller learns its swings from.
+    assert!(!d.memory.rising || d.memory.swing_high <= 2);
+    let held = decide_with_forecast(&p, None, ready(2), memory(2), Some(&forecast), t0());
+    assert_eq!(
+        (held.target, held.scaling_hold),
+        (2, Some(ScalingHold::SignalMissing))
+    );
+}
+
+#[test]
+fn one_burst_that_wobbles_is_not_a_recurrence() {
+    let p = pool(
+        2,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            scale_down_stabilization: Duration::from_secs(600),
+            ..base()
+        }),
+    );
+    let mut m = memory(2);
+    let mut last = None;
+    for t in (0..=900).step_by(15) {
+        // Four minutes of a burst whose demand swings between 10 and 6 every 30 s.
+        let rate = match t {
+            0..240 if t % 60 < 30 => 100.0,
+            0..240 => 60.0,
+            _ => 20.0,
+        };
+        let d = decide(
+            &p,
+            Some(&Signals::queue(0, rate, secs(t))),
+            ready(m.target),
+            m,
+            secs(t),
+        );
+        m = d.memory.clone();
+        last = Some((t, d));
+        if t == 240 + 210 {
+            // Released a cold start (190 s) after the last high, not a whole window later.
+            assert_eq!(last.as_ref().unwrap().1.target, 2, "{:?}", m.rises);
+        }
+    }
+    assert!(last.is_some());
+    assert_eq!(m.rises.len(), 1, "one burst, one rise: {:?}", m.rises);
+}

@@ -224,6 +224,7 @@ pub(super) struct RawScaling {
     pub(super) age_classes: Option<Vec<String>>,
     #[serde(default)]
     pub(super) shadow: bool,
+    pub(super) forecast: Option<bool>,
     /// Priority → duration text.
     #[serde(default)]
     pub(super) shed_deadlines: std::collections::BTreeMap<String, String>,

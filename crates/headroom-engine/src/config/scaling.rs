@@ -77,6 +77,7 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
             Within::secs(1, HOUR, "30s"),
         ),
         shadow: s.shadow,
+        forecast: s.forecast.unwrap_or(d.forecast),
         shed_deadlines: [None; 4],
     };
     let mut policy = policy;

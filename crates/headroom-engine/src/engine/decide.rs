@@ -30,6 +30,8 @@ pub(super) struct ControlMemory {
     pub pending_pods: HashMap<PoolName, u32>,
     /// Each pool's recent demand, which sizes its warm pool.
     pub demand: HashMap<PoolName, super::warm_pool::DemandHistory>,
+    /// Each pool's demand by minute, which its forecast reads.
+    pub history: HashMap<PoolName, super::forecasting::PoolHistory>,
     /// The offerings each pool's last plans passed over for quota, so the decision log records
     /// a change, not every tick.
     pub quota_skips: HashMap<PoolName, Vec<OfferingId>>,
@@ -162,7 +164,20 @@ impl Engine {
                     target: counts.provisioned(),
                     ..ControllerMemory::default()
                 });
-            let decision = controller::decide(pool, signal.as_ref(), counts, memory, now);
+            let lead = super::forecasting::forecast_lead(pool);
+            let forecast = control
+                .history
+                .get(&pool.name)
+                .filter(|_| pool.scaling.forecast)
+                .and_then(|h| h.record.forecast(now, lead));
+            let decision = controller::decide_with_forecast(
+                pool,
+                signal.as_ref(),
+                counts,
+                memory,
+                forecast.as_ref(),
+                now,
+            );
             let previous_hold = control
                 .decisions
                 .get(&pool.name)
@@ -174,8 +189,16 @@ impl Engine {
                 .memory
                 .insert(pool.name.clone(), decision.memory.clone());
             if decision.scaling_hold.is_none() {
-                let demand = decision.unclamped.max(pool.min_replicas);
+                // Measured demand only: a forecast neither sizes the warm pool nor teaches
+                // itself.
+                let measured = super::forecasting::measured_demand(&decision);
+                let demand = measured.max(pool.min_replicas);
                 super::warm_pool::note_demand(&mut control.demand, pool, demand, now);
+                control.history.entry(pool.name.clone()).or_default().note(
+                    now,
+                    measured,
+                    forecast.as_ref(),
+                );
             }
             self.count_decision(pool, &decision);
             let closed = control.log.record(pool, &decision, signal, counts, now);
@@ -195,6 +218,7 @@ impl Engine {
                 .append_decision(&pool.name, closed.at, &json)
                 .await?;
         }
+        self.persist_demand(&pool.name, now).await?;
         Ok(target)
     }
 

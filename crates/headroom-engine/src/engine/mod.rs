@@ -47,6 +47,7 @@ mod cluster_steps;
 mod decide;
 mod decisions;
 mod execute;
+mod forecasting;
 mod health;
 mod input;
 mod observe;
@@ -61,6 +62,7 @@ mod status;
 mod warm_pool;
 
 pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
+pub use forecasting::ForecastStatus;
 pub use offerings::{OfferingPrice, ProviderTrouble};
 pub use quotas::OfferingQuota;
 pub use signals::SignalInput;

@@ -47,6 +47,7 @@ impl Engine {
             if self.cluster.is_some() {
                 self.load_rung_stamps(&pool.name).await?;
             }
+            self.restore_demand(pool, now).await?;
             // What this process saw itself is never replaced, only what it cannot have seen.
             if !launches.is_empty() {
                 lock(&self.control)

@@ -30,6 +30,9 @@ pub struct PoolStatus {
     pub warm_pool_size: u32,
     /// The warm pool's size now, between its floor and ceiling, and why.
     pub warm_pool: Option<super::WarmPoolSize>,
+    /// What the pool's own history expects within a lead time, and how right it has been
+    /// (absent until the pool has a history; `scaling.forecast = false` still shows it).
+    pub forecast: Option<super::ForecastStatus>,
     /// Whether this process holds the pool's lease and reconciles it. With several replicas
     /// sharing a database, each pool has exactly one owner at a time.
     pub reconciled_here: bool,
@@ -93,6 +96,7 @@ impl PoolStatus {
             max_replicas: pool.max_replicas,
             warm_pool_size: pool.warm_pool_size,
             warm_pool: None,
+            forecast: None,
             reconciled_here: false,
             scaling_hold: Some(ScalingHold::SignalMissing),
             limited: None,
@@ -194,6 +198,10 @@ impl Engine {
                 reason: reason.code(),
                 replicas: *n,
             });
+        s.forecast = control
+            .history
+            .get(&pool.name)
+            .map(|h| h.status(super::forecasting::forecast_lead(pool)));
         s.halted = lock(&self.halted).get(&pool.name).cloned();
         s.serving_for_others = control.serving_for_others(&pool.name);
         s.handed_to_fallback = control.handed_to_fallback(pool);
@@ -292,6 +300,19 @@ impl Engine {
             .desired
             .get_or_create(&pool_label)
             .set(s.desired as i64);
+        if let Some(f) = &s.forecast {
+            let expected = f.expected.as_ref().map_or(0, |e| e.replicas);
+            self.metrics
+                .forecast_replicas
+                .get_or_create(&pool_label)
+                .set(i64::from(expected));
+            if let Some(error) = f.mean_abs_error_replicas {
+                self.metrics
+                    .forecast_error_replicas
+                    .get_or_create(&pool_label)
+                    .set(error);
+            }
+        }
         if let Some(signal) = &s.last_signal {
             self.metrics
                 .queue_depth

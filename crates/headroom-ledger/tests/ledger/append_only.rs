@@ -87,6 +87,10 @@ async fn fill_every_table(ledger: &dyn Ledger) {
         )
         .await
         .unwrap();
+    ledger
+        .record_demand_minutes(&"llama".parse().unwrap(), &[(29_400_000, 3)])
+        .await
+        .unwrap();
     let leases = ledger
         .pool_leases(&["llama".parse().unwrap()])
         .await
