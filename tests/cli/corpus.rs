@@ -1,29 +1,31 @@
 //! `headroom simulate --corpus`: the scoreboard's JSON shape, the dump that replays, and bad
 //! flags as one line naming the flag, exit code 2.
 
-use std::process::Command;
+use std::ffi::OsStr;
 
-use serde_json::Value;
+use super::{json_of, simulate_refuses};
 
-use super::BIN;
+/// `headroom simulate ARGS… PATH`'s JSON.
+fn simulate_json(args: &[&str], path: &std::path::Path) -> serde_json::Value {
+    let args = ["simulate"].iter().chain(args).map(OsStr::new);
+    json_of(args.chain([path.as_os_str()]))
+}
 
 #[test]
 fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "simulate", "--corpus", "2", "--seed", "7", "--format", "json",
-        ])
-        .arg("--corpus-dump")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = simulate_json(
+        &[
+            "--corpus",
+            "2",
+            "--seed",
+            "7",
+            "--format",
+            "json",
+            "--corpus-dump",
+        ],
+        dir.path(),
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     // serde_json's map is sorted by key: the set is what is checked here.
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(
@@ -86,24 +88,10 @@ fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
 
     // The dump replays: the second member run alone gives its row's numbers.
     let file = dir.path().join("corpus-s7-0001.toml");
-    let out = Command::new(BIN)
-        .args([
-            "simulate",
-            "--format",
-            "json",
-            "--policy",
-            "static",
-            "--scenario",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let alone = simulate_json(
+        &["--format", "json", "--policy", "static", "--scenario"],
+        &file,
     );
-    let alone: Value = serde_json::from_slice(&out.stdout).unwrap();
     let static_row = rows[1]["policies"]
         .as_array()
         .unwrap()
@@ -122,14 +110,6 @@ fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
         vec!["--corpus", "many"],
         vec!["--corpus", "2", "--scenario", "seed-000-backlog"],
     ] {
-        let out = Command::new(BIN)
-            .arg("simulate")
-            .args(&bad)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{bad:?}");
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(stderr.lines().count(), 1, "{bad:?}: {stderr}");
-        assert!(stderr.starts_with("error: --corpus: "), "{stderr}");
+        simulate_refuses(&bad, "--corpus");
     }
 }
