@@ -106,13 +106,28 @@ fn cost_ratio(p: &PolicyReport) -> f64 {
     p.cost_vs_oracle
 }
 
+/// What a win is judged on: a policy's SLO attainment and cost in one scenario.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    pub slo: f64,
+    pub cost_usd: f64,
+}
+
+impl From<&PolicyReport> for Outcome {
+    fn from(p: &PolicyReport) -> Outcome {
+        Outcome {
+            slo: p.slo_attainment,
+            cost_usd: p.cost_usd,
+        }
+    }
+}
+
 /// Whether `a` beats `b`: a strictly better SLO (by more than [`SLO_TOLERANCE`]), or the same or
 /// better SLO (within it) at a lower cost (by more than [`COST_TOLERANCE`]). At most one of two
 /// policies beats the other; neither does on a tie.
-pub fn beats(a: &PolicyReport, b: &PolicyReport) -> bool {
-    a.slo_attainment > b.slo_attainment + SLO_TOLERANCE
-        || (a.slo_attainment >= b.slo_attainment - SLO_TOLERANCE
-            && a.cost_usd < b.cost_usd * (1.0 - COST_TOLERANCE))
+pub fn beats(a: Outcome, b: Outcome) -> bool {
+    a.slo > b.slo + SLO_TOLERANCE
+        || (a.slo >= b.slo - SLO_TOLERANCE && a.cost_usd < b.cost_usd * (1.0 - COST_TOLERANCE))
 }
 
 /// The `q`-quantile by linear interpolation between the closest ranks; `None` when empty.
@@ -176,7 +191,7 @@ pub fn summarize(seed: u64, runs: &[Scored], wall_time_s: f64) -> CorpusReport {
                         .iter()
                         .filter(|s| {
                             matches!((find(&s.report, me), find(&s.report, other)),
-                                (Some(a), Some(b)) if beats(a, b))
+                                (Some(a), Some(b)) if beats(a.into(), b.into()))
                         })
                         .count();
                     (
@@ -228,7 +243,7 @@ fn losses(runs: &[Scored]) -> Vec<Loss> {
             continue;
         };
         for b in BASELINES.iter().filter_map(|b| find(&s.report, b)) {
-            if beats(b, h) {
+            if beats(b.into(), h.into()) {
                 out.push(Loss {
                     scenario: s.report.scenario.clone(),
                     baseline: b.policy.clone(),
@@ -462,36 +477,18 @@ pub fn table(r: &CorpusReport) -> String {
 mod tests {
     use super::*;
 
-    fn policy(name: &str, slo: f64, cost: f64) -> PolicyReport {
-        PolicyReport {
-            policy: name.into(),
-            requests_total: 0,
-            requests_within_slo: 0,
-            slo_attainment: slo,
-            tiers: vec![],
-            queue_delay_minutes: 0.0,
-            shed: 0,
-            gpu_hours: 0.0,
-            idle_gpu_hours: 0.0,
-            cost_usd: cost,
-            cost_vs_oracle: 0.0,
-            refusals: BTreeMap::new(),
-            fallbacks: BTreeMap::new(),
-            scale_direction_changes: 0,
-            peak_queue_depth: 0,
-            peak_ready_replicas: 0,
-            pools: vec![],
-        }
+    fn policy(slo: f64, cost_usd: f64) -> Outcome {
+        Outcome { slo, cost_usd }
     }
 
     #[test]
     fn a_win_is_a_better_slo_or_the_same_slo_for_less() {
-        let a = policy("a", 0.99, 10.0);
-        assert!(beats(&a, &policy("b", 0.95, 5.0)));
-        assert!(beats(&a, &policy("b", 0.9905, 12.0)));
-        assert!(!beats(&a, &policy("b", 0.9905, 10.05)));
-        assert!(!beats(&a, &policy("b", 0.995, 20.0)));
-        assert!(beats(&policy("b", 0.995, 20.0), &a));
+        let a = policy(0.99, 10.0);
+        assert!(beats(a, policy(0.95, 5.0)));
+        assert!(beats(a, policy(0.9905, 12.0)));
+        assert!(!beats(a, policy(0.9905, 10.05)));
+        assert!(!beats(a, policy(0.995, 20.0)));
+        assert!(beats(policy(0.995, 20.0), a));
     }
 
     #[test]
