@@ -182,11 +182,17 @@ async fn corpus(
         ))
         .into());
     }
-    let n = match n.parse::<u32>() {
-        Ok(n) if (1..=MAX_SCENARIOS).contains(&n) => n,
-        _ => {
+    let n = match n.parse::<u64>() {
+        Ok(k) if (1..=u64::from(MAX_SCENARIOS)).contains(&k) => k as u32,
+        Ok(k) => {
             return Err(BadInput(format!(
-                "--corpus: {n:?} is not a number of scenarios; ask for 1 to {MAX_SCENARIOS}"
+                "--corpus: {k} scenarios is out of range; ask for 1 to {MAX_SCENARIOS}"
+            ))
+            .into());
+        }
+        Err(_) => {
+            return Err(BadInput(format!(
+                "--corpus: {n:?} is not a whole number; ask for 1 to {MAX_SCENARIOS} scenarios"
             ))
             .into());
         }
