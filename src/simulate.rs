@@ -17,10 +17,18 @@ pub struct SimulateArgs {
     #[arg(
         long,
         value_name = "NAME_OR_FILE",
-        required_unless_present = "suite",
+        required_unless_present_any = ["suite", "corpus"],
         conflicts_with = "suite"
     )]
     scenario: Option<String>,
+    /// Generate N scenarios (1 to 10000) from the parametric family in the simulator's
+    /// scenarios/README.md, deterministic in --seed (default 0), run each under every policy and
+    /// print win rates and distributions.
+    #[arg(long, value_name = "N")]
+    corpus: Option<String>,
+    /// With --corpus: write each generated scenario to DIR as TOML that --scenario replays.
+    #[arg(long, value_name = "DIR", requires = "corpus")]
+    corpus_dump: Option<PathBuf>,
     /// Run every built-in scenario under every policy (or those given with --policy) and print
     /// one scoreboard.
     #[arg(long, conflicts_with_all = ["trace", "timeseries", "plot"])]
@@ -99,6 +107,9 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let policies = policies(&args)?;
+    if let Some(n) = &args.corpus {
+        return corpus(&args, n, &policies, json).await;
+    }
     if args.suite {
         return suite(&policies, args.seed, json).await;
     }
@@ -145,6 +156,80 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             report.wall_time_s,
             report.simulated_requests_per_s
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--corpus N`: generate, dump if asked, run every member under `policies`, print the
+/// scoreboard. The flags are checked here so each mistake is one line naming the flag.
+async fn corpus(
+    args: &SimulateArgs,
+    n: &str,
+    policies: &[Policy],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use headroom_sim::corpus::{self, MAX_SCENARIOS, summary};
+    let conflicting = [
+        ("--scenario", args.scenario.is_some()),
+        ("--suite", args.suite),
+        ("--trace", args.trace.is_some()),
+        ("--timeseries", args.timeseries.is_some()),
+        ("--plot", args.plot.is_some()),
+    ];
+    if let Some((flag, _)) = conflicting.iter().find(|(_, given)| *given) {
+        return Err(BadInput(format!(
+            "--corpus: cannot be combined with {flag}; drop one of them"
+        ))
+        .into());
+    }
+    let n = match n.parse::<u64>() {
+        Ok(k) if (1..=u64::from(MAX_SCENARIOS)).contains(&k) => k as u32,
+        Ok(k) => {
+            return Err(BadInput(format!(
+                "--corpus: {k} scenarios is out of range; ask for 1 to {MAX_SCENARIOS}"
+            ))
+            .into());
+        }
+        Err(_) => {
+            return Err(BadInput(format!(
+                "--corpus: {n:?} is not a whole number; ask for 1 to {MAX_SCENARIOS} scenarios"
+            ))
+            .into());
+        }
+    };
+    let seed = args.seed.unwrap_or(0);
+    let members = corpus::corpus(n, seed).map_err(|e| bad("--corpus", e))?;
+    if let Some(dir) = &args.corpus_dump {
+        let cannot = |e: std::io::Error| {
+            BadInput(format!(
+                "--corpus-dump: cannot write to {} ({e}); pass a writable directory",
+                dir.display()
+            ))
+        };
+        std::fs::create_dir_all(dir).map_err(cannot)?;
+        for m in &members {
+            std::fs::write(dir.join(format!("{}.toml", m.params.name)), &m.toml).map_err(cannot)?;
+        }
+    }
+    let started = stopwatch();
+    let mut runs = Vec::new();
+    for m in members {
+        // Each member runs on its own seed, as its dumped file replays.
+        let report = quietly(headroom_sim::run(&m.scenario, None, policies, None))
+            .await
+            .map_err(|e| bad("--corpus", e))?;
+        runs.push(summary::Scored {
+            traits: m.params.traits(),
+            duration_s: m.scenario.duration_s,
+            report,
+        });
+    }
+    let wall = (started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+    let report = summary::summarize(seed, &runs, wall);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", summary::table(&report));
     }
     Ok(ExitCode::SUCCESS)
 }

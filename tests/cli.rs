@@ -733,19 +733,19 @@ replica_throughput_rps = 5.0
     );
 }
 
-fn what_if(args: &[&str]) -> Value {
-    let out = Command::new(BIN)
-        .arg("what-if")
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
+/// `headroom ARGS…` succeeds; its standard output as JSON.
+fn json_of<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Value {
+    let out = Command::new(BIN).args(args).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn what_if(args: &[&str]) -> Value {
+    json_of(["what-if"].iter().chain(args).chain(&["--json"]))
 }
 
 #[test]
@@ -2054,16 +2054,21 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
             "--trace",
         ),
     ] {
-        let out = Command::new(BIN)
-            .arg("simulate")
-            .args(&bad)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{bad:?}");
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(stderr.lines().count(), 1, "{bad:?}: {stderr}");
-        assert!(stderr.starts_with(&format!("error: {flag}: ")), "{stderr}");
+        simulate_refuses(&bad, flag);
     }
+}
+
+/// `headroom simulate ARGS` fails with one line naming `flag`, exit code 2.
+fn simulate_refuses(args: &[&str], flag: &str) {
+    let out = Command::new(BIN)
+        .arg("simulate")
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with(&format!("error: {flag}: ")), "{stderr}");
 }
 
 /// `[kube]` needs the `kube` feature; the default build says so in one line instead of running
@@ -2105,6 +2110,8 @@ fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
     );
 }
 
+#[path = "cli/corpus.rs"]
+mod corpus;
 #[path = "cli/external_metrics.rs"]
 mod external_metrics;
 #[path = "cli/roles.rs"]

@@ -60,11 +60,18 @@ impl RateProfile {
     }
 }
 
-/// Token counts: fixed, or uniform in an inclusive range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Token counts: fixed, uniform in an inclusive range, or lognormal (heavy-tailed, as real
+/// prompts and generations are: most short, a few very long).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Tokens {
     Fixed(u32),
     Uniform(u32, u32),
+    /// `median × e^(sigma·Z)` for a standard normal Z, rounded and clamped to `1..=max`.
+    LogNormal {
+        median: u32,
+        sigma: f64,
+        max: u32,
+    },
 }
 
 impl Tokens {
@@ -72,6 +79,22 @@ impl Tokens {
         match self {
             Tokens::Fixed(n) => n,
             Tokens::Uniform(lo, hi) => rng.u32(lo..=hi),
+            Tokens::LogNormal { median, sigma, max } => {
+                // Box–Muller: fastrand has no normal distribution, two uniforms make one.
+                let (u1, u2) = (1.0 - rng.f64(), rng.f64());
+                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                let x = (median as f64 * (sigma * z).exp()).round();
+                x.clamp(1.0, max.max(1) as f64) as u32
+            }
+        }
+    }
+
+    /// The expected count (the clamp ignored): what sizes a replica's throughput.
+    pub fn mean(self) -> f64 {
+        match self {
+            Tokens::Fixed(n) => n as f64,
+            Tokens::Uniform(lo, hi) => (lo as f64 + hi as f64) / 2.0,
+            Tokens::LogNormal { median, sigma, .. } => median as f64 * (sigma * sigma / 2.0).exp(),
         }
     }
 }
@@ -311,6 +334,31 @@ fn finish(mut rows: Vec<(f64, u32, u32)>, file: &str, tier: u8) -> Result<Vec<Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lognormal draw has the median it is given and a heavy right tail, within its cap.
+    #[test]
+    fn lognormal_tokens_have_their_median_and_a_tail() {
+        let t = Tokens::LogNormal {
+            median: 200,
+            sigma: 1.0,
+            max: 5000,
+        };
+        let mut rng = fastrand::Rng::with_seed(9);
+        let mut xs: Vec<u32> = (0..20_000).map(|_| t.draw(&mut rng)).collect();
+        xs.sort_unstable();
+        let median = xs[xs.len() / 2];
+        assert!((185..=215).contains(&median), "{median}");
+        // e^(1.2816) ≈ 3.6: the 90th percentile is ~720 tokens, far above the median.
+        let p90 = xs[xs.len() * 9 / 10];
+        assert!((640..=800).contains(&p90), "{p90}");
+        assert!(xs.iter().all(|&x| (1..=5000).contains(&x)));
+        let mean = xs.iter().map(|&x| x as f64).sum::<f64>() / xs.len() as f64;
+        assert!(
+            (mean / t.mean() - 1.0).abs() < 0.05,
+            "{mean} vs {}",
+            t.mean()
+        );
+    }
 
     #[test]
     fn uniform_arrivals_follow_the_integral() {

@@ -4,6 +4,7 @@
 //! capacity and an oracle — in virtual time against the simulated cloud.
 
 pub mod arrivals;
+pub mod corpus;
 pub mod error;
 pub mod model;
 pub mod render;

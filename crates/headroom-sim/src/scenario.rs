@@ -239,6 +239,17 @@ enum RawRate {
 enum RawTokens {
     Fixed(u32),
     Range([u32; 2]),
+    Distribution(RawTokenDistribution),
+}
+
+/// `{ distribution = "lognormal", median = N, sigma = S, max = M }`: heavy-tailed token counts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTokenDistribution {
+    distribution: String,
+    median: u32,
+    sigma: f64,
+    max: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -687,6 +698,7 @@ fn stream(
             origin,
             format!("key `{}`: [low, high] with low ≤ high", key(k)),
         )),
+        RawTokens::Distribution(ref d) => lognormal(origin, &key(k), d),
     };
     let pool = match &st.pool {
         None => 0,
@@ -710,6 +722,35 @@ fn stream(
         rate,
         input_tokens: tokens(&st.input_tokens, "input_tokens")?,
         output_tokens: tokens(&st.output_tokens, "output_tokens")?,
+    })
+}
+
+/// A lognormal token distribution: a median of at least one token, a sigma in (0, 4] (beyond
+/// that one request in a thousand would be ~10⁵ times the median), a cap at or above the median.
+fn lognormal(origin: &str, key: &str, d: &RawTokenDistribution) -> Result<Tokens, SimError> {
+    let max = d.max.unwrap_or(u32::MAX);
+    if d.distribution != "lognormal" {
+        return Err(SimError::scenario(
+            origin,
+            format!(
+                "key `{key}.distribution`: {:?}; use \"lognormal\" (or a number, or [low, high])",
+                d.distribution
+            ),
+        ));
+    }
+    if d.median == 0 || !(d.sigma > 0.0 && d.sigma <= 4.0) || max < d.median {
+        return Err(SimError::scenario(
+            origin,
+            format!(
+                "key `{key}`: median ≥ 1, 0 < sigma ≤ 4 and max ≥ median; got median {}, sigma {}, max {max}",
+                d.median, d.sigma
+            ),
+        ));
+    }
+    Ok(Tokens::LogNormal {
+        median: d.median,
+        sigma: d.sigma,
+        max,
     })
 }
 

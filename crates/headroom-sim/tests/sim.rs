@@ -485,3 +485,29 @@ fn multi_pool_scenario_mistakes_name_the_key_and_the_fix() {
     ));
     assert!(e.contains("key `pools[1].name`"), "{e}");
 }
+
+/// Each pool's baseline fleet launches its own nodes and pays for them: the fleets of two pools
+/// on one cloud used to share client tokens, so the second pool's "nodes" were the first's and
+/// cost nothing.
+#[tokio::test]
+async fn every_pool_of_a_baseline_pays_for_its_own_nodes() {
+    let r = run(
+        "smaller-model-handover",
+        &[Policy::Static, Policy::HpaQueue],
+        Some(2.0),
+    )
+    .await;
+    for p in &r.policies {
+        assert_eq!(p.pools.len(), 2);
+        for pool in &p.pools {
+            assert!(
+                pool.cost_usd > 0.0 && pool.peak_ready_replicas > 0,
+                "{}: pool {} ran {} replicas for ${}",
+                p.policy,
+                pool.pool,
+                pool.peak_ready_replicas,
+                pool.cost_usd
+            );
+        }
+    }
+}

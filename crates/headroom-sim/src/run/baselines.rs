@@ -154,13 +154,16 @@ impl Fleet {
                 continue;
             }
             self.seq += 1;
+            // The pool in the token: every pool's fleet counts from 1 on one cloud, and a
+            // repeated token is the same launch (the cloud would hand back another pool's node).
+            let node = format!("{}-{}-{}", self.name, self.pool.spec.name, self.seq);
             let spec = LaunchSpec {
                 offering: offering.clone(),
-                client_token: format!("{}-{}", self.name, self.seq),
+                client_token: node.clone(),
                 tags: OwnershipTags {
                     cluster: self.name.to_string(),
                     pool: self.pool.spec.name.to_string(),
-                    node: format!("{}-{}", self.name, self.seq),
+                    node,
                     request: None,
                 },
                 user_data: None,
