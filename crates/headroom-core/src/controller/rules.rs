@@ -226,7 +226,14 @@ impl Activation<'_> {
         memory.remember_arrivals(self.now, work.arrivals, window * span);
         let means = memory.arrival_windows(self.now, window)?;
         let (first, last) = (means[0], means[RAMP_WINDOWS - 1]);
-        if !(means.windows(2).all(|w| w[0] < w[1]) && last >= 1.1 * first) {
+        let steps: Vec<f64> = means.windows(2).map(|w| w[1] - w[0]).collect();
+        let (smallest, largest) = steps
+            .iter()
+            .fold((f64::INFINITY, 0.0_f64), |(lo, hi), s| (lo.min(*s), hi.max(*s)));
+        // Growth in every window, by a tenth overall, and steady: a step in the rate seen
+        // through a rolling average (traffic that starts, a burst) grows in one or two windows
+        // and hardly in the others, and is no trend to extrapolate.
+        if !(smallest > 0.0 && last >= 1.1 * first && smallest * 3.0 >= largest) {
             return None;
         }
         let growth = (last - first) / (f64::from(span - 1) * window.as_secs_f64());
@@ -236,7 +243,9 @@ impl Activation<'_> {
         } else {
             ladder.cold_total()
         };
-        let projected = work.arrivals.max(last) + growth * lead.as_secs_f64();
+        // Extrapolated a lead time at most, and never past twice the rate now.
+        let now_rate = work.arrivals.max(last);
+        let projected = (now_rate + growth * lead.as_secs_f64()).min(2.0 * now_rate);
         let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
         let desired = drain_rule(
             projected / utilization,

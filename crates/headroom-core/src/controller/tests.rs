@@ -861,3 +861,35 @@ fn one_burst_that_wobbles_is_not_a_recurrence() {
     assert!(last.is_some());
     assert_eq!(m.rises.len(), 1, "one burst, one rise: {:?}", m.rises);
 }
+
+#[test]
+fn traffic_that_starts_is_no_ramp() {
+    // Nothing for two minutes, then 40 req/s seen through a rolling average that fills over
+    // a minute: it grows in one window and a half, not steadily through four.
+    let p = pool(
+        2,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            ..base()
+        }),
+    );
+    let mut m = memory(2);
+    for step in 0..=100 {
+        let t = step * 5;
+        let rate = (40.0 * (t as f64 - 120.0) / 60.0).clamp(0.0, 40.0);
+        let d = decide(
+            &p,
+            Some(&Signals::queue(0, rate, secs(t))),
+            ready(m.target),
+            m,
+            secs(t),
+        );
+        assert!(
+            d.proposals.iter().all(|p| p.rule != Rule::Ramp),
+            "at {t}s: {}",
+            d.reason
+        );
+        m = d.memory.clone();
+    }
+}
