@@ -154,13 +154,16 @@ impl Fleet {
                 continue;
             }
             self.seq += 1;
+            // The pool in the token: with one token per policy, a second pool's first launch
+            // was answered with the first pool's node (idempotency), so it served unpaid.
+            let node = format!("{}-{}-{}", self.name, self.pool.spec.name, self.seq);
             let spec = LaunchSpec {
                 offering: offering.clone(),
-                client_token: format!("{}-{}", self.name, self.seq),
+                client_token: node.clone(),
                 tags: OwnershipTags {
                     cluster: self.name.to_string(),
                     pool: self.pool.spec.name.to_string(),
-                    node: format!("{}-{}", self.name, self.seq),
+                    node,
                     request: None,
                 },
                 user_data: None,

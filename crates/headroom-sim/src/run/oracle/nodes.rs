@@ -45,6 +45,9 @@ struct OfferingTrack {
     /// A new node may be launched on it (spot: the market at or below the maximum).
     launchable: Vec<bool>,
     capacity: Vec<u32>,
+    /// A node of it may exist (runnable, and some launch up to then found the market open and
+    /// room): what the lower bound prices a node at.
+    open: Vec<bool>,
 }
 
 /// The oracle's schedule, costed.
@@ -161,6 +164,17 @@ impl Supply {
             n = n.max(room.min(max));
         }
         n.min(max)
+    }
+
+    /// The cheapest price, dollars per node-hour, of a node that may be running at tick `k` on
+    /// any offering (no ladder, no capacity limit beyond a launch having been possible); `None`
+    /// when no node can run then.
+    pub fn cheapest_open(&self, k: usize) -> Option<f64> {
+        self.offerings
+            .iter()
+            .filter(|o| o.open.get(k).copied().unwrap_or(false))
+            .map(|o| o.price[k])
+            .min_by(f64::total_cmp)
     }
 
     pub fn most_ready(&self, k: usize) -> u32 {
@@ -383,6 +397,13 @@ fn track(
         runnable[k] = above_since.is_none_or(|since| t < since + notice);
         cap[k] = room;
     }
+    let mut ever = false;
+    let open = (0..ticks)
+        .map(|k| {
+            ever |= launchable[k] && cap[k] > 0;
+            ever && runnable[k]
+        })
+        .collect();
     OfferingTrack {
         gpus: o.gpus_per_node,
         cold_ticks: ticks_of(ladder.cold_total().as_secs_f64(), tick_s),
@@ -391,6 +412,7 @@ fn track(
         runnable,
         launchable,
         capacity: cap,
+        open,
     }
 }
 

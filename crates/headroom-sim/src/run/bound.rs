@@ -1,0 +1,483 @@
+//! A certified lower bound on what serving the run's requests within their objectives costs: a
+//! relaxation that no schedule starting the same requests within their objectives can beat,
+//! whatever its ladder, packing or foresight. The argument is in `scenarios/README.md`.
+//!
+//! The relaxation is a linear program per pool, in ticks: `y[k]` nodes paid at tick `k` at the
+//! cheapest price a node could run at then, never fewer than `min_replicas`; each request's work,
+//! in node-seconds on its fastest offering, done anywhere between its arrival and the latest it
+//! could finish having started within its objective at the slowest per-request rate; a request
+//! of a `smaller_model` tier may be done by the fallback pool instead. Its optimum needs no
+//! solver: any multipliers of its dual give a lower bound (weak duality), so the bound is
+//! certified by construction, and the multipliers are only searched for a good one.
+//!
+//! The dual, per pool `p` and tick `k`, with `λ[p][k]` in `[0, c[p][k]]` (`c`: the cheapest node
+//! price per node-second then):
+//!
+//! ```text
+//! D(λ) = Σ_i share_i · min over eligible p of size_ip · min_{k in window_ip} λ[p][k]
+//!      + Σ_p Σ_k min_replicas_p · tick · (c[p][k] − λ[p][k])
+//! ```
+//!
+//! For a policy that started only `n` requests within their objectives, the `n` smallest
+//! request terms stand in for the first sum: that is below the dual of whichever `n` it served.
+
+use crate::arrivals::Request;
+use crate::scenario::Scenario;
+
+use super::oracle::nodes::Supply;
+
+/// Subgradient steps the multipliers take in search of a better bound.
+const ASCENT_STEPS: usize = 40;
+
+/// The bound's multipliers tried and what each certifies.
+#[derive(Debug, Clone)]
+pub struct Bound {
+    certified: Vec<Certified>,
+}
+
+/// What one multiplier vector certifies: the pools' floor term and, cheapest first, the
+/// requests' terms summed (`prefix[n]`: the `n` cheapest).
+#[derive(Debug, Clone)]
+struct Certified {
+    floor_usd: f64,
+    prefix: Vec<f64>,
+}
+
+impl Certified {
+    fn within(&self, n: u64) -> f64 {
+        let n = (n as usize).min(self.prefix.len() - 1);
+        self.floor_usd + self.prefix[n]
+    }
+}
+
+/// One pool's side of the relaxation.
+struct PoolLp {
+    floor: f64,
+    /// Per tick, the cheapest node price in dollars per node-second (`None`: no node can run).
+    price_s: Vec<Option<f64>>,
+    /// The most any multiplier of the pool needs to be, where no node can run (any value is
+    /// allowed there: nothing can be bought).
+    cap: f64,
+}
+
+/// One request's claim on one pool: node-seconds of work, the share of it that must be done
+/// within the run, and the ticks it may be done in.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    pool: usize,
+    size_s: f64,
+    share: f64,
+    first: usize,
+    last: usize,
+}
+
+impl Bound {
+    /// The bound for `requests` over `duration_s` on the scenario's pools and cloud.
+    pub fn new(sc: &Scenario, requests: &[Request], duration_s: f64) -> Bound {
+        let tick_s = sc.tick_s;
+        let ticks = (duration_s / tick_s).round().max(1.0) as usize;
+        let pools: Vec<PoolLp> = (0..sc.pools.len())
+            .map(|p| {
+                let supply = Supply::of(&sc.alone(p), ticks);
+                let price_s: Vec<Option<f64>> = (0..ticks)
+                    .map(|k| supply.cheapest_open(k).map(|usd_h| usd_h / 3600.0))
+                    .collect();
+                let cap = price_s.iter().flatten().copied().fold(0.0, f64::max);
+                PoolLp {
+                    floor: f64::from(sc.pools[p].spec.min_replicas),
+                    price_s,
+                    cap,
+                }
+            })
+            .collect();
+        let claims: Vec<Vec<Claim>> = requests.iter().map(|r| claims(sc, r, ticks)).collect();
+        let mut certified = vec![
+            certify(&pools, &claims, &ones(&pools), tick_s),
+            certify(&pools, &claims, &zeros(&pools), tick_s),
+        ];
+        certified.push(ascend(&pools, &claims, tick_s));
+        Bound { certified }
+    }
+
+    /// The bound for serving every request within its objective.
+    pub fn full_usd(&self) -> f64 {
+        self.within(u64::MAX)
+    }
+
+    /// The bound for any schedule that starts `n` requests within their objectives: the best
+    /// any multiplier vector certifies.
+    pub fn within(&self, n: u64) -> f64 {
+        self.certified
+            .iter()
+            .map(|c| c.within(n))
+            .fold(0.0, f64::max)
+    }
+}
+
+/// The pools a request may be served by, each with its claim: its own, and its pool's smaller
+/// model when its tier may go there.
+fn claims(sc: &Scenario, r: &Request, ticks: usize) -> Vec<Claim> {
+    let own = r.pool as usize;
+    let mut pools = vec![own];
+    let handed = sc
+        .queue
+        .smaller_model
+        .get(r.tier as usize)
+        .copied()
+        .unwrap_or(false);
+    if let Some(f) = sc
+        .pools
+        .get(own)
+        .and_then(|p| p.fallback)
+        .filter(|_| handed)
+    {
+        pools.push(f);
+    }
+    let objective = sc
+        .queue
+        .objective_s
+        .get(r.tier as usize)
+        .copied()
+        .unwrap_or(f64::INFINITY);
+    let end_s = ticks as f64 * sc.tick_s;
+    pools
+        .into_iter()
+        .filter_map(|p| {
+            let pool = sc.pools.get(p)?;
+            let services = pool
+                .spec
+                .offerings
+                .iter()
+                .map(|o| pool.service_on(o))
+                .chain([pool.service]);
+            // The fastest offering's node-seconds, and the slowest a started request may run:
+            // both in the schedule's favour.
+            let (mut size_s, mut slowest) = (f64::INFINITY, f64::INFINITY);
+            for s in services {
+                size_s = size_s.min(s.work(r) / s.replica_capacity().max(f64::MIN_POSITIVE));
+                let per_request = (s.tokens_per_s / f64::from(s.max_batch.max(1)))
+                    .min(s.request_tokens_per_s)
+                    .max(f64::MIN_POSITIVE);
+                slowest = slowest.min(per_request / s.work(r));
+            }
+            // Started by `at + objective`, at least `slowest` of it done per second from then.
+            let latest_start = r.at_s + objective;
+            let share = ((end_s - latest_start) * slowest).clamp(0.0, 1.0);
+            if !share.is_finite() || share <= 0.0 || r.at_s >= end_s {
+                return None;
+            }
+            let finish = latest_start + 1.0 / slowest;
+            let first = (r.at_s / sc.tick_s).floor() as usize;
+            let last = ((finish / sc.tick_s).floor() as usize).min(ticks - 1);
+            Some(Claim {
+                pool: p,
+                size_s,
+                share,
+                first: first.min(last),
+                last,
+            })
+        })
+        .collect()
+}
+
+fn ones(pools: &[PoolLp]) -> Vec<Vec<f64>> {
+    pools
+        .iter()
+        .map(|p| p.price_s.iter().map(|c| c.unwrap_or(p.cap)).collect())
+        .collect()
+}
+
+fn zeros(pools: &[PoolLp]) -> Vec<Vec<f64>> {
+    pools.iter().map(|p| vec![0.0; p.price_s.len()]).collect()
+}
+
+/// Range minima over one pool's multipliers, with where each is reached.
+struct MinTable {
+    levels: Vec<Vec<(f64, usize)>>,
+}
+
+impl MinTable {
+    fn new(values: &[f64]) -> MinTable {
+        let mut levels = vec![values.iter().copied().zip(0..).collect::<Vec<_>>()];
+        let mut width = 1;
+        // Bounded: each level halves what is left, log2(ticks) levels.
+        while width * 2 <= values.len() {
+            let prev = &levels[levels.len() - 1];
+            let next = (0..=values.len() - width * 2)
+                .map(|i| least(prev[i], prev[i + width]))
+                .collect();
+            levels.push(next);
+            width *= 2;
+        }
+        MinTable { levels }
+    }
+
+    /// The least value in `[first, last]` and its tick.
+    fn min(&self, first: usize, last: usize) -> (f64, usize) {
+        let len = last - first + 1;
+        let level = (usize::BITS - 1 - len.leading_zeros()) as usize;
+        let row = &self.levels[level];
+        least(row[first], row[last + 1 - (1 << level)])
+    }
+}
+
+fn least(a: (f64, usize), b: (f64, usize)) -> (f64, usize) {
+    if b.0 < a.0 { b } else { a }
+}
+
+/// Each request's term under `lambda` and, per pool and tick, the node-seconds the cheapest
+/// choice puts there (the dual's subgradient, less the floor).
+fn terms(
+    pools: &[PoolLp],
+    claims: &[Vec<Claim>],
+    lambda: &[Vec<f64>],
+) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let tables: Vec<MinTable> = lambda.iter().map(|l| MinTable::new(l)).collect();
+    let mut load: Vec<Vec<f64>> = pools.iter().map(|p| vec![0.0; p.price_s.len()]).collect();
+    let terms = claims
+        .iter()
+        .map(|cs| {
+            let best = cs
+                .iter()
+                .map(|c| {
+                    let (l, k) = tables[c.pool].min(c.first, c.last);
+                    (c.share * c.size_s * l, c, k)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            match best {
+                Some((term, c, k)) => {
+                    load[c.pool][k] += c.share * c.size_s;
+                    term
+                }
+                None => 0.0,
+            }
+        })
+        .collect();
+    (terms, load)
+}
+
+/// What `lambda` certifies (it must lie within each tick's cheapest price).
+fn certify(pools: &[PoolLp], claims: &[Vec<Claim>], lambda: &[Vec<f64>], tick_s: f64) -> Certified {
+    let (mut terms, _) = terms(pools, claims, lambda);
+    terms.sort_by(f64::total_cmp);
+    let mut prefix = Vec::with_capacity(terms.len() + 1);
+    let mut sum = 0.0;
+    prefix.push(0.0);
+    for t in terms {
+        sum += t;
+        prefix.push(sum);
+    }
+    Certified {
+        floor_usd: floor_usd(pools, lambda, tick_s),
+        prefix,
+    }
+}
+
+/// The dual's floor term: the floor's nodes at each tick's cheapest price, less what the
+/// multipliers charge the work for the capacity the floor brings anyway.
+fn floor_usd(pools: &[PoolLp], lambda: &[Vec<f64>], tick_s: f64) -> f64 {
+    pools
+        .iter()
+        .zip(lambda)
+        .map(|(p, l)| {
+            p.price_s
+                .iter()
+                .zip(l)
+                .filter_map(|(c, l)| c.map(|c| p.floor * tick_s * (c - l).max(0.0)))
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+/// Projected subgradient ascent on the dual from the cheapest prices: a tick whose cheapest
+/// work is more than the floor can do raises its multiplier, one with less lowers it. Returns
+/// the best vector's certificate for serving every request.
+fn ascend(pools: &[PoolLp], claims: &[Vec<Claim>], tick_s: f64) -> Certified {
+    let mut lambda = ones(pools);
+    let mut best = (f64::NEG_INFINITY, lambda.clone());
+    for step in 0..ASCENT_STEPS {
+        let (terms, load) = terms(pools, claims, &lambda);
+        let value = terms.iter().sum::<f64>() + floor_usd(pools, &lambda, tick_s);
+        if value > best.0 {
+            best = (value, lambda.clone());
+        }
+        let rate = 0.5 / ((step + 1) as f64).sqrt();
+        for ((p, l), load) in pools.iter().zip(lambda.iter_mut()).zip(&load) {
+            let room = p.floor.max(1.0) * tick_s;
+            for (k, l) in l.iter_mut().enumerate() {
+                let Some(c) = p.price_s[k] else { continue };
+                let gradient = (load[k] - p.floor * tick_s) / room;
+                *l = (*l + rate * c * gradient.clamp(-1.0, 1.0)).clamp(0.0, c);
+            }
+        }
+    }
+    certify(pools, claims, &best.1, tick_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::model::{Model, ReplicaSpec};
+
+    const PRICE_USD_PER_HOUR: f64 = 3.6;
+    const MAX_REPLICAS: u32 = 3;
+
+    /// Four one-minute ticks, one on-demand offering, a replica of two slots at 100 units/s (50
+    /// for a request alone), a 20 s objective.
+    fn tiny(floor: u32) -> Scenario {
+        let text = format!(
+            r#"
+name = "tiny"
+description = "exhaustive"
+duration = "4m"
+tick = "60s"
+step = "1s"
+seed = 0
+
+[service]
+tokens_per_s = 100
+request_tokens_per_s = 50
+max_batch = 2
+input_token_weight = 0.0
+
+[[tiers]]
+name = "interactive"
+objective = "20s"
+
+[[traffic]]
+tier = "interactive"
+process = "uniform"
+rate = 1
+input_tokens = 0
+output_tokens = 100
+
+[headroom]
+cluster_id = "tiny"
+
+[[headroom.offerings]]
+id = "use1-od"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az1"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "{PRICE_USD_PER_HOUR}"
+gpus = 1
+sim_capacity = 8
+
+[[headroom.pools]]
+name = "tiny"
+account = "test"
+offerings = ["use1-od"]
+min_replicas = {floor}
+max_replicas = {MAX_REPLICAS}
+warm_pool_size = 0
+[headroom.pools.ladder]
+node_acquisition = "30s"
+image_pull = "10s"
+weight_load = "10s"
+compile = "5s"
+warmup = "5s"
+[headroom.pools.scaling]
+replica_throughput_rps = 1.0
+backlog_drain = "60s"
+breach_window = "5s"
+scale_up_breaches = 2
+"#
+        );
+        crate::scenario::parse(&text, "tiny.toml").unwrap()
+    }
+
+    /// Every schedule of 0..=3 replicas per tick that never withdraws a running request (a
+    /// replica stays while it or one after it is busy) and keeps the floor: its cost and the
+    /// requests it starts within their objectives.
+    fn every_schedule(sc: &Scenario, requests: &[Request], floor: u32) -> Vec<(f64, u64)> {
+        let ticks = 4;
+        let choices = MAX_REPLICAS + 1 - floor;
+        let spec = ReplicaSpec {
+            gpus: 1,
+            service: sc.primary().service,
+        };
+        (0..choices.pow(ticks))
+            .map(|code| {
+                let mut model = Model::new(requests, sc.queue.clone(), false);
+                let mut cost = 0.0;
+                for k in 0..ticks {
+                    let chosen = floor + code / choices.pow(k) % choices;
+                    let n = chosen.max(model.busy_prefix());
+                    let ready: BTreeMap<String, ReplicaSpec> =
+                        (0..n).map(|j| (format!("r{j}"), spec)).collect();
+                    model.set_ready(&ready);
+                    let t = f64::from(k) * sc.tick_s;
+                    model.advance(t, t + sc.tick_s, sc.step_s);
+                    cost += f64::from(n) * PRICE_USD_PER_HOUR * sc.tick_s / 3600.0;
+                }
+                model.finish(f64::from(ticks) * sc.tick_s);
+                (cost, model.totals.within_slo)
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+
+        /// On tiny instances, no schedule at all costs less than the bound for the requests it
+        /// starts within their objectives, and the bound for full service is at least the floor.
+        #[test]
+        fn no_schedule_beats_the_bound(
+            floor in 0u32..=1,
+            mut arrivals in prop::collection::vec((0u32..230, 20u32..4000), 1..6),
+        ) {
+            arrivals.sort_unstable();
+            let requests: Vec<Request> = arrivals
+                .iter()
+                .map(|(at, tokens)| Request {
+                    at_s: f64::from(*at),
+                    input_tokens: 0,
+                    output_tokens: *tokens,
+                    tier: 0,
+                    pool: 0,
+                })
+                .collect();
+            let sc = tiny(floor);
+            let bound = Bound::new(&sc, &requests, sc.duration_s);
+            let floor_usd = f64::from(floor) * PRICE_USD_PER_HOUR * 4.0 / 60.0;
+            prop_assert!(bound.full_usd() >= floor_usd - 1e-9);
+            for (cost, within) in every_schedule(&sc, &requests, floor) {
+                prop_assert!(
+                    cost >= bound.within(within) - 1e-9,
+                    "a schedule starting {} in time costs {} < bound {}",
+                    within, cost, bound.within(within)
+                );
+            }
+        }
+    }
+
+    /// The bound is not the floor alone: work above what the floor can do is priced.
+    #[test]
+    fn work_above_the_floor_is_priced() {
+        let sc = tiny(0);
+        // Twelve requests of 4,000 units at once: 480 node-seconds at 100 units/s.
+        let requests: Vec<Request> = (0..12)
+            .map(|_| Request {
+                at_s: 0.0,
+                input_tokens: 0,
+                output_tokens: 4000,
+                tier: 0,
+                pool: 0,
+            })
+            .collect();
+        let bound = Bound::new(&sc, &requests, sc.duration_s);
+        let work_usd = 480.0 * PRICE_USD_PER_HOUR / 3600.0;
+        assert!(
+            (bound.full_usd() - work_usd).abs() < 1e-6,
+            "{}",
+            bound.full_usd()
+        );
+        assert!((bound.within(6) - work_usd / 2.0).abs() < 1e-6);
+    }
+}
