@@ -2,20 +2,22 @@
 //! relaxation that no schedule starting the same requests within their objectives can beat,
 //! whatever its ladder, packing or foresight. The argument is in `scenarios/README.md`.
 //!
-//! The relaxation is a linear program per pool, in ticks: `y[k]` nodes paid at tick `k` at the
-//! cheapest price a node could run at then, never fewer than `min_replicas`; each request's work,
+//! The relaxation is a linear program per pool, in ticks: `y[k]` nodes paid at tick `k` on the
+//! offerings a node could run on then, never fewer than `min_replicas`; each request's work,
 //! in node-seconds on its fastest offering, done anywhere between its arrival and the latest it
 //! could finish having started within its objective at the slowest per-request rate; a request
 //! of a `smaller_model` tier may be done by the fallback pool instead. Its optimum needs no
 //! solver: any multipliers of its dual give a lower bound (weak duality), so the bound is
 //! certified by construction, and the multipliers are only searched for a good one.
 //!
-//! The dual, per pool `p` and tick `k`, with `λ[p][k]` in `[0, c[p][k]]` (`c`: the cheapest node
-//! price per node-second then):
+//! Each offering also has a most nodes it can run then (its room, at most `max_replicas`). The
+//! dual, per pool `p` and tick `k`, for any `λ[p][k] ≥ 0` (`P_o`: offering `o`'s price per
+//! node-second, `L_o` its room, `F` the floor, `P_F` the price of the floor's last node when
+//! the cheapest are bought first, `μ = max(0, P_F − λ)`):
 //!
 //! ```text
 //! D(λ) = Σ_i share_i · min over eligible p of size_ip · min_{k in window_ip} λ[p][k]
-//!      + Σ_p Σ_k min_replicas_p · tick · (c[p][k] − λ[p][k])
+//!      + Σ_p Σ_k tick · (F · μ − Σ_o L_o · max(0, λ + μ − P_o))
 //! ```
 //!
 //! For a policy that started only `n` requests within their objectives, the `n` smallest
@@ -53,11 +55,59 @@ impl Certified {
 /// One pool's side of the relaxation.
 struct PoolLp {
     floor: f64,
-    /// Per tick, the cheapest node price in dollars per node-second (`None`: no node can run).
-    price_s: Vec<Option<f64>>,
+    /// Per tick, the offerings a node may run on, cheapest first: dollars per node-second and
+    /// the most nodes of it that may run then (empty: no node can run).
+    open: Vec<Vec<(f64, f64)>>,
     /// The most any multiplier of the pool needs to be, where no node can run (any value is
     /// allowed there: nothing can be bought).
     cap: f64,
+}
+
+impl PoolLp {
+    /// The dual's floor and capacity term at tick `k` for multiplier `l`, per second: the floor
+    /// bought at the price of its last node (`μ`, as high as the floor's nodes cost), less what
+    /// nodes cheaper than `l + μ` could do beyond it (each offering's room is all it has).
+    fn supply_value(&self, k: usize, l: f64) -> f64 {
+        let open = &self.open[k];
+        let mu = (self.floor_price(k) - l).max(0.0);
+        let over: f64 = open
+            .iter()
+            .map(|(p, room)| room * (l + mu - p).max(0.0))
+            .sum();
+        self.floor_nodes(k) * mu - over
+    }
+
+    /// Nodes the floor can hold at tick `k`: `min_replicas`, or all the room there is.
+    fn floor_nodes(&self, k: usize) -> f64 {
+        self.floor
+            .min(self.open[k].iter().map(|(_, room)| room).sum())
+    }
+
+    /// The price of the floor's last node at tick `k`, cheapest offerings first.
+    fn floor_price(&self, k: usize) -> f64 {
+        let need = self.floor_nodes(k);
+        let mut had = 0.0;
+        for (p, room) in &self.open[k] {
+            had += room;
+            if need > 0.0 && had >= need {
+                return *p;
+            }
+        }
+        0.0
+    }
+
+    /// The supply term's slope in `l` at tick `k`, negated: the nodes that `l` pays for.
+    fn nodes_at(&self, k: usize, l: f64) -> f64 {
+        if l < self.floor_price(k) {
+            self.floor_nodes(k)
+        } else {
+            self.open[k]
+                .iter()
+                .filter(|(p, _)| *p < l)
+                .map(|(_, room)| room)
+                .sum()
+        }
+    }
 }
 
 /// One request's claim on one pool: node-seconds of work, the share of it that must be done
@@ -79,13 +129,20 @@ impl Bound {
         let pools: Vec<PoolLp> = (0..sc.pools.len())
             .map(|p| {
                 let supply = Supply::of(&sc.alone(p), ticks);
-                let price_s: Vec<Option<f64>> = (0..ticks)
-                    .map(|k| supply.cheapest_open(k).map(|usd_h| usd_h / 3600.0))
+                let most = f64::from(sc.pools[p].spec.max_replicas);
+                let open: Vec<Vec<(f64, f64)>> = (0..ticks)
+                    .map(|k| {
+                        supply
+                            .open(k)
+                            .into_iter()
+                            .map(|(usd_h, room)| (usd_h / 3600.0, f64::from(room).min(most)))
+                            .collect()
+                    })
                     .collect();
-                let cap = price_s.iter().flatten().copied().fold(0.0, f64::max);
+                let cap = open.iter().flatten().map(|(p, _)| *p).fold(0.0, f64::max);
                 PoolLp {
                     floor: f64::from(sc.pools[p].spec.min_replicas),
-                    price_s,
+                    open,
                     cap,
                 }
             })
@@ -180,15 +237,21 @@ fn claims(sc: &Scenario, r: &Request, ticks: usize) -> Vec<Claim> {
         .collect()
 }
 
+/// Each tick's cheapest price (the cap where nothing runs).
 fn ones(pools: &[PoolLp]) -> Vec<Vec<f64>> {
     pools
         .iter()
-        .map(|p| p.price_s.iter().map(|c| c.unwrap_or(p.cap)).collect())
+        .map(|p| {
+            p.open
+                .iter()
+                .map(|o| o.first().map_or(p.cap, |(price, _)| *price))
+                .collect()
+        })
         .collect()
 }
 
 fn zeros(pools: &[PoolLp]) -> Vec<Vec<f64>> {
-    pools.iter().map(|p| vec![0.0; p.price_s.len()]).collect()
+    pools.iter().map(|p| vec![0.0; p.open.len()]).collect()
 }
 
 /// Range minima over one pool's multipliers, with where each is reached.
@@ -233,7 +296,7 @@ fn terms(
     lambda: &[Vec<f64>],
 ) -> (Vec<f64>, Vec<Vec<f64>>) {
     let tables: Vec<MinTable> = lambda.iter().map(|l| MinTable::new(l)).collect();
-    let mut load: Vec<Vec<f64>> = pools.iter().map(|p| vec![0.0; p.price_s.len()]).collect();
+    let mut load: Vec<Vec<f64>> = pools.iter().map(|p| vec![0.0; p.open.len()]).collect();
     let terms = claims
         .iter()
         .map(|cs| {
@@ -256,7 +319,7 @@ fn terms(
     (terms, load)
 }
 
-/// What `lambda` certifies (it must lie within each tick's cheapest price).
+/// What `lambda` certifies (any non-negative multipliers do).
 fn certify(pools: &[PoolLp], claims: &[Vec<Claim>], lambda: &[Vec<f64>], tick_s: f64) -> Certified {
     let (mut terms, _) = terms(pools, claims, lambda);
     terms.sort_by(f64::total_cmp);
@@ -273,25 +336,26 @@ fn certify(pools: &[PoolLp], claims: &[Vec<Claim>], lambda: &[Vec<f64>], tick_s:
     }
 }
 
-/// The dual's floor term: the floor's nodes at each tick's cheapest price, less what the
-/// multipliers charge the work for the capacity the floor brings anyway.
+/// The dual's supply term: per tick, the floor at its nodes' prices less what the multipliers
+/// charge the work for the capacity it brings anyway, and less what cheap but limited room
+/// would do at the multipliers' price.
 fn floor_usd(pools: &[PoolLp], lambda: &[Vec<f64>], tick_s: f64) -> f64 {
     pools
         .iter()
         .zip(lambda)
         .map(|(p, l)| {
-            p.price_s
-                .iter()
-                .zip(l)
-                .filter_map(|(c, l)| c.map(|c| p.floor * tick_s * (c - l).max(0.0)))
+            l.iter()
+                .enumerate()
+                .map(|(k, l)| tick_s * p.supply_value(k, *l))
                 .sum::<f64>()
         })
         .sum()
 }
 
 /// Projected subgradient ascent on the dual from the cheapest prices: a tick whose cheapest
-/// work is more than the floor can do raises its multiplier, one with less lowers it. Returns
-/// the best vector's certificate for serving every request.
+/// work is more than the nodes its multiplier pays for can do raises it (up to the dearest
+/// open price), one with less lowers it. Returns the best vector's certificate for serving
+/// every request.
 fn ascend(pools: &[PoolLp], claims: &[Vec<Claim>], tick_s: f64) -> Certified {
     let mut lambda = ones(pools);
     let mut best = (f64::NEG_INFINITY, lambda.clone());
@@ -305,9 +369,13 @@ fn ascend(pools: &[PoolLp], claims: &[Vec<Claim>], tick_s: f64) -> Certified {
         for ((p, l), load) in pools.iter().zip(lambda.iter_mut()).zip(&load) {
             let room = p.floor.max(1.0) * tick_s;
             for (k, l) in l.iter_mut().enumerate() {
-                let Some(c) = p.price_s[k] else { continue };
-                let gradient = (load[k] - p.floor * tick_s) / room;
-                *l = (*l + rate * c * gradient.clamp(-1.0, 1.0)).clamp(0.0, c);
+                let (Some((cheapest, _)), Some((dearest, _))) =
+                    (p.open[k].first(), p.open[k].last())
+                else {
+                    continue;
+                };
+                let gradient = (load[k] - p.nodes_at(k, *l) * tick_s) / room;
+                *l = (*l + rate * cheapest * gradient.clamp(-1.0, 1.0)).clamp(0.0, *dearest);
             }
         }
     }
@@ -324,11 +392,35 @@ mod tests {
     use crate::model::{Model, ReplicaSpec};
 
     const PRICE_USD_PER_HOUR: f64 = 3.6;
+    /// A second offering at half the price with room for one node, when there is one.
+    const CHEAP_USD_PER_HOUR: f64 = 1.8;
     const MAX_REPLICAS: u32 = 3;
 
-    /// Four one-minute ticks, one on-demand offering, a replica of two slots at 100 units/s (50
-    /// for a request alone), a 20 s objective.
-    fn tiny(floor: u32) -> Scenario {
+    /// Four one-minute ticks, one on-demand offering (and, with `cheap`, one at half the price
+    /// with room for a single node), a replica of two slots at 100 units/s (50 for a request
+    /// alone), a 20 s objective.
+    fn tiny(floor: u32, cheap: bool) -> Scenario {
+        let (cheap_offering, cheap_id) = if cheap {
+            (
+                format!(
+                    r#"
+[[headroom.offerings]]
+id = "use1-cheap"
+provider = "sim"
+region = "us-east-1"
+zone = "use1-az2"
+instance_type = "g6.xlarge"
+market = "on-demand"
+price_usd_per_hour = "{CHEAP_USD_PER_HOUR}"
+gpus = 1
+sim_capacity = 1
+"#
+                ),
+                "\"use1-cheap\", ",
+            )
+        } else {
+            (String::new(), "")
+        };
         let text = format!(
             r#"
 name = "tiny"
@@ -368,11 +460,11 @@ market = "on-demand"
 price_usd_per_hour = "{PRICE_USD_PER_HOUR}"
 gpus = 1
 sim_capacity = 8
-
+{cheap_offering}
 [[headroom.pools]]
 name = "tiny"
 account = "test"
-offerings = ["use1-od"]
+offerings = [{cheap_id}"use1-od"]
 min_replicas = {floor}
 max_replicas = {MAX_REPLICAS}
 warm_pool_size = 0
@@ -395,7 +487,12 @@ scale_up_breaches = 2
     /// Every schedule of 0..=3 replicas per tick that never withdraws a running request (a
     /// replica stays while it or one after it is busy) and keeps the floor: its cost and the
     /// requests it starts within their objectives.
-    fn every_schedule(sc: &Scenario, requests: &[Request], floor: u32) -> Vec<(f64, u64)> {
+    fn every_schedule(
+        sc: &Scenario,
+        requests: &[Request],
+        floor: u32,
+        cheap: bool,
+    ) -> Vec<(f64, u64)> {
         let ticks = 4;
         let choices = MAX_REPLICAS + 1 - floor;
         let spec = ReplicaSpec {
@@ -414,7 +511,11 @@ scale_up_breaches = 2
                     model.set_ready(&ready);
                     let t = f64::from(k) * sc.tick_s;
                     model.advance(t, t + sc.tick_s, sc.step_s);
-                    cost += f64::from(n) * PRICE_USD_PER_HOUR * sc.tick_s / 3600.0;
+                    // The cheap offering's one node first: the least any schedule pays.
+                    let on_cheap = if cheap { n.min(1) } else { 0 };
+                    let usd_per_hour = f64::from(on_cheap) * CHEAP_USD_PER_HOUR
+                        + f64::from(n - on_cheap) * PRICE_USD_PER_HOUR;
+                    cost += usd_per_hour * sc.tick_s / 3600.0;
                 }
                 model.finish(f64::from(ticks) * sc.tick_s);
                 (cost, model.totals.within_slo)
@@ -430,6 +531,7 @@ scale_up_breaches = 2
         #[test]
         fn no_schedule_beats_the_bound(
             floor in 0u32..=1,
+            cheap in any::<bool>(),
             mut arrivals in prop::collection::vec((0u32..230, 20u32..4000), 1..6),
         ) {
             arrivals.sort_unstable();
@@ -443,11 +545,12 @@ scale_up_breaches = 2
                     pool: 0,
                 })
                 .collect();
-            let sc = tiny(floor);
+            let sc = tiny(floor, cheap);
             let bound = Bound::new(&sc, &requests, sc.duration_s);
-            let floor_usd = f64::from(floor) * PRICE_USD_PER_HOUR * 4.0 / 60.0;
+            let price = if cheap { CHEAP_USD_PER_HOUR } else { PRICE_USD_PER_HOUR };
+            let floor_usd = f64::from(floor) * price * 4.0 / 60.0;
             prop_assert!(bound.full_usd() >= floor_usd - 1e-9);
-            for (cost, within) in every_schedule(&sc, &requests, floor) {
+            for (cost, within) in every_schedule(&sc, &requests, floor, cheap) {
                 prop_assert!(
                     cost >= bound.within(within) - 1e-9,
                     "a schedule starting {} in time costs {} < bound {}",
@@ -460,7 +563,7 @@ scale_up_breaches = 2
     /// The bound is not the floor alone: work above what the floor can do is priced.
     #[test]
     fn work_above_the_floor_is_priced() {
-        let sc = tiny(0);
+        let sc = tiny(0, false);
         // Twelve requests of 4,000 units at once: 480 node-seconds at 100 units/s.
         let requests: Vec<Request> = (0..12)
             .map(|_| Request {
@@ -479,5 +582,12 @@ scale_up_breaches = 2
             bound.full_usd()
         );
         assert!((bound.within(6) - work_usd / 2.0).abs() < 1e-6);
+        // With room for one node at half the price, only 120 node-seconds (that node over the
+        // two ticks their windows span) may be cheap: above the cheap price for everything.
+        let sc = tiny(0, true);
+        let bound = Bound::new(&sc, &requests, sc.duration_s);
+        let all_cheap = 480.0 * CHEAP_USD_PER_HOUR / 3600.0;
+        assert!(bound.full_usd() > all_cheap * 1.05, "{}", bound.full_usd());
+        assert!(bound.full_usd() <= work_usd + 1e-9, "{}", bound.full_usd());
     }
 }

@@ -45,9 +45,10 @@ struct OfferingTrack {
     /// A new node may be launched on it (spot: the market at or below the maximum).
     launchable: Vec<bool>,
     capacity: Vec<u32>,
-    /// A node of it may exist (runnable, and some launch up to then found the market open and
-    /// room): what the lower bound prices a node at.
-    open: Vec<bool>,
+    /// The most nodes of it that may be running (runnable, and the most room any launch up to
+    /// then found with the market open: the nodes running were all there at the last one's
+    /// launch): what the lower bound may buy at its price.
+    room: Vec<u32>,
 }
 
 /// The oracle's schedule, costed.
@@ -166,15 +167,19 @@ impl Supply {
         n.min(max)
     }
 
-    /// The cheapest price, dollars per node-hour, of a node that may be running at tick `k` on
-    /// any offering (no ladder, no capacity limit beyond a launch having been possible); `None`
-    /// when no node can run then.
-    pub fn cheapest_open(&self, k: usize) -> Option<f64> {
-        self.offerings
+    /// The offerings a node may be running on at tick `k` (no ladder), cheapest first: the
+    /// price in force, dollars per node-hour, and the most nodes of it that may be running.
+    pub fn open(&self, k: usize) -> Vec<(f64, u32)> {
+        let mut open: Vec<(f64, u32)> = self
+            .offerings
             .iter()
-            .filter(|o| o.open.get(k).copied().unwrap_or(false))
-            .map(|o| o.price[k])
-            .min_by(f64::total_cmp)
+            .filter_map(|o| {
+                let room = o.room.get(k).copied().unwrap_or(0);
+                (room > 0).then(|| (o.price[k], room))
+            })
+            .collect();
+        open.sort_by(|a, b| a.0.total_cmp(&b.0));
+        open
     }
 
     pub fn most_ready(&self, k: usize) -> u32 {
@@ -397,11 +402,13 @@ fn track(
         runnable[k] = above_since.is_none_or(|since| t < since + notice);
         cap[k] = room;
     }
-    let mut ever = false;
-    let open = (0..ticks)
+    let mut most = 0;
+    let room = (0..ticks)
         .map(|k| {
-            ever |= launchable[k] && cap[k] > 0;
-            ever && runnable[k]
+            if launchable[k] {
+                most = most.max(cap[k]);
+            }
+            if runnable[k] { most } else { 0 }
         })
         .collect();
     OfferingTrack {
@@ -412,7 +419,7 @@ fn track(
         runnable,
         launchable,
         capacity: cap,
-        open,
+        room,
     }
 }
 
