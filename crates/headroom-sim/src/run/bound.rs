@@ -96,17 +96,28 @@ impl PoolLp {
         0.0
     }
 
-    /// The supply term's slope in `l` at tick `k`, negated: the nodes that `l` pays for.
-    fn nodes_at(&self, k: usize, l: f64) -> f64 {
-        if l < self.floor_price(k) {
-            self.floor_nodes(k)
-        } else {
+    /// The supply term's slopes in `l` at tick `k`, negated, from below and from above: the
+    /// nodes that `l` pays for (they differ at a price, the term's kinks).
+    fn nodes_at(&self, k: usize, l: f64) -> (f64, f64) {
+        let floor_price = self.floor_price(k);
+        let room = |keep: &dyn Fn(f64) -> bool| -> f64 {
             self.open[k]
                 .iter()
-                .filter(|(p, _)| *p < l)
+                .filter(|(p, _)| keep(*p))
                 .map(|(_, room)| room)
                 .sum()
-        }
+        };
+        let below = if l <= floor_price {
+            self.floor_nodes(k)
+        } else {
+            room(&|p| p < l)
+        };
+        let above = if l < floor_price {
+            self.floor_nodes(k)
+        } else {
+            room(&|p| p <= l)
+        };
+        (below, above)
     }
 }
 
@@ -152,7 +163,10 @@ impl Bound {
             certify(&pools, &claims, &ones(&pools), tick_s),
             certify(&pools, &claims, &zeros(&pools), tick_s),
         ];
-        certified.push(ascend(&pools, &claims, tick_s));
+        // Held at the cheapest price the ascent settles the floor against the work; let up to
+        // the dearest it also prices the cheap offerings' limited room. Either may end higher.
+        certified.push(ascend(&pools, &claims, tick_s, false));
+        certified.push(ascend(&pools, &claims, tick_s, true));
         Bound { certified }
     }
 
@@ -353,10 +367,10 @@ fn floor_usd(pools: &[PoolLp], lambda: &[Vec<f64>], tick_s: f64) -> f64 {
 }
 
 /// Projected subgradient ascent on the dual from the cheapest prices: a tick whose cheapest
-/// work is more than the nodes its multiplier pays for can do raises it (up to the dearest
-/// open price), one with less lowers it. Returns the best vector's certificate for serving
+/// work is more than the nodes its multiplier pays for can do raises it (up to the cheapest or,
+/// `past_cheapest`, the dearest open price), one with less lowers it. Returns the best vector's certificate for serving
 /// every request.
-fn ascend(pools: &[PoolLp], claims: &[Vec<Claim>], tick_s: f64) -> Certified {
+fn ascend(pools: &[PoolLp], claims: &[Vec<Claim>], tick_s: f64, past_cheapest: bool) -> Certified {
     let mut lambda = ones(pools);
     let mut best = (f64::NEG_INFINITY, lambda.clone());
     for step in 0..ASCENT_STEPS {
@@ -374,8 +388,16 @@ fn ascend(pools: &[PoolLp], claims: &[Vec<Claim>], tick_s: f64) -> Certified {
                 else {
                     continue;
                 };
-                let gradient = (load[k] - p.nodes_at(k, *l) * tick_s) / room;
-                *l = (*l + rate * cheapest * gradient.clamp(-1.0, 1.0)).clamp(0.0, *dearest);
+                // Up while the work is more than the nodes a rise pays for can do, down while
+                // it is less than those a fall saves; at rest in between.
+                let (below, above) = p.nodes_at(k, *l);
+                let gradient = if load[k] > above * tick_s {
+                    (load[k] - above * tick_s) / room
+                } else {
+                    (load[k] - below * tick_s).min(0.0) / room
+                };
+                let ceiling = if past_cheapest { *dearest } else { *cheapest };
+                *l = (*l + rate * cheapest * gradient.clamp(-1.0, 1.0)).clamp(0.0, ceiling);
             }
         }
     }
