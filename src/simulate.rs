@@ -13,7 +13,8 @@ use crate::BadInput;
 pub struct SimulateArgs {
     /// A built-in scenario (seed-000-backlog, seed-001-burst, stockout-fallback,
     /// spot-interruptions, spot-price-spike, budget-clamp, azure-code-trace, flash-burst,
-    /// slow-ramp, compressed-day, scale-to-zero, smaller-model-handover) or a scenario TOML file.
+    /// slow-ramp, compressed-day, scale-to-zero, smaller-model-handover, long-context-chat) or a
+    /// scenario TOML file.
     #[arg(
         long,
         value_name = "NAME_OR_FILE",

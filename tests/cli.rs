@@ -1988,7 +1988,11 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["scenario"], "seed-000-backlog");
     assert_eq!(v["seed"], 3);
-    assert!(v["oracle"]["cost_usd"].as_f64().unwrap() > 0.0);
+    assert!(v["bound"]["cost_usd"].as_f64().unwrap() > 0.0);
+    assert!(
+        v["hindsight"]["cost_usd"].as_f64().unwrap() >= v["bound"]["cost_usd"].as_f64().unwrap()
+    );
+    assert!(v["hindsight"]["beaten_by"].is_array());
     assert!(v["wall_time_s"].is_number() && v["simulated_requests_per_s"].is_number());
     let policies = v["policies"].as_array().unwrap();
     assert_eq!(policies.len(), 2);
@@ -2008,7 +2012,9 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
         "gpu_hours",
         "idle_gpu_hours",
         "cost_usd",
-        "cost_vs_oracle",
+        "bound_usd",
+        "cost_vs_bound",
+        "cost_vs_hindsight",
         "refusals",
         "fallbacks",
         "scale_direction_changes",
@@ -2019,7 +2025,7 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
     ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    assert_eq!(keys.len(), 17, "{keys:?}");
+    assert_eq!(keys.len(), 19, "{keys:?}");
     // One pool's share per simulated pool, adding up to the policy's requests.
     let pools = policies[0]["pools"].as_array().expect("pools is a list");
     assert_eq!(pools.len(), 1);

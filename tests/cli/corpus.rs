@@ -68,7 +68,8 @@ fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
         );
         for q in [
             "slo_vs_best_baseline",
-            "cost_vs_oracle",
+            "cost_vs_bound",
+            "cost_vs_hindsight",
             "direction_changes_per_hour",
         ] {
             let q = &p[q];

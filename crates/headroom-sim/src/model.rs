@@ -340,6 +340,15 @@ impl<'a> Model<'a> {
         self.replicas.len() as u32
     }
 
+    /// Replicas up to the last one with a request running, in the order they fill (by id): the
+    /// fewest that can stay without sending a running request back to the queue.
+    pub fn busy_prefix(&self) -> u32 {
+        self.replicas
+            .values()
+            .rposition(|r| !r.active.is_empty())
+            .map_or(0, |i| i as u32 + 1)
+    }
+
     /// Busy seconds so far of each ready replica (the exporter's counter).
     pub fn busy_counters(&self) -> impl Iterator<Item = (&str, f64)> {
         self.replicas.iter().map(|(id, r)| (id.as_str(), r.busy_s))

@@ -57,6 +57,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "smaller-model-handover",
         include_str!("../scenarios/smaller-model-handover.toml"),
     ),
+    (
+        "long-context-chat",
+        include_str!("../scenarios/long-context-chat.toml"),
+    ),
 ];
 
 /// The built-in scenarios' names, for messages.

@@ -227,9 +227,9 @@ impl Activation<'_> {
         let means = memory.arrival_windows(self.now, window)?;
         let (first, last) = (means[0], means[RAMP_WINDOWS - 1]);
         let steps: Vec<f64> = means.windows(2).map(|w| w[1] - w[0]).collect();
-        let (smallest, largest) = steps
-            .iter()
-            .fold((f64::INFINITY, 0.0_f64), |(lo, hi), s| (lo.min(*s), hi.max(*s)));
+        let (smallest, largest) = steps.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), s| {
+            (lo.min(*s), hi.max(*s))
+        });
         // Growth in every window, by a tenth overall, and steady: a step in the rate seen
         // through a rolling average (traffic that starts, a burst) grows in one or two windows
         // and hardly in the others, and is no trend to extrapolate.

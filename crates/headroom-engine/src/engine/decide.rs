@@ -185,9 +185,6 @@ impl Engine {
             if decision.scaling_hold.is_some() && decision.scaling_hold != previous_hold {
                 tracing::warn!(pool = %pool.name, hold = ?decision.scaling_hold, reason = %decision.reason, "pool is holding");
             }
-            if std::env::var_os("HR_DEBUG_DECISIONS").is_some() && decision.target != control.memory.get(&pool.name).map_or(u32::MAX, |m| m.target) {
-                eprintln!("DBG {now} {} {:?} {} -> {}: {}", pool.name, decision.rule, control.memory.get(&pool.name).map_or(0, |m| m.target), decision.target, decision.reason);
-            }
             control
                 .memory
                 .insert(pool.name.clone(), decision.memory.clone());

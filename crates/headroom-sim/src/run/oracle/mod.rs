@@ -21,7 +21,7 @@
 //! each layer's gaps are bridged when keeping the node is cheaper than climbing again, and each
 //! climb and each segment is bought on the cheapest offering that can take it.
 
-mod nodes;
+pub(super) mod nodes;
 
 use std::collections::BTreeMap;
 
@@ -81,12 +81,51 @@ impl PoolPlan {
         let ticks = (duration_s / tick_s).round().max(1.0) as usize;
         let supply = nodes::Supply::of(sc, ticks);
         let (ready, gates) = search(sc, requests, ticks, &supply);
-        let costed = supply.cost(&ready);
-        PoolPlan {
+        let plan = |ready: &[u32]| PoolPlan {
             tick_s,
-            costed,
-            gates,
+            costed: supply.cost(ready),
+            gates: gates.clone(),
+        };
+        let searched = plan(&ready);
+        // The search keeps a request within its objective at any price: a replica for a tick
+        // is a layer that climbs the ladder. The smallest cap on the schedule that still serves
+        // as many is cheaper whenever those layers were not needed (found by bisection: serving
+        // grows with the cap; a cap is only taken once it is checked to serve as many).
+        let served = searched.within_slo(sc, requests);
+        let capped = |cap: u32| -> Vec<u32> { ready.iter().map(|r| (*r).min(cap)).collect() };
+        let floor = sc.primary().spec.min_replicas;
+        let (mut lo, mut hi) = (floor, ready.iter().copied().max().unwrap_or(floor));
+        let mut best = searched;
+        // Bounded: the interval halves each pass.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let tried = plan(&capped(mid));
+            if tried.within_slo(sc, requests) >= served {
+                hi = mid;
+                if tried.cost_usd() < best.cost_usd() {
+                    best = tried;
+                }
+            } else {
+                lo = mid + 1;
+            }
         }
+        best
+    }
+
+    /// Requests the plan starts within their objectives, replayed on the model exactly as the
+    /// run loop will.
+    fn within_slo(&self, sc: &Scenario, requests: &[Request]) -> u64 {
+        let mut model = Model::new(requests, sc.queue.clone(), true);
+        let ticks = self.costed.ticks();
+        for k in 0..ticks {
+            let t = k as f64 * self.tick_s;
+            let control = self.control(t, sc.primary().service);
+            model.set_ready(&control.ready);
+            model.set_admission(&control.admission);
+            model.advance(t, t + self.tick_s, sc.step_s);
+        }
+        model.finish(ticks as f64 * self.tick_s);
+        model.totals.within_slo
     }
 
     fn index(&self, t: f64) -> usize {
@@ -172,7 +211,11 @@ fn search(
         model.set_admission(&gate);
         gates.push(gate);
         let most = supply.most_ready(k).max(floor);
-        let least = due.replicas_needed(&model, k, supply).clamp(floor, most);
+        // A busy replica stays: dropping it sends its requests back to start over.
+        let least = due
+            .replicas_needed(&model, k, supply)
+            .max(model.busy_prefix())
+            .clamp(floor, most);
         let before = violations(&model, t);
         let probe = |r: u32| {
             let mut probe = model.clone();

@@ -45,6 +45,10 @@ struct OfferingTrack {
     /// A new node may be launched on it (spot: the market at or below the maximum).
     launchable: Vec<bool>,
     capacity: Vec<u32>,
+    /// The most nodes of it that may be running (runnable, and the most room any launch up to
+    /// then found with the market open: the nodes running were all there at the last one's
+    /// launch): what the lower bound may buy at its price.
+    room: Vec<u32>,
 }
 
 /// The oracle's schedule, costed.
@@ -161,6 +165,21 @@ impl Supply {
             n = n.max(room.min(max));
         }
         n.min(max)
+    }
+
+    /// The offerings a node may be running on at tick `k` (no ladder), cheapest first: the
+    /// price in force, dollars per node-hour, and the most nodes of it that may be running.
+    pub fn open(&self, k: usize) -> Vec<(f64, u32)> {
+        let mut open: Vec<(f64, u32)> = self
+            .offerings
+            .iter()
+            .filter_map(|o| {
+                let room = o.room.get(k).copied().unwrap_or(0);
+                (room > 0).then(|| (o.price[k], room))
+            })
+            .collect();
+        open.sort_by(|a, b| a.0.total_cmp(&b.0));
+        open
     }
 
     pub fn most_ready(&self, k: usize) -> u32 {
@@ -383,6 +402,15 @@ fn track(
         runnable[k] = above_since.is_none_or(|since| t < since + notice);
         cap[k] = room;
     }
+    let mut most = 0;
+    let room = (0..ticks)
+        .map(|k| {
+            if launchable[k] {
+                most = most.max(cap[k]);
+            }
+            if runnable[k] { most } else { 0 }
+        })
+        .collect();
     OfferingTrack {
         gpus: o.gpus_per_node,
         cold_ticks: ticks_of(ladder.cold_total().as_secs_f64(), tick_s),
@@ -391,6 +419,7 @@ fn track(
         runnable,
         launchable,
         capacity: cap,
+        room,
     }
 }
 
