@@ -148,6 +148,9 @@ pub struct ControllerMemory {
 /// Rises remembered at most.
 pub const MAX_RISES: usize = 8;
 
+/// Gaps between rises, each within the stabilisation window, before bursts count as recurring.
+pub const RECURRENCE_GAPS: usize = 3;
+
 /// Windows the ramp rule needs arrivals to grow through, one after another. A step in the
 /// rate (a burst) raises at most two windows, the one it starts in and the next; growth through
 /// four is a ramp.
@@ -239,16 +242,18 @@ impl ControllerMemory {
         Some(means)
     }
 
-    /// The gaps between the last three rises, when the pool has seen that many and each gap
-    /// is within `horizon`: bursts that recur, so surplus kept across a gap serves the next.
+    /// The two latest gaps between rises, when the last [`RECURRENCE_GAPS`] gaps are each
+    /// within `horizon`: bursts that keep recurring, so surplus kept across a gap serves the
+    /// next. Three gaps, not one or two: a short run of bursts that ends would otherwise keep
+    /// its capacity for the whole window after the last.
     fn recurring_gaps(&self, horizon: Duration) -> Option<(Duration, Duration)> {
         let n = self.rises.len();
-        if n < 3 {
+        if n <= RECURRENCE_GAPS {
             return None;
         }
         let gap = |i: usize| elapsed(self.rises[i - 1], self.rises[i]);
-        let (older, newer) = (gap(n - 2), gap(n - 1));
-        (older <= horizon && newer <= horizon).then_some((older, newer))
+        let recurring = (n - RECURRENCE_GAPS..n).all(|i| gap(i) <= horizon);
+        recurring.then(|| (gap(n - 2), gap(n - 1)))
     }
 
     /// The highest level within `window` of `now`.

@@ -246,9 +246,10 @@ impl Activation<'_> {
         // Extrapolated a lead time at most, and never past twice the rate now.
         let now_rate = work.arrivals.max(last);
         let projected = (now_rate + growth * lead.as_secs_f64()).min(2.0 * now_rate);
-        let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        // At full throughput: the target utilisation's margin already absorbs growth up to it,
+        // so the rule buys only what the projected rate needs beyond that margin.
         let desired = drain_rule(
-            projected / utilization,
+            projected,
             work.backlog,
             self.policy.backlog_drain,
             work.per_replica,

@@ -657,19 +657,20 @@ fn bursts_run(quiet_from: i64, until: i64) -> Vec<(i64, Decision)> {
 fn bursts_that_recur_within_the_window_keep_their_capacity_across_the_gap() {
     let run = bursts_run(1500, 2400);
     let target_at = |t: i64| run.iter().find(|(at, _)| *at == t).unwrap().1.target;
-    // The first gap is not yet a pattern: the surplus goes after a cold start (190 s).
+    // Two gaps are not yet a pattern: the surplus goes after a cold start (190 s).
     assert_eq!(target_at(240), 10);
     assert_eq!(
         target_at(285),
         2,
         "released a cold start after the first burst"
     );
-    // From the third rise on the gaps (300 s) recur within the 600 s window: the burst's
-    // capacity stays through the gap, and the decision says what each choice costs.
-    for t in (660..1500).step_by(15) {
+    assert_eq!(target_at(600 + 285), 2, "and after the third");
+    // From the fourth rise on, three gaps (300 s) have recurred within the 600 s window: the
+    // burst's capacity stays through the gap, and the decision says what each choice costs.
+    for t in (960..1500).step_by(15) {
         assert_eq!(target_at(t), 10, "at {t}s: {:?}", targets(&run));
     }
-    let kept = &run.iter().find(|(at, _)| *at == 990).unwrap().1;
+    let kept = &run.iter().find(|(at, _)| *at == 1290).unwrap().1;
     assert_eq!((kept.rule, kept.idle_replicas), (Rule::Steady, 8));
     assert!(kept.reason.contains("rises recur"), "{}", kept.reason);
     assert!(kept.reason.contains("300s and 300s"), "{}", kept.reason);
