@@ -243,9 +243,12 @@ impl Activation<'_> {
         } else {
             ladder.cold_total()
         };
-        // Extrapolated a lead time at most, and never past twice the rate now.
+        // Extrapolated a lead time ahead, but no further than the trend has been seen (a
+        // few minutes of growth say little of ten minutes on), and never past twice the rate
+        // now.
         let now_rate = work.arrivals.max(last);
-        let projected = (now_rate + growth * lead.as_secs_f64()).min(2.0 * now_rate);
+        let ahead = lead.min(window * (span - 1));
+        let projected = (now_rate + growth * ahead.as_secs_f64()).min(2.0 * now_rate);
         // At full throughput: the target utilisation's margin already absorbs growth up to it,
         // so the rule buys only what the projected rate needs beyond that margin.
         let desired = drain_rule(
@@ -255,8 +258,9 @@ impl Activation<'_> {
             work.per_replica,
         );
         let why = format!(
-            "arrivals grew from {first:.1} to {last:.1} {unit}/s through {RAMP_WINDOWS} windows of {}s: {projected:.1} {unit}/s projected {}s ahead (when a new replica serves) gives {desired}",
+            "arrivals grew from {first:.1} to {last:.1} {unit}/s through {RAMP_WINDOWS} windows of {}s: {projected:.1} {unit}/s projected {}s ahead (a new replica serves in {}s) gives {desired}",
             window.as_secs(),
+            ahead.as_secs(),
             lead.as_secs(),
             unit = work.unit,
         );

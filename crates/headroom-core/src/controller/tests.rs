@@ -716,15 +716,16 @@ fn a_ramp_is_sized_for_the_rate_one_cold_start_ahead() {
         .unwrap()
         .replicas;
     assert_eq!(drain, (rate / 10.0).ceil() as u32);
-    // About 4/60 req/s per second, 190 s ahead: some 12.7 req/s more than now.
-    let projected = ((rate + 4.0 / 60.0 * 190.0) / 10.0).ceil() as u32;
+    // About 4/60 req/s per second, 180 s ahead (the three windows the trend was seen over,
+    // within the 190 s ladder): some 12 req/s more than now.
+    let projected = ((rate + 4.0 / 60.0 * 180.0) / 10.0).ceil() as u32;
     assert!(
         d.target >= projected - 1 && d.target <= projected + 1 && d.target > drain,
         "target {} against drain {drain} and ~{projected} projected: {}",
         d.target,
         d.reason
     );
-    assert!(d.reason.contains("projected 190s ahead"), "{}", d.reason);
+    assert!(d.reason.contains("projected 180s ahead"), "{}", d.reason);
 }
 
 #[test]
