@@ -38,7 +38,8 @@ pub struct SimulateArgs {
     /// scenario's synthetic traffic, with the scenario's pools.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// headroom, hpa-utilization, hpa-queue, static or oracle; repeat for several (default: all).
+    /// headroom, hpa-utilization, hpa-queue, keda-karpenter, predictive, static or oracle; repeat
+    /// for several (default: all).
     #[arg(long = "policy", value_name = "P")]
     policies: Vec<String>,
     /// Overrides the scenario's seed.
@@ -53,6 +54,11 @@ pub struct SimulateArgs {
     /// Draw queue depth, desired and ready replicas and cumulative cost per policy in this SVG.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// With --scenario: write every Headroom decision of the run to this file, one JSON object a
+    /// line (t_s, pool, rule, reason, classification, hold, target, proposals, signal…), to
+    /// explain a miss.
+    #[arg(long, value_name = "FILE.jsonl")]
+    decisions: Option<PathBuf>,
 }
 
 /// Bad input becomes one line naming the flag and the fix (exit code 2).
@@ -108,6 +114,9 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let policies = policies(&args)?;
+    if args.decisions.is_some() {
+        decisions_apply(&args, &policies)?;
+    }
     if let Some(n) = &args.corpus {
         return corpus(&args, n, &policies, json).await;
     }
@@ -139,6 +148,9 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             ))
         })?;
     }
+    if let Some(path) = &args.decisions {
+        write_decisions(path, &report)?;
+    }
     if let Some(path) = &args.plot {
         std::fs::write(path, headroom_sim::render::svg(&report)).map_err(|e| {
             BadInput(format!(
@@ -159,6 +171,47 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--decisions` explains one run of Headroom: refused (one line) with a suite or a corpus, or
+/// when Headroom is not among the policies.
+fn decisions_apply(args: &SimulateArgs, policies: &[Policy]) -> anyhow::Result<()> {
+    let many = [("--suite", args.suite), ("--corpus", args.corpus.is_some())];
+    if let Some((flag, _)) = many.iter().find(|(_, given)| *given) {
+        return Err(BadInput(format!(
+            "--decisions: cannot be combined with {flag}; it explains one run, give --scenario"
+        ))
+        .into());
+    }
+    if !policies.contains(&Policy::Headroom) {
+        return Err(BadInput(
+            "--decisions: Headroom's decisions need the headroom policy; add --policy headroom"
+                .to_string(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Headroom's decision log of the run as JSON lines.
+fn write_decisions(path: &std::path::Path, report: &headroom_sim::Report) -> anyhow::Result<()> {
+    let mut text = String::new();
+    let log = report
+        .policies
+        .iter()
+        .filter(|p| p.policy == Policy::Headroom.as_str())
+        .flat_map(|p| &p.decisions);
+    for entry in log {
+        text.push_str(&serde_json::to_string(entry)?);
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|e| {
+        BadInput(format!(
+            "--decisions: cannot write {} ({e}); pass a writable path",
+            path.display()
+        ))
+    })?;
+    Ok(())
 }
 
 /// `--corpus N`: generate, dump if asked, run every member under `policies`, print the

@@ -2118,6 +2118,8 @@ fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
 
 #[path = "cli/corpus.rs"]
 mod corpus;
+#[path = "cli/decisions.rs"]
+mod decisions;
 #[path = "cli/external_metrics.rs"]
 mod external_metrics;
 #[path = "cli/roles.rs"]

@@ -55,13 +55,15 @@ fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
             "headroom",
             "hpa-utilization",
             "hpa-queue",
+            "keda-karpenter",
+            "predictive",
             "static",
             "oracle"
         ]
     );
     for p in policies {
         let wins = p["win_rate"].as_object().unwrap();
-        assert_eq!(wins.len(), 4, "{p}");
+        assert_eq!(wins.len(), 6, "{p}");
         assert!(
             wins.values()
                 .all(|w| (0.0..=1.0).contains(&w.as_f64().unwrap()))
@@ -84,7 +86,7 @@ fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
     let rows = v["scenario_rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["scenario"], "corpus-s7-0000");
-    assert_eq!(rows[0]["policies"].as_array().unwrap().len(), 5);
+    assert_eq!(rows[0]["policies"].as_array().unwrap().len(), 7);
     assert!(v["headroom_losses"].is_array() && v["losses_by_trait"].is_array());
 
     // The dump replays: the second member run alone gives its row's numbers.

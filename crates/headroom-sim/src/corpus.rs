@@ -841,7 +841,14 @@ pub fn to_toml(p: &Params) -> String {
             p.tokens,
         );
     }
-    out.push_str("\n[hpa]\ntarget_utilization = 0.7\ntarget_queue_per_pod = 2\n");
+    // The buffer a careful team sizes to the floor: a quarter of it, at least one node; a day
+    // as the traffic's shapes compress it, for the predictive baseline's look back.
+    let _ = writeln!(
+        out,
+        "\n[hpa]\ntarget_utilization = 0.7\ntarget_queue_per_pod = 2\noverprovision = {}\nday = \"{}ms\"",
+        p.min_replicas.div_ceil(4),
+        (day_length(p.duration_s, p.daily, p.weekly) * 1000.0).round()
+    );
     let od = format!("use1-{}-od", hw.family);
     let spot = format!("use1-{}-spot", hw.family);
     // The pool's offerings in preference order: spot (cheapest) first when there is one.

@@ -18,7 +18,9 @@ pub enum SimError {
     Scenario { origin: String, message: String },
     #[error("unknown scenario {0:?}: pass a built-in name ({names}) or a TOML file path", names = crate::scenario::built_in_names().join(", "))]
     UnknownScenario(String),
-    #[error("unknown policy {0:?}: use headroom, hpa-utilization, hpa-queue, static or oracle")]
+    #[error(
+        "unknown policy {0:?}: use headroom, hpa-utilization, hpa-queue, keda-karpenter, predictive, static or oracle"
+    )]
     UnknownPolicy(String),
     #[error("the headroom engine failed: {0}")]
     Engine(String),

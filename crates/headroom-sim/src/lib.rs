@@ -1,7 +1,8 @@
 //! Headroom's simulator: request arrivals (synthetic or a trace), a serving model with
 //! continuous batching, priority tiers and deadlines, and the policies users compare — the real
-//! engine (`headroom`), the Kubernetes HPA on GPU utilisation and on queue depth, static
-//! capacity and an oracle — in virtual time against the simulated cloud.
+//! engine (`headroom`), the Kubernetes HPA on GPU utilisation and on queue depth, KEDA over
+//! Karpenter with an overprovisioning buffer, EC2-style predictive scaling, static capacity and
+//! an oracle — in virtual time against the simulated cloud.
 
 pub mod arrivals;
 pub mod corpus;

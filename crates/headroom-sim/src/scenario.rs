@@ -76,6 +76,10 @@ pub struct HpaSettings {
     pub sync: Duration,
     pub tolerance: f64,
     pub scale_down_stabilization: Duration,
+    /// `keda-karpenter`: pause pods kept as an overprovisioning buffer, one node each.
+    pub overprovision: u32,
+    /// `predictive`: how long a day is in this run (its forecast looks a day, or a week, back).
+    pub day: Duration,
 }
 
 /// Something the cloud does at an instant of the run.
@@ -277,6 +281,8 @@ struct RawHpa {
     sync: Option<String>,
     tolerance: Option<f64>,
     scale_down_stabilization: Option<String>,
+    overprovision: Option<u32>,
+    day: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -357,7 +363,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         Some(t) => tier_index(origin, &raw.tiers, "trace_tier", t)?,
         None => 0,
     };
-    let hpa = hpa(origin, &raw.hpa)?;
+    let hpa = hpa(origin, &raw.hpa, &streams)?;
     let mut faults = raw
         .faults
         .iter()
@@ -804,9 +810,19 @@ fn diurnal(origin: &str, i: usize, st: &RawStream) -> Result<Option<(f64, f64, f
     }
 }
 
-/// `[hpa]`: the HPA baselines' settings, Kubernetes' defaults where unset.
-fn hpa(origin: &str, h: &RawHpa) -> Result<HpaSettings, SimError> {
+/// `[hpa]`: the HPA baselines' settings, Kubernetes' defaults where unset. A day is the first
+/// daily swing's period unless `day` says otherwise, else 24 h: what a compressed run calls a day.
+fn hpa(origin: &str, h: &RawHpa, streams: &[Stream]) -> Result<HpaSettings, SimError> {
+    let swing = streams
+        .iter()
+        .find_map(|s| s.rate.diurnal.map(|(_, period, _)| period));
+    let day = match &h.day {
+        Some(d) => positive(origin, "hpa.day", duration(origin, "hpa.day", d)?)?,
+        None => swing.unwrap_or(86_400.0),
+    };
     Ok(HpaSettings {
+        overprovision: h.overprovision.unwrap_or(0),
+        day: Duration::from_secs_f64(day),
         target_utilization: positive(
             origin,
             "hpa.target_utilization",

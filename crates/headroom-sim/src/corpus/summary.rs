@@ -15,7 +15,13 @@ pub const SLO_TOLERANCE: f64 = 0.001;
 /// A cost is lower only when it is lower by more than this share (1 %).
 pub const COST_TOLERANCE: f64 = 0.01;
 /// The baselines users run today: what "the best baseline" is chosen among.
-pub const BASELINES: [&str; 3] = ["hpa-utilization", "hpa-queue", "static"];
+pub const BASELINES: [&str; 5] = [
+    "hpa-utilization",
+    "hpa-queue",
+    "keda-karpenter",
+    "predictive",
+    "static",
+];
 
 /// One corpus member's run.
 #[derive(Debug, Clone)]

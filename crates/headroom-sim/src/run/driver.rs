@@ -26,12 +26,13 @@ pub struct Control {
     pub handed_to_fallback: u32,
 }
 
-/// What a policy did over the run besides serving: the cloud's refusals by reason and its
-/// fallbacks by kind.
+/// What a policy did over the run besides serving: the cloud's refusals by reason, its
+/// fallbacks by kind and, for Headroom, its decision log.
 #[derive(Debug, Clone, Default)]
 pub struct Books {
     pub refusals: BTreeMap<String, u64>,
     pub fallbacks: BTreeMap<String, u64>,
+    pub decisions: Vec<serde_json::Value>,
 }
 
 /// One policy under simulation, over every simulated pool. The run loop calls `control` once per

@@ -272,6 +272,46 @@ impl PolicyDriver for EngineDriver<'_> {
         Ok(Books {
             refusals,
             fallbacks,
+            decisions: self.decisions().await?,
         })
+    }
+}
+
+impl EngineDriver<'_> {
+    /// Every decision of the run, pool by pool, oldest first, each with its `pool` and `t_s`
+    /// (seconds into the run; negative while the pools were filled before the traffic): the
+    /// ledger's closed entries and the one in force.
+    async fn decisions(&self) -> Result<Vec<serde_json::Value>, SimError> {
+        let mut out = Vec::new();
+        for pool in &self.sc.pools {
+            let name = &pool.spec.name;
+            let mut log: Vec<serde_json::Value> = self
+                .ledger
+                .decisions(name, i64::MAX)
+                .await
+                .map_err(engine_err)?
+                .iter()
+                .filter_map(|r| serde_json::from_str(r).ok())
+                .collect();
+            // The entry in force reaches the ledger only once another supersedes it.
+            let newest = self.engine.decisions(name).await.map_err(engine_err)?;
+            if let Some(open) = newest.into_iter().next().filter(|v| log.first() != Some(v)) {
+                log.insert(0, open);
+            }
+            for mut entry in log.into_iter().rev() {
+                let at = entry
+                    .get("at")
+                    .and_then(|a| serde_json::from_value::<Timestamp>(a.clone()).ok());
+                if let Some(fields) = entry.as_object_mut() {
+                    fields.insert("pool".into(), name.as_str().into());
+                    if let Some(at) = at {
+                        let t_s = (at - self.start).num_milliseconds() as f64 / 1000.0;
+                        fields.insert("t_s".into(), t_s.into());
+                    }
+                }
+                out.push(entry);
+            }
+        }
+        Ok(out)
     }
 }

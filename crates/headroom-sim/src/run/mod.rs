@@ -38,15 +38,19 @@ pub enum Policy {
     Headroom,
     HpaUtilization,
     HpaQueue,
+    KedaKarpenter,
+    Predictive,
     Static,
     Oracle,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 7] = [
         Policy::Headroom,
         Policy::HpaUtilization,
         Policy::HpaQueue,
+        Policy::KedaKarpenter,
+        Policy::Predictive,
         Policy::Static,
         Policy::Oracle,
     ];
@@ -56,6 +60,8 @@ impl Policy {
             Policy::Headroom => "headroom",
             Policy::HpaUtilization => "hpa-utilization",
             Policy::HpaQueue => "hpa-queue",
+            Policy::KedaKarpenter => "keda-karpenter",
+            Policy::Predictive => "predictive",
             Policy::Static => "static",
             Policy::Oracle => "oracle",
         }
@@ -126,6 +132,10 @@ pub struct PolicyReport {
     pub peak_queue_depth: u64,
     pub peak_ready_replicas: u32,
     pub pools: Vec<PoolReport>,
+    /// Headroom's decision log over the run (`--decisions`), oldest first per pool; empty for
+    /// the other policies.
+    #[serde(skip)]
+    pub decisions: Vec<serde_json::Value>,
 }
 
 /// One tick of one policy, for `--timeseries` and `--plot`.
@@ -305,7 +315,7 @@ async fn run_policy(
                 engine_driver::EngineDriver::start(sc, &config, cloud, clock.clone()).await?;
             run.with(driver).await
         }
-        Policy::HpaUtilization | Policy::HpaQueue => {
+        Policy::HpaUtilization | Policy::HpaQueue | Policy::KedaKarpenter | Policy::Predictive => {
             let driver = baselines::HpaDriver::start(sc, cloud, &clock, policy).await;
             run.with(driver).await
         }
@@ -445,6 +455,7 @@ impl Run<'_> {
                     peak_ready_replicas: book.peak_ready,
                 })
                 .collect(),
+            decisions: books_of_run.decisions,
         };
         Ok((report, samples))
     }
@@ -571,6 +582,7 @@ mod tests {
             peak_queue_depth: 0,
             peak_ready_replicas: 0,
             pools: Vec::new(),
+            decisions: Vec::new(),
         }
     }
 
