@@ -45,7 +45,7 @@ pub struct SimulateArgs {
     /// Overrides the scenario's seed.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
-    /// table or json.
+    /// table or json; with --suite also markdown (the README's scoreboard).
     #[arg(long, default_value = "table", value_name = "FORMAT")]
     format: String,
     /// Write every policy's queue depth, replicas and cost per tick to this CSV file.
@@ -103,12 +103,19 @@ fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<Policy>> {
 }
 
 pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
-    let json = match args.format.as_str() {
-        "table" => false,
-        "json" => true,
+    let (json, markdown) = match args.format.as_str() {
+        "table" => (false, false),
+        "json" => (true, false),
+        "markdown" if args.suite => (false, true),
+        "markdown" => {
+            return Err(BadInput(
+                "--format markdown: only the suite's scoreboard is Markdown; add --suite or use --format table or json".into(),
+            )
+            .into());
+        }
         other => {
             return Err(BadInput(format!(
-                "--format: {other:?} is not a format; use --format table or --format json"
+                "--format: {other:?} is not a format; use --format table, json or (with --suite) markdown"
             ))
             .into());
         }
@@ -121,7 +128,7 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         return corpus(&args, n, &policies, json).await;
     }
     if args.suite {
-        return suite(&policies, args.seed, json).await;
+        return suite(&policies, args.seed, json, markdown).await;
     }
     let name = args.scenario.as_deref().unwrap_or_default();
     let scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--scenario", e))?;
@@ -289,7 +296,12 @@ async fn corpus(
 }
 
 /// Every built-in scenario under `policies`: one scoreboard.
-async fn suite(policies: &[Policy], seed: Option<u64>, json: bool) -> anyhow::Result<ExitCode> {
+async fn suite(
+    policies: &[Policy],
+    seed: Option<u64>,
+    json: bool,
+    markdown: bool,
+) -> anyhow::Result<ExitCode> {
     let mut reports = Vec::new();
     for name in headroom_sim::scenario::built_in_names() {
         let scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--suite", e))?;
@@ -304,6 +316,8 @@ async fn suite(policies: &[Policy], seed: Option<u64>, json: bool) -> anyhow::Re
     }
     if json {
         println!("{}", headroom_sim::render::suite_json(&reports));
+    } else if markdown {
+        print!("{}", headroom_sim::render::suite_markdown(&reports));
     } else {
         print!("{}", headroom_sim::render::suite_table(&reports));
     }

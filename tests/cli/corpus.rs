@@ -115,4 +115,9 @@ fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
     ] {
         simulate_refuses(&bad, "--corpus");
     }
+    // Markdown is the suite's scoreboard only.
+    simulate_refuses(
+        &["--scenario", "seed-000-backlog", "--format", "markdown"],
+        "--format markdown",
+    );
 }

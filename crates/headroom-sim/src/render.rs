@@ -23,24 +23,22 @@ fn beaten(by: &[String]) -> String {
     }
 }
 
-/// The scoreboard: one row per scenario and policy — SLO attainment (and the highest tier's),
-/// cost, cost against the certified lower bound and against the hindsight planner, idle
-/// GPU-hours, shed — then the simulator's speed.
-pub fn suite_table(reports: &[Report]) -> String {
-    let mut out = String::new();
-    let header = [
-        "scenario",
-        "policy",
-        "slo",
-        "slo_top_tier",
-        "slo_by_tier",
-        "cost_usd",
-        "vs_bound",
-        "vs_hindsight",
-        "idle_gpu_h",
-        "shed",
-    ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+const SUITE_HEADER: [&str; 10] = [
+    "scenario",
+    "policy",
+    "slo",
+    "slo_top_tier",
+    "slo_by_tier",
+    "cost_usd",
+    "vs_bound",
+    "vs_hindsight",
+    "idle_gpu_h",
+    "shed",
+];
+
+/// The scoreboard's cells, the header first: one row per scenario and policy.
+fn suite_rows(reports: &[Report]) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = vec![SUITE_HEADER.iter().map(|h| h.to_string()).collect()];
     for r in reports {
         for p in &r.policies {
             let top = p
@@ -67,7 +65,34 @@ pub fn suite_table(reports: &[Report]) -> String {
             ]);
         }
     }
-    let widths: Vec<usize> = (0..header.len())
+    rows
+}
+
+/// The scoreboard as the README's Markdown table (`--suite --format markdown`): the same
+/// cells but the per-tier breakdown, so the README is written by the command, not by hand.
+pub fn suite_markdown(reports: &[Report]) -> String {
+    let mut out = String::from(
+        "| scenario | policy | SLO | top tier | cost, $ | vs bound | vs hindsight | idle GPU-h | shed |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for row in suite_rows(reports).iter().skip(1) {
+        let cells: Vec<&str> = row
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 4)
+            .map(|(_, c)| c.as_str())
+            .collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    out
+}
+
+/// The scoreboard: one row per scenario and policy — SLO attainment (and the highest tier's),
+/// cost, cost against the certified lower bound and against the hindsight planner, idle
+/// GPU-hours, shed — then the simulator's speed.
+pub fn suite_table(reports: &[Report]) -> String {
+    let mut out = String::new();
+    let rows = suite_rows(reports);
+    let widths: Vec<usize> = (0..SUITE_HEADER.len())
         .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
         .collect();
     for row in &rows {

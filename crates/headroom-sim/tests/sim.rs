@@ -580,3 +580,25 @@ async fn the_hindsight_planner_holds_what_serves_on_long_context_chat() {
         o.bound_usd
     );
 }
+
+/// `--suite --format markdown` writes the README's scoreboard: a header, its rule, and one row
+/// of nine cells per scenario and policy, the numbers as the table prints them.
+#[tokio::test]
+async fn the_suite_scoreboard_renders_as_the_readmes_markdown_table() {
+    let r = run(
+        "seed-000-backlog",
+        &[Policy::Headroom, Policy::Static],
+        Some(2.0),
+    )
+    .await;
+    let markdown = headroom_sim::render::suite_markdown(std::slice::from_ref(&r));
+    let lines: Vec<&str> = markdown.lines().collect();
+    assert_eq!(lines.len(), 2 + r.policies.len(), "{markdown}");
+    assert!(lines[0].starts_with("| scenario | policy | SLO |"));
+    for (line, p) in lines[2..].iter().zip(&r.policies) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 9, "{line}");
+        assert_eq!(cells[..2], ["seed-000-backlog", p.policy.as_str()]);
+        assert_eq!(cells[4], format!("{:.2}", p.cost_usd));
+    }
+}
