@@ -55,6 +55,38 @@ pub struct AlertSettings {
     /// dead man's switch, so a receiver notices when Headroom (or its path to Alertmanager)
     /// is gone rather than reading its alerts as resolved.
     pub watchdog: bool,
+    /// Labels added to every Alertmanager notification (cluster, region, deployment…), so two
+    /// deployments with the same pool names stay apart. `cluster` defaults to the cluster id.
+    pub external_labels: std::collections::BTreeMap<String, String>,
+    /// Where `docs/runbooks.md` is served: each notification's `runbook_url` is this with the
+    /// alert's anchor.
+    pub runbook_base_url: Option<String>,
+    /// Headroom's own API address as people reach it: `generatorURL` links to the pool.
+    pub generator_base_url: Option<String>,
+}
+
+/// What a webhook body carries besides the notification: the deployment's identity and links.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderContext<'a> {
+    pub cluster_id: &'a str,
+    pub settings: &'a AlertSettings,
+}
+
+/// The runbooks, one `## Name` section per alert; a notification's `description` is the first
+/// paragraph of its section, so the text lives in one place.
+const RUNBOOKS: &str = include_str!("../../../../docs/runbooks.md");
+
+/// The first paragraph of `name`'s runbook section, on one line.
+pub fn description(name: &str) -> Option<String> {
+    let heading = format!("## {name}\n");
+    let start = RUNBOOKS.find(&heading)? + heading.len();
+    let paragraph: Vec<&str> = RUNBOOKS[start..]
+        .trim_start()
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    (!paragraph.is_empty()).then(|| paragraph.join(" "))
 }
 
 /// The always-firing alert's name, as kube-prometheus spells it.
@@ -68,6 +100,9 @@ impl Default for AlertSettings {
             resend_interval: Duration::from_secs(60),
             refusal_window: Duration::from_secs(600),
             watchdog: true,
+            external_labels: std::collections::BTreeMap::new(),
+            runbook_base_url: None,
+            generator_base_url: None,
         }
     }
 }
@@ -253,19 +288,39 @@ impl AlertBook {
 }
 
 /// The request body for one notification in a webhook's format.
-pub fn render(format: WebhookFormat, n: &Notification) -> String {
+pub fn render(format: WebhookFormat, n: &Notification, ctx: &RenderContext<'_>) -> String {
     let iso = |t: Timestamp| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let settings = ctx.settings;
     match format {
         WebhookFormat::Alertmanager => {
             let mut labels = n.alert.labels.clone();
+            labels.insert("cluster".into(), ctx.cluster_id.to_string());
+            // External labels may rename the cluster; configuration refuses those that would
+            // replace the alert's own labels.
+            labels.extend(settings.external_labels.clone());
             labels.insert("alertname".into(), n.alert.name.clone());
             labels.insert("severity".into(), n.alert.severity.into());
             labels.insert("service".into(), "headroom".into());
+            let mut annotations = serde_json::json!({"summary": n.alert.summary});
+            if let Some(text) = description(&n.alert.name) {
+                annotations["description"] = serde_json::json!(text);
+            }
+            if let Some(base) = &settings.runbook_base_url {
+                annotations["runbook_url"] =
+                    serde_json::json!(format!("{base}#{}", n.alert.name.to_lowercase()));
+            }
             let mut alert = serde_json::json!({
                 "labels": labels,
-                "annotations": {"summary": n.alert.summary},
+                "annotations": annotations,
                 "startsAt": iso(n.starts_at),
             });
+            if let Some(base) = &settings.generator_base_url {
+                let base = base.trim_end_matches('/');
+                alert["generatorURL"] = serde_json::json!(match n.alert.labels.get("pool") {
+                    Some(pool) => format!("{base}/v1/pools/{pool}"),
+                    None => format!("{base}/v1/alerts"),
+                });
+            }
             if let Some(end) = n.ends_at.or(n.firing_until) {
                 alert["endsAt"] = serde_json::json!(iso(end));
             }
@@ -280,8 +335,12 @@ pub fn render(format: WebhookFormat, n: &Notification) -> String {
                 Status::Firing => "FIRING",
                 Status::Resolved => "RESOLVED",
             };
+            let cluster = settings
+                .external_labels
+                .get("cluster")
+                .map_or(ctx.cluster_id, String::as_str);
             serde_json::json!({
-                "text": format!("{icon} [{status}] {}: {}", n.alert.name, n.alert.summary)
+                "text": format!("{icon} [{status}] {} ({cluster}): {}", n.alert.name, n.alert.summary)
             })
             .to_string()
         }
@@ -353,7 +412,8 @@ mod tests {
             (at(0), Some(at(300)))
         );
         let am: serde_json::Value =
-            serde_json::from_str(&render(WebhookFormat::Alertmanager, &again[0])).unwrap();
+            serde_json::from_str(&render(WebhookFormat::Alertmanager, &again[0], &plain()))
+                .unwrap();
         assert_eq!(am[0]["endsAt"], "2026-11-30T03:05:00Z");
         assert_eq!(am[0]["startsAt"], "2026-11-30T03:00:00Z");
         let repeated = book.update(vec![refused()], |_| true, at(3600), repeat, resend);
@@ -363,30 +423,111 @@ mod tests {
         );
     }
 
-    #[test]
-    fn formats_render() {
-        let n = Notification {
+    fn firing() -> Notification {
+        Notification {
             status: Status::Firing,
             alert: refused(),
             starts_at: at(0),
             ends_at: None,
             firing_until: None,
             keep_alive: false,
+        }
+    }
+
+    fn plain() -> RenderContext<'static> {
+        static SETTINGS: std::sync::LazyLock<AlertSettings> =
+            std::sync::LazyLock::new(AlertSettings::default);
+        RenderContext {
+            cluster_id: "prod-a",
+            settings: &SETTINGS,
+        }
+    }
+
+    #[test]
+    fn every_alert_has_a_runbook_section_and_a_description() {
+        let names = [
+            "CapacityRefused",
+            "CloudQuotaExhausted",
+            "PoolSignalsMissing",
+            "PoolDeparturesStalled",
+            "PoolHalted",
+            "PoolServedByFallback",
+            "PoolShedding",
+            "WarmPoolDepleted",
+            "BudgetSoftThresholdReached",
+            "BudgetStoppedCapacity",
+            "ProviderErrors",
+            "QuotaBelowMaxReplicas",
+            "ReservationIdle",
+            "ReservationEnding",
+            "OrphanInstances",
+            WATCHDOG,
+        ];
+        for name in names {
+            let text = description(name).unwrap_or_else(|| panic!("no runbook for {name}"));
+            assert!(text.len() > 40 && !text.contains('\n'), "{name}: {text}");
+        }
+        assert_eq!(description("NoSuchAlert"), None);
+    }
+
+    #[test]
+    fn two_deployments_stay_apart_and_each_notification_links_its_runbook_and_pool() {
+        let n = firing();
+        let settings = AlertSettings {
+            external_labels: [("region".to_string(), "eu-west-1".to_string())].into(),
+            runbook_base_url: Some("https://git.example/headroom/docs/runbooks.md".into()),
+            generator_base_url: Some("https://headroom.example/".into()),
+            ..AlertSettings::default()
         };
+        let render_for = |cluster_id: &str| {
+            let ctx = RenderContext {
+                cluster_id,
+                settings: &settings,
+            };
+            serde_json::from_str::<serde_json::Value>(&render(
+                WebhookFormat::Alertmanager,
+                &n,
+                &ctx,
+            ))
+            .unwrap()
+        };
+        let (a, b) = (render_for("prod-a"), render_for("prod-b"));
+        assert_ne!(a[0]["labels"], b[0]["labels"], "same pool, two deployments");
+        assert_eq!(a[0]["labels"]["cluster"], "prod-a");
+        assert_eq!(a[0]["labels"]["region"], "eu-west-1");
+        assert_eq!(
+            a[0]["annotations"]["runbook_url"],
+            "https://git.example/headroom/docs/runbooks.md#capacityrefused"
+        );
+        assert!(
+            a[0]["annotations"]["description"]
+                .as_str()
+                .unwrap()
+                .starts_with("The cloud refused capacity")
+        );
+        assert_eq!(
+            a[0]["generatorURL"],
+            "https://headroom.example/v1/pools/llm"
+        );
+    }
+
+    #[test]
+    fn formats_render() {
+        let n = firing();
         let am: serde_json::Value =
-            serde_json::from_str(&render(WebhookFormat::Alertmanager, &n)).unwrap();
+            serde_json::from_str(&render(WebhookFormat::Alertmanager, &n, &plain())).unwrap();
         assert_eq!(am[0]["labels"]["alertname"], "CapacityRefused");
         assert_eq!(am[0]["labels"]["pool"], "llm");
         let slack: serde_json::Value =
-            serde_json::from_str(&render(WebhookFormat::Slack, &n)).unwrap();
+            serde_json::from_str(&render(WebhookFormat::Slack, &n, &plain())).unwrap();
         assert!(
             slack["text"]
                 .as_str()
                 .unwrap()
-                .contains("[FIRING] CapacityRefused")
+                .contains("[FIRING] CapacityRefused (prod-a)")
         );
         let json: serde_json::Value =
-            serde_json::from_str(&render(WebhookFormat::Json, &n)).unwrap();
+            serde_json::from_str(&render(WebhookFormat::Json, &n, &plain())).unwrap();
         assert_eq!(json["status"], "firing");
     }
 }

@@ -23,8 +23,62 @@ pub(super) fn alerts(raw: RawAlerts, p: &mut Problems) -> AlertSettings {
             None => defaults.refusal_window,
         },
         watchdog: raw.watchdog.unwrap_or(defaults.watchdog),
+        external_labels: raw.external_labels,
+        runbook_base_url: raw.runbook_base_url,
+        generator_base_url: raw.generator_base_url,
         webhooks: raw.webhooks,
     };
+    for (name, value) in &alerts.external_labels {
+        let key = format!("alerts.external_labels.{name}");
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with("__");
+        if !valid {
+            p.add(
+                &key,
+                "is not a Prometheus label name",
+                "use letters, digits and underscores, not starting with a digit or __",
+            );
+        } else if [
+            "alertname",
+            "severity",
+            "service",
+            "pool",
+            "account",
+            "offering",
+        ]
+        .contains(&name.as_str())
+        {
+            p.add(
+                &key,
+                "would replace a label Headroom's alerts carry themselves",
+                "choose another name, e.g. \"deployment\" or \"region\"",
+            );
+        } else if value.is_empty() || value.len() > 256 {
+            p.add(
+                &key,
+                "must be 1 to 256 characters",
+                "give a short value, e.g. \"eu-prod\"",
+            );
+        }
+    }
+    for (key, url) in [
+        ("alerts.runbook_base_url", &alerts.runbook_base_url),
+        ("alerts.generator_base_url", &alerts.generator_base_url),
+    ] {
+        if let Some(url) = url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            p.add(
+                key,
+                format!("{url:?} is not an http:// or https:// URL"),
+                "give the address people open, e.g. \"https://headroom.internal\"",
+            );
+        }
+    }
     for (i, w) in alerts.webhooks.iter().enumerate() {
         if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
             p.add(

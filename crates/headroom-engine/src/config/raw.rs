@@ -62,6 +62,10 @@ pub(super) struct RawAlerts {
     pub(super) refusal_window: Option<String>,
     pub(super) watchdog: Option<bool>,
     #[serde(default)]
+    pub(super) external_labels: std::collections::BTreeMap<String, String>,
+    pub(super) runbook_base_url: Option<String>,
+    pub(super) generator_base_url: Option<String>,
+    #[serde(default)]
     pub(super) webhooks: Vec<crate::alerts::Webhook>,
 }
 

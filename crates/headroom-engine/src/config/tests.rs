@@ -398,3 +398,40 @@ fn every_api_duration_and_connection_limit_has_a_range() {
         );
     }
 }
+
+#[test]
+fn external_labels_and_alert_links_are_checked_in_one_line_each() {
+    let with = |alerts: &str| format!("{EXAMPLE}\n[alerts]\n{alerts}\n");
+    let ok = Config::parse(
+        &with("runbook_base_url = \"https://git.example/runbooks.md\"\n[alerts.external_labels]\nregion = \"eu\"\ndeployment = \"prod\""),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.alerts.external_labels.len(), 2);
+    for (alerts, key) in [
+        (
+            "[alerts.external_labels]\n\"9lives\" = \"x\"",
+            "alerts.external_labels.9lives",
+        ),
+        (
+            "[alerts.external_labels]\n__meta = \"x\"",
+            "alerts.external_labels.__meta",
+        ),
+        (
+            "[alerts.external_labels]\npool = \"x\"",
+            "alerts.external_labels.pool",
+        ),
+        (
+            "[alerts.external_labels]\nregion = \"\"",
+            "alerts.external_labels.region",
+        ),
+        (
+            "generator_base_url = \"headroom.internal\"",
+            "alerts.generator_base_url",
+        ),
+    ] {
+        let e = errors(&with(alerts));
+        assert_eq!(e.len(), 1, "{alerts}: {e:?}");
+        assert!(e[0].contains(key), "{alerts}: {e:?}");
+    }
+}

@@ -81,7 +81,11 @@ impl Engine {
                 .filter(|w| n.is_for(w.format))
                 .filter(|w| !(n.keep_alive && backlogged.contains(&w.url)))
             {
-                let body = crate::alerts::render(webhook.format, n);
+                let context = crate::alerts::RenderContext {
+                    cluster_id: &self.config.cluster_id,
+                    settings,
+                };
+                let body = crate::alerts::render(webhook.format, n, &context);
                 let pushed_out = self.ledger.enqueue_alert(&webhook.url, &body, now).await?;
                 self.metrics
                     .service
