@@ -55,6 +55,18 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
+/// Sends SIGTERM to a running `serve` and waits for it to stop.
+fn stop_with_sigterm(child: &mut std::process::Child) -> std::process::ExitStatus {
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    child.wait().unwrap()
+}
+
 struct Reply {
     status: u16,
     content_type: String,
@@ -408,15 +420,7 @@ fn serve_runs_on_postgres_and_stops_gracefully_on_sigterm() {
         budget.body
     );
 
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = child.wait().unwrap();
+    let status = stop_with_sigterm(&mut child);
     let mut stderr = String::new();
     child
         .stderr
@@ -1745,14 +1749,7 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         .unwrap();
     assert_eq!(created.status(), 201);
     std::thread::sleep(Duration::from_secs(2));
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    child.wait().unwrap();
+    stop_with_sigterm(&mut child);
 
     let mut spans: Vec<(String, String)> = Vec::new(); // (trace id, name)
     let mut services = std::collections::BTreeSet::new();

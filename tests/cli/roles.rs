@@ -301,14 +301,7 @@ fn the_database_password_never_reaches_the_log() {
             Some(&json!({"pool": "mistral-7b-batch", "replicas": 1}).to_string()),
         );
         assert_eq!(created.status, 201, "{var}: {:?}", created.body);
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
-        child.wait().unwrap();
+        stop_with_sigterm(&mut child);
         let log = format!(
             "{}{}",
             String::from_utf8_lossy(&std::fs::read(&out_path).unwrap()),

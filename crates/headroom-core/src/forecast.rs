@@ -85,9 +85,17 @@ impl DemandRecord {
         self.minutes.get(&minute).copied()
     }
 
-    /// Every recorded minute, oldest first.
-    pub fn minutes(&self) -> impl Iterator<Item = (i64, u32)> + '_ {
-        self.minutes.iter().map(|(m, d)| (*m, *d))
+    /// The recorded minutes within `range`, oldest first.
+    pub fn minutes_in(
+        &self,
+        range: impl std::ops::RangeBounds<i64>,
+    ) -> impl Iterator<Item = (i64, u32)> + '_ {
+        self.minutes.range(range).map(|(m, d)| (*m, *d))
+    }
+
+    /// How many minutes are recorded.
+    pub fn len(&self) -> usize {
+        self.minutes.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -235,6 +243,6 @@ mod tests {
         assert_eq!(r.at_minute(minute_of(t)), Some(7));
         r.note(t + chrono::Duration::minutes(KEEP_MINUTES + 1), 1);
         assert_eq!(r.at_minute(minute_of(t)), None);
-        assert_eq!(r.minutes().count(), 1);
+        assert_eq!(r.len(), 1);
     }
 }

@@ -59,6 +59,32 @@ replica_throughput_rps = 5.0
 target_utilization = 1.0
 "#;
 
+/// What a serving layer with nothing to do reports: nothing queued, nothing arriving.
+fn quiet() -> SignalInput {
+    SignalInput {
+        queue_depth: 0,
+        arrival_rate_rps: Some(0.0),
+        ..SignalInput::default()
+    }
+}
+
+/// Two days of a pool's demand before minute `start`: one replica, and five during a job from
+/// 09:10 to 09:30 each day.
+fn two_days_with_a_job(start: i64) -> Vec<(i64, u32)> {
+    (start - 2 * 1440..start)
+        .map(|m| {
+            (
+                m,
+                if (550..570).contains(&m.rem_euclid(1440)) {
+                    5
+                } else {
+                    1
+                },
+            )
+        })
+        .collect()
+}
+
 struct Harness {
     rig: Rig,
     clock: Arc<ManualClock>,
@@ -441,14 +467,7 @@ async fn cancelling_a_request_releases_its_nodes() {
         .cancel_capacity_request(&id, h.clock.now())
         .await
         .unwrap();
-    h.engine.push_signal(
-        &"llm".parse().unwrap(),
-        SignalInput {
-            queue_depth: 0,
-            arrival_rate_rps: Some(0.0),
-            ..SignalInput::default()
-        },
-    );
+    h.engine.push_signal(&"llm".parse().unwrap(), quiet());
     h.engine.tick().await.unwrap();
     assert_eq!(h.live_instances().await, 0);
     let outcome = h.ledger.capacity_request(&id).await.unwrap().unwrap();
@@ -763,14 +782,7 @@ async fn a_fresh_start_with_no_traffic_fires_no_shedding_and_no_depleted_warm_po
         let mut fired = std::collections::BTreeSet::new();
         for _ in 0..seconds / 5 {
             // The serving layer says: nothing queued, nothing arriving.
-            h.engine.push_signal(
-                &pool,
-                SignalInput {
-                    queue_depth: 0,
-                    arrival_rate_rps: Some(0.0),
-                    ..SignalInput::default()
-                },
-            );
+            h.engine.push_signal(&pool, quiet());
             h.engine.tick().await.unwrap();
             fired.extend(
                 h.engine
@@ -808,14 +820,7 @@ async fn the_watchdog_fires_at_alertmanager_for_as_long_as_headroom_runs_and_now
     let h = harness(&text).await;
     // A pool with nothing to say: the Watchdog is the only alert.
     for _ in 0..6 {
-        h.engine.push_signal(
-            &"llm".parse().unwrap(),
-            SignalInput {
-                queue_depth: 0,
-                arrival_rate_rps: Some(0.0),
-                ..SignalInput::default()
-            },
-        );
+        h.engine.push_signal(&"llm".parse().unwrap(), quiet());
         h.engine.tick().await.unwrap();
         h.engine.deliver_alerts().await.unwrap();
         h.clock.advance(Duration::from_secs(30));
@@ -2047,21 +2052,11 @@ async fn a_new_owner_keeps_the_demand_history_its_forecast_and_the_warm_pool_siz
     let pool: headroom_core::PoolName = "llm".parse().unwrap();
     let minute = |at: headroom_core::Timestamp| at.timestamp().div_euclid(60);
     let start = minute(h.clock.now());
-    let history: Vec<(i64, u32)> = (start - 2 * 1440..start)
-        .map(|m| {
-            let of_day = m.rem_euclid(1440);
-            (m, if (550..570).contains(&of_day) { 5 } else { 1 })
-        })
-        .collect();
+    let history = two_days_with_a_job(start);
     h.ledger
         .record_demand_minutes(&pool, &history)
         .await
         .unwrap();
-    let quiet = || SignalInput {
-        queue_depth: 0,
-        arrival_rate_rps: Some(0.0),
-        ..SignalInput::default()
-    };
     // The first owner runs five quiet minutes: each ended minute reaches the ledger.
     for _ in 0..60 {
         h.engine.push_signal(&pool, quiet());
@@ -2124,31 +2119,13 @@ async fn with_forecast_off_the_history_is_kept_but_not_acted_on() {
     let h = harness(&config).await;
     let pool: headroom_core::PoolName = "llm".parse().unwrap();
     let start = h.clock.now().timestamp().div_euclid(60);
-    let history: Vec<(i64, u32)> = (start - 2 * 1440..start)
-        .map(|m| {
-            (
-                m,
-                if (550..570).contains(&m.rem_euclid(1440)) {
-                    5
-                } else {
-                    1
-                },
-            )
-        })
-        .collect();
+    let history = two_days_with_a_job(start);
     h.ledger
         .record_demand_minutes(&pool, &history)
         .await
         .unwrap();
     h.clock.advance(Duration::from_secs(300));
-    h.engine.push_signal(
-        &pool,
-        SignalInput {
-            queue_depth: 0,
-            arrival_rate_rps: Some(0.0),
-            ..SignalInput::default()
-        },
-    );
+    h.engine.push_signal(&pool, quiet());
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&pool).unwrap();
     assert_eq!(status.desired, 1, "{:?}", status.reason);

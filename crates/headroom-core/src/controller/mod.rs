@@ -159,18 +159,28 @@ pub const RAMP_WINDOWS: usize = 4;
 /// Levels remembered at most: an hour of one-second activations.
 pub const MAX_LEVELS: usize = 3600;
 
+/// Appends `value` at `now` to a time series, forgetting what is older than `keep` and what is
+/// past [`MAX_LEVELS`] entries.
+fn remember<T>(
+    series: &mut std::collections::VecDeque<(Timestamp, T)>,
+    now: Timestamp,
+    value: T,
+    keep: Duration,
+) {
+    series.push_back((now, value));
+    while series
+        .front()
+        .is_some_and(|(at, _)| elapsed(*at, now) > keep)
+        || series.len() > MAX_LEVELS
+    {
+        series.pop_front();
+    }
+}
+
 impl ControllerMemory {
     /// Records `level` at `now`, forgetting what is older than `keep`.
     fn remember_level(&mut self, now: Timestamp, level: u32, keep: Duration) {
-        self.levels.push_back((now, level));
-        while self
-            .levels
-            .front()
-            .is_some_and(|(at, _)| elapsed(*at, now) > keep)
-            || self.levels.len() > MAX_LEVELS
-        {
-            self.levels.pop_front();
-        }
+        remember(&mut self.levels, now, level, keep);
     }
 
     /// Follows what the rules want through its swings: a climb of a quarter (at least one
@@ -203,16 +213,8 @@ impl ControllerMemory {
 
     /// Records an arrival rate at `now`, forgetting what is older than `keep`.
     fn remember_arrivals(&mut self, now: Timestamp, rate: f64, keep: Duration) {
-        self.arrivals
-            .push_back((now, clamp_u64((rate * 1000.0).round())));
-        while self
-            .arrivals
-            .front()
-            .is_some_and(|(at, _)| elapsed(*at, now) > keep)
-            || self.arrivals.len() > MAX_LEVELS
-        {
-            self.arrivals.pop_front();
-        }
+        let milli = clamp_u64((rate * 1000.0).round());
+        remember(&mut self.arrivals, now, milli, keep);
     }
 
     /// The mean arrival rate in each of the [`RAMP_WINDOWS`] windows of `window` before `now`,

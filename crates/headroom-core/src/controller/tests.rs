@@ -469,25 +469,7 @@ fn classification_reads_age_against_utilisation() {
 
 #[test]
 fn one_change_of_direction_per_cooldown() {
-    let p = pool(
-        2,
-        50,
-        ScalingPolicy {
-            replica_throughput_rps: 10.0,
-            scale_up_breaches: 1,
-            scale_down_stabilization: Duration::ZERO,
-            scale_down_period: Duration::ZERO,
-            direction_cooldown: Duration::from_secs(120),
-            ..base()
-        },
-    );
-    let down = decide(
-        &p,
-        Some(&Signals::queue(0, 20.0, t0())),
-        ready(10),
-        memory(10),
-        t0(),
-    );
+    let (p, down) = scaled_down_in_a_cooldown();
     assert_eq!(
         down.target, 2,
         "no stabilisation: down to demand (and its margin) at once"
@@ -623,26 +605,29 @@ fn a_queue_of_long_prompts_needs_more_replicas_than_one_of_short_ones() {
     );
 }
 
-/// Ten replicas' worth of bursts (100 req/s at 10 each) for a minute every five, over a base
-/// of two, then quiet from `quiet_from` on; each activation 15 s apart, ready as targeted.
-fn bursts_run(quiet_from: i64, until: i64) -> Vec<(i64, Decision)> {
-    let p = pool(
+/// A floor of two, ten req/s per replica, one breach to scale up, no direction cooldown, and
+/// `stabilization_s` of stabilisation.
+fn ten_per_replica(stabilization_s: u64) -> PoolSpec {
+    pool(
         2,
         50,
         quick(ScalingPolicy {
             replica_throughput_rps: 10.0,
-            scale_down_stabilization: Duration::from_secs(600),
+            scale_down_stabilization: Duration::from_secs(stabilization_s),
             ..base()
         }),
-    );
+    )
+}
+
+/// Drives `p` from a target of two with nothing queued and `rate(t)` arriving, every `step`
+/// seconds up to `until`, each replica ready as soon as targeted: every decision with its time.
+fn drive(p: &PoolSpec, step: usize, until: i64, rate: impl Fn(i64) -> f64) -> Vec<(i64, Decision)> {
     let mut m = memory(2);
     let mut out = Vec::new();
-    for t in (0..=until).step_by(15) {
-        let bursting = t < quiet_from && t % 300 < 60;
-        let rate = if bursting { 100.0 } else { 20.0 };
+    for t in (0..=until).step_by(step) {
         let d = decide(
-            &p,
-            Some(&Signals::queue(0, rate, secs(t))),
+            p,
+            Some(&Signals::queue(0, rate(t), secs(t))),
             ready(m.target),
             m,
             secs(t),
@@ -651,6 +636,25 @@ fn bursts_run(quiet_from: i64, until: i64) -> Vec<(i64, Decision)> {
         out.push((t, d));
     }
     out
+}
+
+/// Whether any decision of `run` heard the ramp rule.
+fn ramp_proposed(run: &[(i64, Decision)]) -> Option<(i64, String)> {
+    run.iter()
+        .find(|(_, d)| d.proposals.iter().any(|p| p.rule == Rule::Ramp))
+        .map(|(t, d)| (*t, d.reason.clone()))
+}
+
+/// Ten replicas' worth of bursts (100 req/s at 10 each) for a minute every five, over a base
+/// of two, then quiet from `quiet_from` on; each activation 15 s apart, ready as targeted.
+fn bursts_run(quiet_from: i64, until: i64) -> Vec<(i64, Decision)> {
+    drive(&ten_per_replica(600), 15, until, |t| {
+        if t < quiet_from && t % 300 < 60 {
+            100.0
+        } else {
+            20.0
+        }
+    })
 }
 
 #[test]
@@ -682,32 +686,13 @@ fn bursts_that_recur_within_the_window_keep_their_capacity_across_the_gap() {
 #[test]
 fn a_ramp_is_sized_for_the_rate_one_cold_start_ahead() {
     // 20 req/s growing by 1 req/s every 15 s (4 per minute), ten per replica, a 190 s ladder.
-    let p = pool(
-        2,
-        50,
-        quick(ScalingPolicy {
-            replica_throughput_rps: 10.0,
-            ..base()
-        }),
-    );
-    let mut m = memory(2);
-    let mut ramp = None;
-    for step in 0..=20 {
-        let t = step * 15;
-        let rate = 20.0 + step as f64;
-        let d = decide(
-            &p,
-            Some(&Signals::queue(0, rate, secs(t))),
-            ready(m.target),
-            m,
-            secs(t),
-        );
-        if d.rule == Rule::Ramp && ramp.is_none() {
-            ramp = Some((t, rate, d.clone()));
-        }
-        m = d.memory.clone();
-    }
-    let (t, rate, d) = ramp.expect("the ramp rule never proposed");
+    let rate = |t: i64| 20.0 + (t / 15) as f64;
+    let run = drive(&ten_per_replica(600), 15, 300, rate);
+    let (t, d) = run
+        .iter()
+        .find(|(_, d)| d.rule == Rule::Ramp)
+        .expect("the ramp rule never proposed");
+    let (t, rate) = (*t, rate(*t));
     assert!(t >= 225, "four full windows of history first: {t}s");
     let drain = d
         .proposals
@@ -730,38 +715,43 @@ fn a_ramp_is_sized_for_the_rate_one_cold_start_ahead() {
 
 #[test]
 fn a_flat_or_spiky_rate_is_no_ramp() {
-    let p = pool(
-        2,
-        50,
-        quick(ScalingPolicy {
-            replica_throughput_rps: 10.0,
-            ..base()
-        }),
-    );
-    let mut m = memory(2);
     // Noise around 20 req/s, and a ten-second spike: neither grows through four windows.
-    for step in 0..=80 {
-        let t = step * 5;
-        let noise = [0.0, 1.5, -1.0, 0.5, -1.5, 1.0][step as usize % 6];
+    let run = drive(&ten_per_replica(600), 5, 400, |t| {
+        let noise = [0.0, 1.5, -1.0, 0.5, -1.5, 1.0][(t / 5) as usize % 6];
         let spike = if (200..210).contains(&t) { 60.0 } else { 0.0 };
-        let d = decide(
-            &p,
-            Some(&Signals::queue(0, 20.0 + noise + spike, secs(t))),
-            ready(m.target),
-            m,
-            secs(t),
-        );
-        assert!(
-            d.proposals.iter().all(|p| p.rule != Rule::Ramp),
-            "at {t}s: {}",
-            d.reason
-        );
-        m = d.memory.clone();
-    }
+        20.0 + noise + spike
+    });
+    assert_eq!(ramp_proposed(&run), None);
 }
 
 #[test]
-fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
+fn traffic_that_starts_is_no_ramp() {
+    // Nothing for two minutes, then 40 req/s seen through a rolling average that fills over
+    // a minute: it grows in one window and a half, not steadily through four.
+    let run = drive(&ten_per_replica(600), 5, 500, |t| {
+        (40.0 * (t as f64 - 120.0) / 60.0).clamp(0.0, 40.0)
+    });
+    assert_eq!(ramp_proposed(&run), None);
+}
+
+#[test]
+fn one_burst_that_wobbles_is_not_a_recurrence() {
+    // Four minutes of a burst whose demand swings between 10 and 6 every 30 s.
+    let run = drive(&ten_per_replica(600), 15, 900, |t| match t {
+        0..240 if t % 60 < 30 => 100.0,
+        0..240 => 60.0,
+        _ => 20.0,
+    });
+    let (_, after) = run.iter().find(|(t, _)| *t == 240 + 210).unwrap();
+    let rises = &run.last().unwrap().1.memory.rises;
+    // Released a cold start (190 s) after the last high, not a whole window later.
+    assert_eq!(after.target, 2, "{rises:?}");
+    assert_eq!(rises.len(), 1, "one burst, one rise: {rises:?}");
+}
+
+/// The pool of the cooldown tests: ten req/s per replica, one breach, no stabilisation, a
+/// 120 s direction cooldown; and its scale-down from ten to two at `t0`.
+fn scaled_down_in_a_cooldown() -> (PoolSpec, Decision) {
     let p = pool(
         2,
         50,
@@ -769,6 +759,7 @@ fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
             replica_throughput_rps: 10.0,
             scale_up_breaches: 1,
             scale_down_stabilization: Duration::ZERO,
+            scale_down_period: Duration::ZERO,
             direction_cooldown: Duration::from_secs(120),
             ..base()
         },
@@ -780,6 +771,12 @@ fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
         memory(10),
         t0(),
     );
+    (p, down)
+}
+
+#[test]
+fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
+    let (p, down) = scaled_down_in_a_cooldown();
     assert_eq!(down.target, 2);
     // 2,000 queued: two replicas drain 1,200 within the 60 s drain window, so it is at risk.
     let up = decide(
@@ -800,14 +797,7 @@ fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
 
 #[test]
 fn a_forecast_launches_ahead_of_a_recurring_rise_but_never_on_a_missing_signal() {
-    let p = pool(
-        2,
-        50,
-        quick(ScalingPolicy {
-            replica_throughput_rps: 10.0,
-            ..base()
-        }),
-    );
+    let p = ten_per_replica(600);
     let forecast = crate::forecast::Forecast {
         replicas: 9,
         expected_at: secs(240),
@@ -824,74 +814,4 @@ fn a_forecast_launches_ahead_of_a_recurring_rise_but_never_on_a_missing_signal()
         (held.target, held.scaling_hold),
         (2, Some(ScalingHold::SignalMissing))
     );
-}
-
-#[test]
-fn one_burst_that_wobbles_is_not_a_recurrence() {
-    let p = pool(
-        2,
-        50,
-        quick(ScalingPolicy {
-            replica_throughput_rps: 10.0,
-            scale_down_stabilization: Duration::from_secs(600),
-            ..base()
-        }),
-    );
-    let mut m = memory(2);
-    let mut last = None;
-    for t in (0..=900).step_by(15) {
-        // Four minutes of a burst whose demand swings between 10 and 6 every 30 s.
-        let rate = match t {
-            0..240 if t % 60 < 30 => 100.0,
-            0..240 => 60.0,
-            _ => 20.0,
-        };
-        let d = decide(
-            &p,
-            Some(&Signals::queue(0, rate, secs(t))),
-            ready(m.target),
-            m,
-            secs(t),
-        );
-        m = d.memory.clone();
-        last = Some((t, d));
-        if t == 240 + 210 {
-            // Released a cold start (190 s) after the last high, not a whole window later.
-            assert_eq!(last.as_ref().unwrap().1.target, 2, "{:?}", m.rises);
-        }
-    }
-    assert!(last.is_some());
-    assert_eq!(m.rises.len(), 1, "one burst, one rise: {:?}", m.rises);
-}
-
-#[test]
-fn traffic_that_starts_is_no_ramp() {
-    // Nothing for two minutes, then 40 req/s seen through a rolling average that fills over
-    // a minute: it grows in one window and a half, not steadily through four.
-    let p = pool(
-        2,
-        50,
-        quick(ScalingPolicy {
-            replica_throughput_rps: 10.0,
-            ..base()
-        }),
-    );
-    let mut m = memory(2);
-    for step in 0..=100 {
-        let t = step * 5;
-        let rate = (40.0 * (t as f64 - 120.0) / 60.0).clamp(0.0, 40.0);
-        let d = decide(
-            &p,
-            Some(&Signals::queue(0, rate, secs(t))),
-            ready(m.target),
-            m,
-            secs(t),
-        );
-        assert!(
-            d.proposals.iter().all(|p| p.rule != Rule::Ramp),
-            "at {t}s: {}",
-            d.reason
-        );
-        m = d.memory.clone();
-    }
 }

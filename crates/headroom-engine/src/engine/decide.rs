@@ -156,10 +156,11 @@ impl Engine {
             let mut control = lock(&self.control);
             // After a restart the controller has no memory: it starts from the replicas that
             // exist, so a pool with no signal yet holds where it is instead of draining to zero.
+            // Taken out and put back: the memory holds the controller's recent series, so it
+            // is moved, not copied, every activation.
             let memory = control
                 .memory
-                .get(&pool.name)
-                .cloned()
+                .remove(&pool.name)
                 .unwrap_or(ControllerMemory {
                     target: counts.provisioned(),
                     ..ControllerMemory::default()
@@ -170,7 +171,7 @@ impl Engine {
                 .get(&pool.name)
                 .filter(|_| pool.scaling.forecast)
                 .and_then(|h| h.record.forecast(now, lead));
-            let decision = controller::decide_with_forecast(
+            let mut decision = controller::decide_with_forecast(
                 pool,
                 signal.as_ref(),
                 counts,
@@ -187,7 +188,7 @@ impl Engine {
             }
             control
                 .memory
-                .insert(pool.name.clone(), decision.memory.clone());
+                .insert(pool.name.clone(), std::mem::take(&mut decision.memory));
             if decision.scaling_hold.is_none() {
                 // Measured demand only: a forecast neither sizes the warm pool nor teaches
                 // itself.

@@ -79,14 +79,14 @@ impl PoolHistory {
         }
     }
 
-    /// Ended minutes not yet in the ledger.
+    /// Ended minutes not yet in the ledger (a range lookup: this runs every tick).
     pub fn unpersisted(&self, now: Timestamp) -> Vec<(i64, u32)> {
         let current = forecast::minute_of(now);
         let from = self.persisted_before.unwrap_or(i64::MIN);
-        self.record
-            .minutes()
-            .filter(|(m, _)| *m >= from && *m < current)
-            .collect()
+        if from >= current {
+            return Vec::new();
+        }
+        self.record.minutes_in(from..current).collect()
     }
 
     /// Marks minutes before `before` as in the ledger.
@@ -99,7 +99,7 @@ impl PoolHistory {
         ForecastStatus {
             expected: self.last.clone(),
             lead_s: lead.as_secs(),
-            history_minutes: self.record.minutes().count() as u64,
+            history_minutes: self.record.len() as u64,
             scored,
             mean_abs_error_replicas: (scored > 0)
                 .then(|| self.errors.iter().map(|e| f64::from(*e)).sum::<f64>() / scored as f64),

@@ -206,18 +206,12 @@ impl Engine {
         s.serving_for_others = control.serving_for_others(&pool.name);
         s.handed_to_fallback = control.handed_to_fallback(pool);
         // Shedding follows measured demand only: with no usable signal the pool holds and
-        // admits everything (its own alert says the signal is missing). The floor is not
-        // demand: a pool starting its `min_replicas` with nothing queued sheds nothing.
+        // admits everything (its own alert says the signal is missing). Neither the floor nor
+        // a forecast is demand: a pool starting its `min_replicas`, or launching ahead of a
+        // rise, with nothing queued sheds nothing.
         s.demand = decision
             .filter(|d| d.scaling_hold.is_none())
-            .map_or(0, |d| {
-                d.proposals
-                    .iter()
-                    .filter(|p| p.rule != Rule::Floor)
-                    .map(|p| p.replicas)
-                    .max()
-                    .unwrap_or(0)
-            });
+            .map_or(0, super::forecasting::measured_demand);
         drop(control);
         // A shed client should come back when capacity is due; with none on its way, when a
         // refused offering may be tried again, else after a cold start.
