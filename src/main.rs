@@ -5,6 +5,7 @@ mod cloud;
 mod cluster;
 mod demo;
 mod migrate;
+mod replay;
 mod report;
 mod simulate;
 mod telemetry;
@@ -73,6 +74,9 @@ enum Command {
     WhatIf(whatif::WhatIfArgs),
     /// Replay a scenario or a trace against Headroom and the baselines, in virtual time.
     Simulate(simulate::SimulateArgs),
+    /// Replay a pool's recorded signals from Prometheus through the controller (the shadow
+    /// experiment on history) and print the promotion report.
+    Replay(replay::ReplayArgs),
     /// Create, list and revoke API tokens.
     Token {
         #[command(subcommand)]
@@ -167,6 +171,7 @@ fn main() -> ExitCode {
             Command::Migrate(args) => migrate::run(args).await,
             Command::WhatIf(args) => whatif::run(args),
             Command::Simulate(args) => simulate::run(args).await,
+            Command::Replay(args) => replay::run(args).await,
             Command::Openapi => {
                 print!("{}", headroom_api::openapi());
                 Ok(ExitCode::SUCCESS)

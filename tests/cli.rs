@@ -2220,3 +2220,5 @@ fn a_token_revoked_while_serve_runs_writes_nothing_more() {
     serve.kill().unwrap();
     serve.wait().unwrap();
 }
+#[path = "cli/replay.rs"]
+mod replay;

@@ -12,11 +12,12 @@ pub mod config;
 mod engine;
 mod http;
 pub mod metrics;
+pub mod prometheus;
 pub mod scrape;
 
 pub use cluster::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 pub use config::{Config, ConfigErrors};
 pub use engine::{
     Clamp, DECISION_LOG_LEN, DecisionRecord, Engine, EngineError, OfferingPrice, PoolStatus,
-    SignalInput, error_chain, sim_cloud_for,
+    ReplicaQueues, SignalInput, error_chain, sim_cloud_for,
 };

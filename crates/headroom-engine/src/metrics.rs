@@ -122,6 +122,7 @@ pub struct Metrics {
     pub desired: Family<PoolLabels, Gauge>,
     pub queue_depth: Family<PoolLabels, Gauge>,
     pub oldest_age_seconds: Family<PoolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub replica_queue_skew: Family<PoolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub decisions: Family<RuleLabels, Counter>,
     pub refusals: Family<RefusalLabels, Counter>,
     pub fallbacks: Family<FallbackLabels, Counter>,
@@ -186,6 +187,7 @@ impl Default for Metrics {
             desired: Family::default(),
             queue_depth: Family::default(),
             oldest_age_seconds: Family::default(),
+            replica_queue_skew: Family::default(),
             decisions: Family::default(),
             refusals: Family::default(),
             fallbacks: Family::default(),
@@ -226,6 +228,11 @@ impl Default for Metrics {
             "pool_oldest_age_seconds",
             "Age of the oldest waiting request, as last signalled",
             m.oldest_age_seconds.clone(),
+        );
+        registry.register(
+            "pool_replica_queue_skew",
+            "The longest replica queue over the mean replica queue, when replicas report their own (1 is even)",
+            m.replica_queue_skew.clone(),
         );
         registry.register(
             "decisions",

@@ -117,6 +117,15 @@ impl<'de> Deserialize<'de> for Selector {
 
 /// The values of every series in `text` that `selector` matches.
 pub fn matching(text: &str, selector: &Selector) -> Vec<f64> {
+    matching_series(text, selector)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// Every series in `text` that `selector` matches: its label set (as written, which names the
+/// series) and its value.
+fn matching_series(text: &str, selector: &Selector) -> Vec<(String, f64)> {
     let mut values = Vec::new();
     for line in text.lines() {
         let line = line.trim();
@@ -151,7 +160,10 @@ pub fn matching(text: &str, selector: &Selector) -> Vec<f64> {
             .and_then(|v| v.parse::<f64>().ok())
             && value.is_finite()
         {
-            values.push(value);
+            let mut labels = labels;
+            labels.sort();
+            let key: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+            values.push((key.join(","), value));
         }
     }
     values
@@ -182,7 +194,9 @@ pub struct ScrapeSelectors {
 /// One pool's scrape target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScrapeTarget {
-    pub url: String,
+    /// One page per replica (or one aggregator): all are read each interval, and a signal
+    /// needs every one of them.
+    pub urls: Vec<String>,
     pub interval: Duration,
     pub timeout: Duration,
     pub selectors: ScrapeSelectors,
@@ -191,52 +205,112 @@ pub struct ScrapeTarget {
 /// Counters read per scrape: arrivals, departures, errors, token arrivals.
 const COUNTERS: usize = 4;
 
+/// One counter's series at one scrape, by label set.
+type CounterReading = std::collections::HashMap<String, f64>;
+
 /// Turns successive scrapes of one target into signals.
 #[derive(Debug, Default)]
 pub struct Scraper {
-    previous: Option<(Timestamp, [Option<f64>; COUNTERS])>,
+    previous: Option<(Timestamp, [Option<CounterReading>; COUNTERS])>,
+}
+
+/// The per-second rate of one counter between two readings, series by series as Prometheus's
+/// `rate()` takes it: a series that went down was reset (a restarted replica) and counts from
+/// zero; a series seen only now (a replica that just started) and one that vanished add
+/// nothing. A replica coming or going is therefore never a spike or a gap in the sum.
+fn counter_rate(before: &CounterReading, now: &CounterReading, seconds: f64) -> Option<f64> {
+    let mut increase = 0.0;
+    let mut compared = 0;
+    for (series, value) in now {
+        if let Some(previous) = before.get(series) {
+            increase += if value >= previous {
+                value - previous
+            } else {
+                *value
+            };
+            compared += 1;
+        }
+    }
+    (compared > 0).then(|| increase / seconds)
 }
 
 impl Scraper {
-    /// The signal in `text`, scraped at `at`. Counter rates need a previous scrape; a counter
-    /// that went down (a restart) gives no rate for this interval.
+    /// The signal in one metrics page, scraped at `at`. Counter rates need a previous scrape.
     pub fn signal(
         &mut self,
         selectors: &ScrapeSelectors,
         text: &str,
         at: Timestamp,
     ) -> Result<SignalInput, String> {
+        self.fleet_signal(selectors, &[("", text)], at)
+    }
+
+    /// The signal of a fleet: one page per replica (`(url, text)`), scraped at `at`. Depth and
+    /// tokens are summed across replicas, the oldest age is the maximum, utilisation and
+    /// occupancy the mean; counters are taken per series and replica. With more than one page,
+    /// each replica's own queue is kept (`replica_queue_depths`) to show skew.
+    pub fn fleet_signal(
+        &mut self,
+        selectors: &ScrapeSelectors,
+        pages: &[(&str, &str)],
+        at: Timestamp,
+    ) -> Result<SignalInput, String> {
+        let values = |s: &Selector| -> Vec<f64> {
+            pages
+                .iter()
+                .flat_map(|(_, text)| matching(text, s))
+                .collect()
+        };
         let sum = |s: &Selector| -> Option<f64> {
-            let values = matching(text, s);
+            let values = values(s);
             (!values.is_empty()).then(|| values.iter().sum())
         };
         let average = |s: &Selector| -> Option<f64> {
-            let values = matching(text, s);
+            let values = values(s);
             (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+        };
+        let reading = |s: &Option<Selector>| -> Option<CounterReading> {
+            let s = s.as_ref()?;
+            let series: CounterReading = pages
+                .iter()
+                .flat_map(|(url, text)| {
+                    matching_series(text, s)
+                        .into_iter()
+                        .map(move |(labels, v)| (format!("{url}|{labels}"), v))
+                })
+                .collect();
+            (!series.is_empty()).then_some(series)
         };
         let queue = sum(&selectors.queue_depth)
             .ok_or_else(|| format!("no series matches queue_depth {}", selectors.queue_depth))?;
-        let counters = [
-            selectors.arrivals_total.as_ref().and_then(sum),
-            selectors.departures_total.as_ref().and_then(sum),
-            selectors.errors_total.as_ref().and_then(sum),
-            selectors.token_arrivals_total.as_ref().and_then(sum),
-        ];
-        let rates = match self.previous {
-            Some((then, before)) if at > then => {
-                let seconds = (at - then).num_milliseconds() as f64 / 1000.0;
-                let mut rates = [None; COUNTERS];
-                for i in 0..COUNTERS {
-                    if let (Some(now), Some(before)) = (counters[i], before[i])
-                        && now >= before
-                    {
-                        rates[i] = Some((now - before) / seconds);
-                    }
-                }
-                rates
-            }
-            _ => [None; COUNTERS],
+        let replica_queue_depths = if pages.len() > 1 {
+            pages
+                .iter()
+                .map(|(_, text)| {
+                    let depth: f64 = matching(text, &selectors.queue_depth).iter().sum();
+                    depth.max(0.0).round() as u64
+                })
+                .collect()
+        } else {
+            Vec::new()
         };
+        let counters = [
+            reading(&selectors.arrivals_total),
+            reading(&selectors.departures_total),
+            reading(&selectors.errors_total),
+            reading(&selectors.token_arrivals_total),
+        ];
+        let mut rates = [None; COUNTERS];
+        if let Some((then, before)) = &self.previous
+            && at > *then
+        {
+            let seconds = (at - *then).num_milliseconds() as f64 / 1000.0;
+            for i in 0..COUNTERS {
+                if let (Some(now), Some(before)) = (&counters[i], &before[i]) {
+                    rates[i] = counter_rate(before, now, seconds);
+                }
+            }
+        }
         self.previous = Some((at, counters));
         let utilization = selectors
             .gpu_utilization
@@ -255,7 +329,7 @@ impl Scraper {
             oldest_age_s: selectors
                 .oldest_age_s
                 .as_ref()
-                .map(|s| matching(text, s))
+                .map(values)
                 .and_then(|ages| ages.into_iter().reduce(f64::max))
                 .map(|a| a.max(0.0)),
             arrival_rate_rps: rates[0],
@@ -276,13 +350,42 @@ impl Scraper {
                 .and_then(sum)
                 .map(|t| t.max(0.0)),
             token_arrival_rate_tps: rates[3],
+            replica_queue_depths,
         })
     }
 }
 
-/// Scrapes every pool that has a `[pools.scrape]` target, each on its own interval, until
-/// `shutdown` resolves, pushing each signal to `engine`. A failed scrape is logged and skipped;
-/// with no fresh signal the pool holds and says so.
+/// Every page of `urls`, read at once (one thread each, each bounded by `timeout`), or which of
+/// them failed and why: a fleet's sum is only a sum with every replica in it.
+fn scrape_all(urls: &[String], timeout: Duration) -> Result<Vec<String>, String> {
+    let results: Vec<Result<String, String>> = std::thread::scope(|scope| {
+        let reads: Vec<_> = urls
+            .iter()
+            .map(|url| scope.spawn(move || crate::http::get_metrics_text(url, timeout)))
+            .collect();
+        reads
+            .into_iter()
+            .map(|read| {
+                read.join()
+                    .unwrap_or_else(|_| Err("the scrape panicked".into()))
+            })
+            .collect()
+    });
+    let failed: Vec<String> = urls
+        .iter()
+        .zip(&results)
+        .filter_map(|(url, r)| r.as_ref().err().map(|e| format!("scraping {url}: {e}")))
+        .collect();
+    if !failed.is_empty() {
+        return Err(failed.join("; "));
+    }
+    Ok(results.into_iter().flatten().collect())
+}
+
+/// Reads every pool that has a `[pools.scrape]` target or a `[pools.signals]` Prometheus source,
+/// each on its own interval, until `shutdown` resolves, pushing each signal to `engine`. A failed
+/// read is recorded on the pool ([`crate::Engine::signal_source_failed`]); with no fresh signal
+/// the pool holds and says why.
 pub async fn run(
     engine: std::sync::Arc<crate::Engine>,
     shutdown: impl std::future::Future<Output = ()>,
@@ -293,25 +396,54 @@ pub async fn run(
         tasks.spawn(async move {
             let mut scraper = Scraper::default();
             loop {
-                let url = target.url.clone();
-                let timeout = target.timeout;
-                let fetched = tokio::task::spawn_blocking(move || {
-                    crate::http::get_metrics_text(&url, timeout)
-                })
-                .await;
+                let (urls, timeout) = (target.urls.clone(), target.timeout);
+                let fetched = tokio::task::spawn_blocking(move || scrape_all(&urls, timeout)).await;
                 let at = engine.clock().now();
                 let result = match fetched {
-                    Ok(Ok(text)) => scraper.signal(&target.selectors, &text, at),
+                    Ok(Ok(pages)) => {
+                        let pages: Vec<(&str, &str)> = target
+                            .urls
+                            .iter()
+                            .map(String::as_str)
+                            .zip(pages.iter().map(String::as_str))
+                            .collect();
+                        scraper.fleet_signal(&target.selectors, &pages, at)
+                    }
                     Ok(Err(e)) => Err(e),
                     Err(e) => Err(e.to_string()),
                 };
                 match result {
                     Ok(signal) => engine.push_signal(&pool, signal),
-                    Err(e) => {
-                        tracing::warn!(pool = %pool, url = %target.url, error = %e, "scrape failed")
-                    }
+                    Err(e) => engine.signal_source_failed(&pool, e),
                 }
                 tokio::time::sleep(target.interval).await;
+            }
+        });
+    }
+    for (pool, source) in engine.config().prometheus.clone() {
+        let Some(max_age) = engine
+            .config()
+            .pool(&pool)
+            .map(|p| p.scaling.signal_max_age)
+        else {
+            continue;
+        };
+        let engine = engine.clone();
+        tasks.spawn(async move {
+            loop {
+                let (reader, source_now) = (engine.clone(), source.clone());
+                let read = tokio::task::spawn_blocking(move || {
+                    crate::prometheus::read(&source_now, || reader.clock().now(), max_age)
+                })
+                .await;
+                match read {
+                    Ok(Ok(signal)) => engine.push_signal(&pool, signal),
+                    Ok(Err(e)) => {
+                        engine.signal_source_failed(&pool, format!("querying {}: {e}", source.url))
+                    }
+                    Err(e) => engine.signal_source_failed(&pool, e.to_string()),
+                }
+                tokio::time::sleep(source.interval).await;
             }
         });
     }
@@ -322,6 +454,22 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Selectors for `queue_depth` alone; a test sets the others it reads.
+    fn only_queue(queue_depth: &str) -> ScrapeSelectors {
+        ScrapeSelectors {
+            queue_depth: queue_depth.parse().unwrap(),
+            oldest_age_s: None,
+            batch_occupancy: None,
+            gpu_utilization: None,
+            gpu_utilization_percent: None,
+            arrivals_total: None,
+            departures_total: None,
+            errors_total: None,
+            queued_tokens: None,
+            token_arrivals_total: None,
+        }
+    }
 
     const VLLM: &str = r#"
 # HELP vllm:num_requests_waiting Number of requests waiting to be processed.
@@ -409,16 +557,9 @@ headroom_oldest_age_seconds{replica="b"} 9.0
     fn token_counts_are_scraped_as_a_gauge_and_a_rate() {
         let text = "queue_waiting 3\nqueue_tokens{replica=\"a\"} 1200\nqueue_tokens{replica=\"b\"} 800\ntokens_in_total 10000\n";
         let selectors = ScrapeSelectors {
-            queue_depth: "queue_waiting".parse().unwrap(),
-            oldest_age_s: None,
-            batch_occupancy: None,
-            gpu_utilization: None,
-            gpu_utilization_percent: None,
-            arrivals_total: None,
-            departures_total: None,
-            errors_total: None,
             queued_tokens: Some("queue_tokens".parse().unwrap()),
             token_arrivals_total: Some("tokens_in_total".parse().unwrap()),
+            ..only_queue("queue_waiting")
         };
         let t0: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
         let mut scraper = Scraper::default();
@@ -433,5 +574,83 @@ headroom_oldest_age_seconds{replica="b"} 9.0
             .signal(&selectors, &later, t0 + chrono::Duration::seconds(10))
             .unwrap();
         assert_eq!(second.token_arrival_rate_tps, Some(500.0));
+    }
+
+    #[test]
+    fn a_replica_restarting_joining_or_leaving_never_spikes_the_rate() {
+        let selectors = ScrapeSelectors {
+            arrivals_total: Some("arrived_total".parse().unwrap()),
+            ..only_queue("waiting")
+        };
+        let page = |pods: &[(&str, u64)]| {
+            let mut text = String::from("waiting 0\n");
+            for (pod, count) in pods {
+                text.push_str(&format!("arrived_total{{pod=\"{pod}\"}} {count}\n"));
+            }
+            text
+        };
+        let t0: Timestamp = "2026-12-01T09:00:00Z".parse().unwrap();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        let mut scraper = Scraper::default();
+        let rate = |scraper: &mut Scraper, pods: &[(&str, u64)], s| {
+            scraper
+                .signal(&selectors, &page(pods), at(s))
+                .unwrap()
+                .arrival_rate_rps
+        };
+        assert_eq!(rate(&mut scraper, &[("a", 1000), ("b", 500)], 0), None);
+        assert_eq!(
+            rate(&mut scraper, &[("a", 1100), ("b", 600)], 10),
+            Some(20.0)
+        );
+        // b restarts (its counter starts again from 0 and reaches 50) and c joins with a
+        // counter of 100,000: 100 + 50 arrivals, not a sum that jumps by 98,350.
+        assert_eq!(
+            rate(&mut scraper, &[("a", 1200), ("b", 50), ("c", 100_000)], 20),
+            Some(15.0)
+        );
+        // c leaves: the sum drops by 100,000 but the rate does not.
+        assert_eq!(
+            rate(&mut scraper, &[("a", 1300), ("b", 150)], 30),
+            Some(20.0)
+        );
+    }
+
+    #[test]
+    fn a_fleet_is_summed_replica_by_replica() {
+        let selectors = ScrapeSelectors {
+            oldest_age_s: Some("oldest_seconds".parse().unwrap()),
+            arrivals_total: Some("arrived_total".parse().unwrap()),
+            ..only_queue("waiting")
+        };
+        // Every pod exports the same series (no pod label): they are still three series.
+        let pod = |waiting: u64, oldest: f64, arrived: u64| {
+            format!("waiting {waiting}\noldest_seconds {oldest}\narrived_total {arrived}\n")
+        };
+        let t0: Timestamp = "2026-12-01T09:00:00Z".parse().unwrap();
+        let mut scraper = Scraper::default();
+        let urls = ["http://a/metrics", "http://b/metrics", "http://c/metrics"];
+        let mut read = |texts: [String; 3], at| {
+            let pages: Vec<(&str, &str)> = urls
+                .into_iter()
+                .zip(texts.iter().map(String::as_str))
+                .collect();
+            scraper.fleet_signal(&selectors, &pages, at).unwrap()
+        };
+        let signal = read([pod(30, 12.0, 100), pod(2, 1.5, 100), pod(1, 0.5, 100)], t0);
+        assert_eq!(signal.queue_depth, 33);
+        assert_eq!(signal.oldest_age_s, Some(12.0), "the oldest of any replica");
+        assert_eq!(signal.replica_queue_depths, [30, 2, 1]);
+        let later = t0 + chrono::Duration::seconds(10);
+        let signal = read(
+            [pod(30, 12.0, 150), pod(2, 1.5, 130), pod(1, 0.5, 120)],
+            later,
+        );
+        assert_eq!(signal.arrival_rate_rps, Some(10.0), "(50 + 30 + 20) / 10 s");
+        let one = scraper.signal(&selectors, &pod(4, 1.0, 0), t0).unwrap();
+        assert!(
+            one.replica_queue_depths.is_empty(),
+            "one page is not a fleet"
+        );
     }
 }

@@ -2135,3 +2135,53 @@ async fn with_forecast_off_the_history_is_kept_but_not_acted_on() {
             .is_some_and(|f| f.history_minutes >= 2 * 1440)
     );
 }
+
+#[path = "engine/prometheus.rs"]
+mod prometheus;
+
+#[tokio::test]
+async fn one_replica_holding_the_queue_is_shown_and_alerted_not_scaled_away() {
+    let h = harness(CONFIG).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let imbalance = |h: &Harness| {
+        h.engine
+            .active_alerts()
+            .into_iter()
+            .find(|a| a.alert.name == "ReplicaImbalance")
+    };
+    // Evenly spread: the spread is shown, nothing fires.
+    h.engine.push_signal(
+        &pool,
+        SignalInput {
+            queue_depth: 30,
+            replica_queue_depths: vec![10, 11, 9],
+            ..quiet()
+        },
+    );
+    h.engine.tick().await.unwrap();
+    let spread = h.engine.pool_status(&pool).unwrap().replica_queues.unwrap();
+    assert_eq!((spread.replicas, spread.max), (3, 11));
+    assert!(imbalance(&h).is_none());
+    // One replica holds 40 of 45: the router is at fault, and the alert says so.
+    h.engine.push_signal(
+        &pool,
+        SignalInput {
+            queue_depth: 45,
+            replica_queue_depths: vec![40, 3, 2],
+            ..quiet()
+        },
+    );
+    h.engine.tick().await.unwrap();
+    let spread = h.engine.pool_status(&pool).unwrap().replica_queues.unwrap();
+    assert!((spread.skew - 40.0 / 15.0).abs() < 1e-9, "{spread:?}");
+    let alert = imbalance(&h).expect("ReplicaImbalance fires");
+    assert!(
+        alert.alert.summary.contains("holds 40 waiting requests"),
+        "{alert:?}"
+    );
+    let metrics = h.engine.metrics().encode();
+    assert!(
+        metrics.contains("headroom_pool_replica_queue_skew{pool=\"llm\"} 2.66"),
+        "{metrics}"
+    );
+}

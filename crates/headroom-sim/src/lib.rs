@@ -9,6 +9,7 @@ pub mod corpus;
 pub mod error;
 pub mod model;
 pub mod render;
+pub mod replay;
 pub mod run;
 pub mod scenario;
 pub mod traffic;

@@ -1,9 +1,12 @@
 //! What the tests of several crates share, written once: a real SQLite ledger and a manual
 //! clock in a temporary directory with an engine on them ([`Rig`]), a provider that "dies"
 //! between a cloud call and its ledger outcome ([`DiesAfterLaunch`]), and a fresh database on
-//! the PostgreSQL server the test command started ([`fresh_postgres_database`]).
+//! the PostgreSQL server the test command started ([`fresh_postgres_database`]), and a real
+//! Prometheus scraping exporters a test drives ([`prometheus`]).
 //!
 //! A dev-dependency only; nothing here is compiled into the binary.
+
+pub mod prometheus;
 
 use std::path::PathBuf;
 use std::sync::Arc;

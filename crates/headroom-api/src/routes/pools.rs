@@ -126,6 +126,9 @@ async fn pool_admission(
     }))
 }
 
+/// The most replicas one signal may report queues for.
+const MAX_REPLICAS_REPORTED: usize = 4096;
+
 /// A pool's signals at one instant; only `queue_depth` is required.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -151,6 +154,10 @@ struct SignalBody {
     queued_tokens: Option<f64>,
     /// Tokens arriving per second.
     token_arrival_rate_tps: Option<f64>,
+    /// Each ready replica's own queue (at most 4,096), when the serving layer knows them: the
+    /// pool's status and `ReplicaImbalance` show one replica holding most of the queue.
+    #[serde(default)]
+    replica_queue_depths: Vec<u64>,
 }
 
 /// A map keyed by priority tier, each key checked and each value by `value`.
@@ -251,6 +258,15 @@ async fn push_signal(
                     .map(|r| r.unwrap_or(0.0))
             },
         )?,
+        replica_queue_depths: {
+            if input.replica_queue_depths.len() > MAX_REPLICAS_REPORTED {
+                return Err(ApiError::bad(
+                    "invalid-signal",
+                    format!("replica_queue_depths: at most {MAX_REPLICAS_REPORTED} replicas"),
+                ));
+            }
+            input.replica_queue_depths
+        },
     };
     state
         .engine

@@ -449,6 +449,7 @@ mod tests {
             "CapacityRefused",
             "CloudQuotaExhausted",
             "PoolSignalsMissing",
+            "ReplicaImbalance",
             "PoolDeparturesStalled",
             "PoolHalted",
             "PoolServedByFallback",

@@ -140,6 +140,17 @@ fn pool_conditions(status: &PoolStatus) -> Vec<Alert> {
         )),
         _ => {}
     }
+    if let Some(spread) = status.replica_queues.filter(|q| q.imbalanced()) {
+        out.push(Alert::new(
+            "ReplicaImbalance",
+            "warning",
+            &labels,
+            format!(
+                "pool {pool}: one of {} replicas holds {} waiting requests against a mean of {:.1} ({:.1}x its share); the router or load balancer is not spreading work, and more replicas would not help it",
+                spread.replicas, spread.max, spread.mean, spread.skew
+            ),
+        ));
+    }
     if let Some(why) = &status.halted {
         out.push(Alert::new(
             "PoolHalted",

@@ -62,6 +62,8 @@ pub struct Config {
     pub age_classes: BTreeMap<PoolName, Vec<String>>,
     /// Pools whose signals are scraped from a Prometheus text endpoint.
     pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
+    /// Pools whose signals are queried from a Prometheus server (`[pools.signals]`).
+    pub prometheus: BTreeMap<PoolName, crate::prometheus::PrometheusSource>,
     /// The `[aws]` table, parsed by the AWS provider crate.
     pub aws: Option<toml::Table>,
     /// The `[gcp]` table, parsed by the GCP provider crate.
@@ -434,6 +436,7 @@ impl RawConfig {
             api,
             age_classes: pools.age_classes,
             scrape: pools.scrape,
+            prometheus: pools.prometheus,
             aws: self.aws,
             gcp: self.gcp,
             kube: self.kube,

@@ -8,12 +8,14 @@ use headroom_core::{PoolName, PoolSpec};
 
 use super::raw::RawPool;
 use super::{Known, Problems, scaling, scrape, supply};
+use crate::prometheus::PrometheusSource;
 use crate::scrape::ScrapeTarget;
 
 /// The validated pools and what `Config` keeps beside them, per pool.
 pub(super) struct Pools {
     pub(super) specs: Vec<PoolSpec>,
     pub(super) scrape: BTreeMap<PoolName, ScrapeTarget>,
+    pub(super) prometheus: BTreeMap<PoolName, PrometheusSource>,
     pub(super) age_classes: BTreeMap<PoolName, Vec<String>>,
 }
 
@@ -21,6 +23,7 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
     let mut pools = Pools {
         specs: Vec::new(),
         scrape: BTreeMap::new(),
+        prometheus: BTreeMap::new(),
         age_classes: BTreeMap::new(),
     };
     let mut names = BTreeSet::new();
@@ -59,6 +62,17 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
         if let Some(target) = &raw.scrape {
             let target = scrape::target(&format!("{key}.scrape"), target, p);
             pools.scrape.insert(raw.name.clone(), target);
+        }
+        if let Some(signals) = &raw.signals {
+            if raw.scrape.is_some() {
+                p.add(
+                    &format!("{key}.signals"),
+                    "is set beside [pools.scrape]: a pool reads its signals from one source",
+                    "keep one of the two tables",
+                );
+            }
+            let source = scrape::prometheus(&format!("{key}.signals"), signals, p);
+            pools.prometheus.insert(raw.name.clone(), source);
         }
         if let Some(max) = raw.supply.warm_pool_max
             && max < raw.warm_pool_size

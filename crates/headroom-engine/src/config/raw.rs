@@ -252,6 +252,7 @@ pub(super) struct RawPool {
     #[serde(default)]
     pub(super) supply: RawSupply,
     pub(super) scrape: Option<RawScrape>,
+    pub(super) signals: Option<RawSignals>,
 }
 
 /// `[pools.supply]`: the order of supply and the governor's per-pool limits; see
@@ -276,10 +277,29 @@ pub(super) struct RawSupply {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawScrape {
-    pub(super) url: String,
+    /// One endpoint (a replica or an aggregator) ...
+    pub(super) url: Option<String>,
+    /// ... or every replica's endpoint, all read each interval.
+    pub(super) targets: Option<Vec<String>>,
     pub(super) interval: Option<String>,
     pub(super) timeout: Option<String>,
     pub(super) series: crate::scrape::ScrapeSelectors,
+}
+
+/// `[pools.signals]`: a signal source other than pushes and `[pools.scrape]`; today a
+/// Prometheus server queried with PromQL (`[pools.signals.queries]`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSignals {
+    pub(super) source: String,
+    pub(super) url: String,
+    pub(super) interval: Option<String>,
+    pub(super) timeout: Option<String>,
+    pub(super) bearer_token_file: Option<std::path::PathBuf>,
+    pub(super) basic_auth_username: Option<String>,
+    pub(super) basic_auth_password_file: Option<std::path::PathBuf>,
+    pub(super) ca_file: Option<std::path::PathBuf>,
+    pub(super) queries: crate::prometheus::SignalQueries,
 }
 
 fn default_step() -> u32 {

@@ -1,32 +1,32 @@
-//! `[pools.scrape]`: where a pool's signals are scraped from, and how often.
+//! `[pools.scrape]` and `[pools.signals]`: where a pool's signals are read from, and how often.
 
 use std::time::Duration;
 
-use super::raw::RawScrape;
+use super::raw::{RawScrape, RawSignals};
 use super::{Problems, Within};
+use crate::prometheus::{PrometheusAuth, PrometheusSource};
 use crate::scrape::ScrapeTarget;
 
-pub(super) fn target(key: &str, raw: &RawScrape, p: &mut Problems) -> ScrapeTarget {
-    let interval = match &raw.interval {
-        Some(text) => p.duration(&format!("{key}.interval"), text, Within::secs(1, 300, "5s")),
+/// The most endpoints one pool scrapes itself each interval (one thread each); a larger fleet
+/// belongs behind Prometheus (`[pools.signals]`).
+const MAX_SCRAPE_TARGETS: usize = 256;
+
+/// A read's interval and timeout: the timeout at most the interval, so reads never pile up.
+fn cadence(
+    key: &str,
+    interval: Option<&str>,
+    timeout: Option<&str>,
+    p: &mut Problems,
+) -> (Duration, Duration) {
+    let (interval_key, timeout_key) = (format!("{key}.interval"), format!("{key}.timeout"));
+    let interval = match interval {
+        Some(text) => p.duration(&interval_key, text, Within::secs(1, 300, "5s")),
         None => Duration::from_secs(5),
     };
-    let timeout = match &raw.timeout {
-        Some(text) => p.duration(
-            &format!("{key}.timeout"),
-            text,
-            Within::millis(10, 300_000, "2s"),
-        ),
+    let timeout = match timeout {
+        Some(text) => p.duration(&timeout_key, text, Within::millis(10, 300_000, "2s")),
         None => Duration::from_secs(2),
     };
-    if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
-        p.add(
-            &format!("{key}.url"),
-            format!("{:?} is not an http:// or https:// URL", raw.url),
-            "scrape an endpoint such as \"http://10.0.0.5:8000/metrics\"",
-        );
-    }
-    let (interval_key, timeout_key) = (format!("{key}.interval"), format!("{key}.timeout"));
     if !p.reported(&interval_key) && !p.reported(&timeout_key) && timeout > interval {
         p.add(
             &timeout_key,
@@ -34,10 +34,137 @@ pub(super) fn target(key: &str, raw: &RawScrape, p: &mut Problems) -> ScrapeTarg
             "use e.g. \"2s\"",
         );
     }
+    (interval, timeout)
+}
+
+/// An http(s) URL without credentials in it: a URL is logged and shown in errors, so a password
+/// belongs in a file (`basic_auth_password_file`), never in the URL.
+fn check_url(key: &str, url: &str, example: &str, p: &mut Problems) {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        p.add(
+            key,
+            format!("{url:?} is not an http:// or https:// URL"),
+            format!("use e.g. \"{example}\""),
+        );
+        return;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        p.add(
+            key,
+            "holds credentials (user:password@), which would be logged with the URL",
+            "remove them from the URL ([pools.signals] takes basic_auth_username and basic_auth_password_file)",
+        );
+    }
+}
+
+pub(super) fn target(key: &str, raw: &RawScrape, p: &mut Problems) -> ScrapeTarget {
+    let (interval, timeout) = cadence(key, raw.interval.as_deref(), raw.timeout.as_deref(), p);
+    let urls = match (&raw.url, &raw.targets) {
+        (Some(url), None) => {
+            check_url(
+                &format!("{key}.url"),
+                url,
+                "http://10.0.0.5:8000/metrics",
+                p,
+            );
+            vec![url.clone()]
+        }
+        (None, Some(targets)) if (1..=MAX_SCRAPE_TARGETS).contains(&targets.len()) => {
+            for (i, url) in targets.iter().enumerate() {
+                let example = "http://10.0.0.5:8000/metrics";
+                check_url(&format!("{key}.targets[{i}]"), url, example, p);
+            }
+            targets.clone()
+        }
+        (None, Some(targets)) => {
+            p.add(
+                &format!("{key}.targets"),
+                format!("lists {} targets", targets.len()),
+                format!(
+                    "list 1 to {MAX_SCRAPE_TARGETS} endpoints, or scrape one aggregator with url"
+                ),
+            );
+            Vec::new()
+        }
+        (Some(_), Some(_)) | (None, None) => {
+            p.add(
+                key,
+                "needs exactly one of url (one endpoint) and targets (one per replica)",
+                "set url = \"http://10.0.0.5:8000/metrics\" or targets = [\"http://10.0.0.5:8000/metrics\", …]",
+            );
+            Vec::new()
+        }
+    };
     ScrapeTarget {
-        url: raw.url.clone(),
+        urls,
         interval,
         timeout,
         selectors: raw.series.clone(),
+    }
+}
+
+pub(super) fn prometheus(key: &str, raw: &RawSignals, p: &mut Problems) -> PrometheusSource {
+    if raw.source != "prometheus" {
+        p.add(
+            &format!("{key}.source"),
+            format!("{:?} is not a signal source this table configures", raw.source),
+            "use source = \"prometheus\"; a metrics page is [pools.scrape], and pushed signals need no table",
+        );
+    }
+    let (interval, timeout) = cadence(key, raw.interval.as_deref(), raw.timeout.as_deref(), p);
+    check_url(
+        &format!("{key}.url"),
+        &raw.url,
+        "http://prometheus.monitoring:9090",
+        p,
+    );
+    for (name, query) in raw.queries.named() {
+        if let Err(why) = crate::prometheus::check_query(query) {
+            p.add(
+                &format!("{key}.queries.{name}"),
+                format!("is not a usable PromQL query: {why}"),
+                "write one expression with one value, e.g. sum(vllm:num_requests_waiting{model_name=\"llama-70b\"})",
+            );
+        }
+    }
+    let auth = match (
+        &raw.bearer_token_file,
+        &raw.basic_auth_username,
+        &raw.basic_auth_password_file,
+    ) {
+        (None, None, None) => PrometheusAuth::None,
+        (Some(file), None, None) => PrometheusAuth::BearerTokenFile(file.clone()),
+        (None, Some(username), Some(password_file)) => PrometheusAuth::Basic {
+            username: username.clone(),
+            password_file: password_file.clone(),
+        },
+        (None, _, _) => {
+            p.add(
+                &format!("{key}.basic_auth_password_file"),
+                "basic auth needs both basic_auth_username and basic_auth_password_file",
+                "set both, or neither",
+            );
+            PrometheusAuth::None
+        }
+        (Some(_), _, _) => {
+            p.add(
+                &format!("{key}.bearer_token_file"),
+                "is set beside basic auth",
+                "choose one: a bearer token file or basic auth",
+            );
+            PrometheusAuth::None
+        }
+    };
+    PrometheusSource {
+        url: raw.url.clone(),
+        interval,
+        timeout,
+        auth,
+        ca_file: raw.ca_file.clone(),
+        queries: raw.queries.clone(),
     }
 }

@@ -435,3 +435,112 @@ fn external_labels_and_alert_links_are_checked_in_one_line_each() {
         assert!(e[0].contains(key), "{alerts}: {e:?}");
     }
 }
+
+#[test]
+fn a_prometheus_source_is_checked_query_by_query() {
+    let with_signals = |signals: &str| {
+        EXAMPLE.replacen(
+            "\n[pools.ladder]\n",
+            &format!("\n[pools.signals]\n{signals}\n[pools.ladder]\n"),
+            1,
+        )
+    };
+    let good = "source = \"prometheus\"\nurl = \"http://prometheus:9090\"\nbearer_token_file = \"/var/run/secrets/token\"\n[pools.signals.queries]\nqueue_depth = 'sum(vllm:num_requests_waiting{model_name=\"llama-70b\"})'\narrival_rate_rps = 'sum(rate(vllm:request_success_total[1m]))'\n";
+    let config = Config::parse(&with_signals(good), "t.toml").unwrap();
+    let (pool, source) = config.prometheus.iter().next().unwrap();
+    assert_eq!(pool, &config.pools[0].name);
+    assert_eq!(source.queries.named().len(), 2);
+    assert_eq!(
+        source.auth,
+        crate::prometheus::PrometheusAuth::BearerTokenFile("/var/run/secrets/token".into())
+    );
+    for (change, key) in [
+        (
+            good.replace("[1m]))'", "[1m])'"),
+            "pools[0].signals.queries.arrival_rate_rps",
+        ),
+        (
+            good.replace(
+                "sum(rate(vllm:request_success_total[1m]))",
+                "vllm:x_total[1m]",
+            ),
+            "pools[0].signals.queries.arrival_rate_rps",
+        ),
+        (
+            good.replace("\"prometheus\"\n", "\"kafka\"\n"),
+            "pools[0].signals.source",
+        ),
+        (
+            good.replace("http://prometheus:9090", "prometheus:9090"),
+            "pools[0].signals.url",
+        ),
+        (
+            good.replace(
+                "http://prometheus:9090",
+                "http://headroom:hunter2@prometheus:9090",
+            ),
+            "pools[0].signals.url",
+        ),
+        (
+            good.replace(
+                "bearer_token_file = \"/var/run/secrets/token\"",
+                "basic_auth_username = \"headroom\"",
+            ),
+            "pools[0].signals.basic_auth_password_file",
+        ),
+        (
+            good.replace("source", "interval = \"1s\"\ntimeout = \"3s\"\nsource"),
+            "pools[0].signals.timeout",
+        ),
+    ] {
+        let e = errors(&with_signals(&change));
+        assert_eq!(e.len(), 1, "{change}: {e:?}");
+        assert!(e[0].contains(key), "{change}: {e:?}");
+        assert!(
+            !e[0].contains("hunter2"),
+            "a password is never echoed: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn a_scrape_reads_one_url_or_a_list_of_targets() {
+    let with_scrape = |scrape: &str| {
+        EXAMPLE.replacen(
+            "\n[pools.ladder]\n",
+            &format!("\n[pools.scrape]\n{scrape}\n[pools.scrape.series]\nqueue_depth = \"vllm:num_requests_waiting\"\n[pools.ladder]\n"),
+            1,
+        )
+    };
+    let config = Config::parse(
+        &with_scrape(
+            "targets = [\"http://10.0.0.5:8000/metrics\", \"http://10.0.0.6:8000/metrics\"]",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(config.scrape.values().next().unwrap().urls.len(), 2);
+    let too_many: Vec<String> = (0..257)
+        .map(|i| format!("\"http://10.0.{}.{}:8000/metrics\"", i / 200, i % 200))
+        .collect();
+    for (scrape, key) in [
+        ("interval = \"5s\"", "pools[0].scrape"),
+        (
+            "url = \"http://a:1/metrics\"\ntargets = [\"http://b:1/metrics\"]",
+            "pools[0].scrape",
+        ),
+        ("targets = []", "pools[0].scrape.targets"),
+        (
+            &format!("targets = [{}]", too_many.join(",")),
+            "pools[0].scrape.targets",
+        ),
+        (
+            "targets = [\"http://a:1/metrics\", \"b:1/metrics\"]",
+            "pools[0].scrape.targets[1]",
+        ),
+    ] {
+        let e = errors(&with_scrape(scrape));
+        assert_eq!(e.len(), 1, "{scrape}: {e:?}");
+        assert!(e[0].contains(&format!("`{key}`")), "{scrape}: {e:?}");
+    }
+}

@@ -5,7 +5,7 @@
 
 use super::*;
 use headroom_core::HardAction;
-use headroom_core::controller::{self, ControllerMemory, Decision, ReplicaCounts};
+use headroom_core::controller::{self, ControllerMemory, Decision, ReplicaCounts, ScalingHold};
 use headroom_core::planner::{self, Destination, FallbackKind, NodeView, OpenRequest, PlanInput};
 
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
@@ -179,6 +179,13 @@ impl Engine {
                 forecast.as_ref(),
                 now,
             );
+            if matches!(
+                decision.scaling_hold,
+                Some(ScalingHold::SignalMissing | ScalingHold::SignalStale)
+            ) && let Some(why) = self.signal_source_error(&pool.name)
+            {
+                decision.reason = format!("{}; the signal source failed: {why}", decision.reason);
+            }
             let previous_hold = control
                 .decisions
                 .get(&pool.name)

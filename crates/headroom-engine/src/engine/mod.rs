@@ -65,7 +65,7 @@ pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
 pub use forecasting::ForecastStatus;
 pub use offerings::{OfferingPrice, ProviderTrouble};
 pub use quotas::OfferingQuota;
-pub use signals::SignalInput;
+pub use signals::{ReplicaQueues, SignalInput};
 pub use status::{Clamp, PoolStatus};
 pub use warm_pool::WarmPoolSize;
 
@@ -96,6 +96,8 @@ pub struct Engine {
     /// Whether the configuration's budgets have been written to the ledger.
     budgets_seeded: AtomicBool,
     signals: Mutex<HashMap<PoolName, (headroom_core::controller::Signals, signals::TierSignal)>>,
+    /// Per pool, why its signal source last failed, until it succeeds again.
+    source_errors: Mutex<HashMap<PoolName, String>>,
     observed: Mutex<observe::ObserveMemory>,
     control: Mutex<decide::ControlMemory>,
     renewals: Mutex<renewals::RenewalBook>,
@@ -191,6 +193,7 @@ impl Engine {
             wake: Notify::new(),
             budgets_seeded: AtomicBool::new(false),
             signals: Mutex::default(),
+            source_errors: Mutex::default(),
             observed: Mutex::default(),
             control: Mutex::default(),
             renewals: Mutex::default(),

@@ -26,6 +26,9 @@ pub struct SignalInput {
     /// Tokens waiting and tokens arriving per second, when the serving layer weighs its queue.
     pub queued_tokens: Option<f64>,
     pub token_arrival_rate_tps: Option<f64>,
+    /// Each replica's own queue, when the source reads replicas one by one (a `[pools.scrape]`
+    /// target list); empty otherwise. Shows skew: one replica holding most of the queue.
+    pub replica_queue_depths: Vec<u64>,
 }
 
 /// The per-tier part of a pool's latest signal.
@@ -33,6 +36,45 @@ pub struct SignalInput {
 pub(super) struct TierSignal {
     pub queued: BTreeMap<Priority, u64>,
     pub arrival_rps: BTreeMap<Priority, f64>,
+    /// Each replica's own queue, when the source reports them.
+    pub replica_queues: Vec<u64>,
+}
+
+/// How one signal's queue is spread over the replicas that reported it: one replica holding
+/// most of it points at the load balancer, not at capacity.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ReplicaQueues {
+    pub replicas: u32,
+    /// The longest queue of one replica.
+    pub max: u64,
+    pub mean: f64,
+    /// `max / mean`: 1 when the queue is spread evenly, `replicas` when one replica holds it all
+    /// (0 with nothing queued).
+    pub skew: f64,
+}
+
+impl ReplicaQueues {
+    /// The spread of `queues`, when at least two replicas reported one.
+    pub(super) fn of(queues: &[u64]) -> Option<ReplicaQueues> {
+        if queues.len() < 2 {
+            return None;
+        }
+        let max = queues.iter().copied().max().unwrap_or(0);
+        let mean = queues.iter().sum::<u64>() as f64 / queues.len() as f64;
+        Some(ReplicaQueues {
+            replicas: u32::try_from(queues.len()).unwrap_or(u32::MAX),
+            max,
+            mean,
+            skew: if mean > 0.0 { max as f64 / mean } else { 0.0 },
+        })
+    }
+
+    /// Whether the spread is worth a person's look: one replica holds at least twice its share
+    /// and at least ten more requests than the mean (small queues are noise).
+    pub fn imbalanced(&self) -> bool {
+        self.skew >= 2.0 && self.max as f64 - self.mean >= 10.0
+    }
 }
 
 /// A signal as processes share it through the ledger ([`Ledger::share_signal`]): already
@@ -45,6 +87,8 @@ struct SharedSignal {
     queued: BTreeMap<Priority, u64>,
     #[serde(default)]
     arrival_rps: BTreeMap<Priority, f64>,
+    #[serde(default)]
+    replica_queues: Vec<u64>,
 }
 
 impl Engine {
@@ -69,6 +113,7 @@ impl Engine {
             signal,
             queued: tiers.queued,
             arrival_rps: tiers.arrival_rps,
+            replica_queues: tiers.replica_queues,
         };
         let payload = serde_json::to_string(&shared)
             .map_err(|e| LedgerError::Corrupt(format!("a signal could not be encoded: {e}")))?;
@@ -103,13 +148,32 @@ impl Engine {
         let tiers = TierSignal {
             queued: input.queue_depth_by_priority,
             arrival_rps: input.arrival_rate_by_priority_rps,
+            replica_queues: input.replica_queue_depths,
         };
         (signal, tiers)
+    }
+
+    /// Records why `pool`'s signal source could not give a signal this time (a scrape or query
+    /// that failed). The last good signal still counts until it is stale; the pool's status
+    /// and, once it holds, its reason say this.
+    pub fn signal_source_failed(&self, pool: &PoolName, why: String) {
+        let previous = lock(&self.source_errors).insert(pool.clone(), why.clone());
+        if previous.as_ref() != Some(&why) {
+            tracing::warn!(pool = %pool, error = %why, "the signal source failed");
+        }
+    }
+
+    /// Why `pool`'s signal source last failed, if it has not given a signal since.
+    pub(super) fn signal_source_error(&self, pool: &PoolName) -> Option<String> {
+        lock(&self.source_errors).get(pool).cloned()
     }
 
     /// Keeps the sample unless a newer one is already kept: a shared copy can arrive after a
     /// later push.
     fn keep_signal(&self, pool: &PoolName, signal: Signals, tiers: TierSignal) {
+        if lock(&self.source_errors).remove(pool).is_some() {
+            tracing::info!(pool = %pool, "the signal source gives signals again");
+        }
         let mut signals = lock(&self.signals);
         if signals
             .get(pool)
@@ -171,6 +235,7 @@ impl Engine {
         let tiers = TierSignal {
             queued: shared.queued,
             arrival_rps: shared.arrival_rps,
+            replica_queues: shared.replica_queues,
         };
         self.keep_signal(&pool, shared.signal, tiers);
     }
@@ -188,8 +253,16 @@ impl Engine {
             .filter(|t| !t.queued.is_empty())
     }
 
-    /// Scrapes every pool that has a `[pools.scrape]` target until `shutdown` resolves (see
-    /// [`crate::scrape::run`]).
+    /// How the queue of `pool`'s latest signal is spread over its replicas, when the source
+    /// reported each replica's queue.
+    pub(super) fn replica_queues(&self, pool: &PoolName) -> Option<ReplicaQueues> {
+        lock(&self.signals)
+            .get(pool)
+            .and_then(|(_, t)| ReplicaQueues::of(&t.replica_queues))
+    }
+
+    /// Reads every pool that has a `[pools.scrape]` target or a `[pools.signals]` source until
+    /// `shutdown` resolves (see [`crate::scrape::run`]).
     pub async fn run_scrapers(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         crate::scrape::run(self, shutdown).await
     }

@@ -50,6 +50,13 @@ pub struct PoolStatus {
     /// Decisions are recorded but not executed.
     pub shadow: bool,
     pub last_signal: Option<Signals>,
+    /// Why the pool's signal source (`[pools.scrape]`, `[pools.signals]`) last failed to give a
+    /// signal, until it gives one again: the pool acts on its last good signal until that is
+    /// older than `signal_max_age`, then holds and says this.
+    pub signal_source_error: Option<String>,
+    /// How the latest signal's queue is spread over the replicas, when the source reports each
+    /// replica's queue (a `[pools.scrape]` target list, or `replica_queue_depths` in a push).
+    pub replica_queues: Option<super::ReplicaQueues>,
     /// Warm nodes that are running (standby), included in `warm`.
     pub warm_running: u32,
     /// New nodes climbing the ladder to refill the warm pool (not replicas, not yet warm).
@@ -105,6 +112,8 @@ impl PoolStatus {
             classification: None,
             shadow: pool.scaling.shadow,
             last_signal: None,
+            signal_source_error: None,
+            replica_queues: None,
             warm_running: 0,
             warming: 0,
             clamped: None,
@@ -191,6 +200,8 @@ impl Engine {
             s.classification = decision.classification;
         }
         s.last_signal = self.signal(&pool.name);
+        s.signal_source_error = self.signal_source_error(&pool.name);
+        s.replica_queues = self.replica_queues(&pool.name);
         s.clamped = control
             .last_pool_refusal
             .get(&pool.name)
@@ -318,6 +329,12 @@ impl Engine {
                     .get_or_create(&pool_label)
                     .set(age);
             }
+        }
+        if let Some(spread) = &s.replica_queues {
+            self.metrics
+                .replica_queue_skew
+                .get_or_create(&pool_label)
+                .set(spread.skew);
         }
     }
 }

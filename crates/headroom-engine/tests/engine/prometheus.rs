@@ -1,0 +1,166 @@
+//! A pool whose signals come from a real Prometheus (Debian's `prometheus` package, started here
+//! on a free loopback port) scraping three vLLM-shaped exporters whose queues the test drives.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use headroom_cloud::SystemClock;
+use headroom_core::controller::ScalingHold;
+use headroom_engine::{Config, Engine, PoolStatus};
+use headroom_testkit::prometheus::{Pod, Prometheus};
+
+fn config(prometheus_port: u16) -> String {
+    super::CONFIG.replacen(
+        "[pools.ladder]",
+        &format!(
+            "[pools.signals]\nsource = \"prometheus\"\nurl = \"http://127.0.0.1:{prometheus_port}\"\ninterval = \"1s\"\ntimeout = \"1s\"\n[pools.signals.queries]\nqueue_depth = 'sum(vllm:num_requests_waiting{{model_name=\"llama-70b\"}})'\narrival_rate_rps = 'sum(rate(vllm:request_success_total{{model_name=\"llama-70b\"}}[5s]))'\n[pools.ladder]"
+        ),
+        1,
+    ) + "signal_max_age = \"4s\"\n"
+}
+
+/// Ticks the engine (on the real clock: Prometheus stamps its samples with it) until `wanted`
+/// holds for the pool's status, or fails after `within`, showing the last status.
+async fn tick_until(
+    engine: &Engine,
+    within: Duration,
+    what: &str,
+    wanted: impl Fn(&PoolStatus) -> bool,
+) -> PoolStatus {
+    let pool = "llm".parse().unwrap();
+    // Attempts a quarter-second apart, rather than a deadline on a clock the tests may not read.
+    let attempts = within.as_millis() / 250;
+    let mut attempt = 0;
+    loop {
+        engine.tick().await.unwrap();
+        let status = engine.pool_status(&pool).unwrap();
+        if wanted(&status) {
+            return status;
+        }
+        attempt += 1;
+        assert!(attempt < attempts, "{what}: {status:#?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_follows_its_fleet_through_prometheus_and_holds_when_prometheus_stops() {
+    let pods = [Pod::start(7), Pod::start(5), Pod::start(9)];
+    // Each pod serves 10 requests a second: 30 a second in all.
+    let stop_serving = Arc::new(AtomicBool::new(false));
+    let serving = (pods.clone(), stop_serving.clone());
+    std::thread::spawn(move || {
+        while !serving.1.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+            for pod in &serving.0 {
+                pod.served.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let mut prometheus = Prometheus::start(&pods.iter().map(|p| p.port).collect::<Vec<_>>());
+
+    let config = Arc::new(Config::parse(&config(prometheus.port), "test").unwrap());
+    let rig = headroom_testkit::Rig::new(super::CONFIG).await;
+    let engine = Engine::new(
+        config,
+        rig.ledger.clone(),
+        rig.sim_cloud(),
+        Arc::new(SystemClock::new()),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let readers = tokio::spawn(engine.clone().run_scrapers(async {
+        let _ = stopped.await;
+    }));
+
+    // The pool reads the fleet's summed queue, and the rate Prometheus takes per series (about
+    // 30 a second once its 5-second window holds several scrapes of every pod).
+    let status = tick_until(
+        &engine,
+        Duration::from_secs(30),
+        "the fleet's queue of 21, 30 arrivals a second",
+        |s| {
+            s.last_signal.is_some_and(|l| {
+                l.queue_depth == 21
+                    && l.arrival_rate_rps
+                        .is_some_and(|r| (24.0..=36.0).contains(&r))
+            })
+        },
+    )
+    .await;
+    assert_eq!(status.scaling_hold, None, "{status:#?}");
+
+    pods[1].waiting.store(40, Ordering::SeqCst);
+    tick_until(
+        &engine,
+        Duration::from_secs(15),
+        "the queue grows to 56",
+        |s| s.last_signal.is_some_and(|l| l.queue_depth == 56),
+    )
+    .await;
+
+    // A pod restarts: its counter starts again from zero. The rate never spikes or dips
+    // below zero (the pod's 5,000 earlier requests are not counted again, nor taken away).
+    pods[0].served.store(0, Ordering::SeqCst);
+    let seen = Mutex::new(Vec::new());
+    // For 8 seconds.
+    for _ in 0..32 {
+        engine.tick().await.unwrap();
+        if let Some(rate) = engine
+            .pool_status(&"llm".parse().unwrap())
+            .and_then(|s| s.last_signal)
+            .and_then(|l| l.arrival_rate_rps)
+        {
+            seen.lock().unwrap().push(rate);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let rates = seen.into_inner().unwrap();
+    assert!(
+        rates.iter().all(|r| (0.0..=60.0).contains(r)),
+        "rates around a restart: {rates:?}"
+    );
+
+    // A pod leaves: Prometheus marks its series stale and the sum is the two that remain.
+    pods[2].gone.store(true, Ordering::SeqCst);
+    tick_until(
+        &engine,
+        Duration::from_secs(20),
+        "the queue without the third pod",
+        |s| s.last_signal.is_some_and(|l| l.queue_depth == 47),
+    )
+    .await;
+
+    // Prometheus stops: the pool keeps its last signal until it is stale, then holds, says why
+    // and alerts.
+    prometheus.stop();
+    let status = tick_until(
+        &engine,
+        Duration::from_secs(20),
+        "a hold on a stale signal",
+        |s| s.scaling_hold == Some(ScalingHold::SignalStale),
+    )
+    .await;
+    let reason = status.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("the signal source failed: querying http://127.0.0.1"),
+        "{reason}"
+    );
+    assert!(
+        status.signal_source_error.is_some(),
+        "the status names the failure: {status:#?}"
+    );
+    assert!(
+        engine
+            .active_alerts()
+            .iter()
+            .any(|a| a.alert.name == "PoolSignalsMissing"
+                && a.alert.summary.contains("signal source failed")),
+        "{:#?}",
+        engine.active_alerts()
+    );
+
+    stop_serving.store(true, Ordering::SeqCst);
+    let _ = stop.send(());
+    readers.await.unwrap();
+}

@@ -1,0 +1,129 @@
+//! A real Prometheus (Debian's `prometheus` package) on a free loopback port, scraping
+//! vLLM-shaped exporters whose queues and counters a test drives: what the tests of pools that
+//! read their signals from Prometheus share.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One model-server pod's `/metrics`: requests waiting and a success counter that grows by
+/// `rate` a second; a pod that is `gone` answers 503, as a pod being deleted stops serving.
+#[derive(Debug)]
+pub struct Pod {
+    pub waiting: AtomicU64,
+    pub served: AtomicU64,
+    pub gone: AtomicBool,
+    pub port: u16,
+}
+
+impl Pod {
+    /// A pod with `waiting` requests queued, its counter at 5,000.
+    pub fn start(waiting: u64) -> Arc<Pod> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pod = Arc::new(Pod {
+            waiting: AtomicU64::new(waiting),
+            served: AtomicU64::new(5_000),
+            gone: AtomicBool::new(false),
+            port: listener.local_addr().unwrap().port(),
+        });
+        let serving = pod.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = [0u8; 2048];
+                let _ = stream.read(&mut request);
+                let response = if serving.gone.load(Ordering::SeqCst) {
+                    "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string()
+                } else {
+                    let body = format!(
+                        "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{model_name=\"llama-70b\"}} {}\n# TYPE vllm:request_success_total counter\nvllm:request_success_total{{model_name=\"llama-70b\"}} {}\n",
+                        serving.waiting.load(Ordering::SeqCst),
+                        serving.served.load(Ordering::SeqCst)
+                    );
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let _ = stream.write_all(response.as_bytes());
+            }
+        });
+        pod
+    }
+}
+
+/// A real Prometheus process, killed when dropped.
+#[derive(Debug)]
+pub struct Prometheus {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    /// Prometheus scraping `targets` (loopback ports) every second, ready to query.
+    pub fn start(targets: &[u16]) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let targets: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: vllm\n    static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
+        );
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the prometheus binary (apt-get install prometheus; scripts/test installs it)");
+        let prometheus = Prometheus {
+            child,
+            port,
+            _dir: dir,
+        };
+        let ready = format!("http://127.0.0.1:{port}/-/ready");
+        // Up to 30 s: Prometheus replays its (empty) write-ahead log before it is ready.
+        let mut tries = 0;
+        while ureq::get(&ready).call().is_err() {
+            tries += 1;
+            assert!(tries < 300, "Prometheus did not become ready in 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        prometheus
+    }
+}
+
+impl Prometheus {
+    /// Stops the server, as a Prometheus that goes down.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Its base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
