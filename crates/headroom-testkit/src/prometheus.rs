@@ -59,12 +59,23 @@ impl Pod {
 pub struct Prometheus {
     child: Child,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    /// `https` behind a TLS web configuration, `http` otherwise.
+    scheme: &'static str,
+    dir: tempfile::TempDir,
 }
 
 impl Prometheus {
     /// Prometheus scraping `targets` (loopback ports) every second, ready to query.
     pub fn start(targets: &[u16]) -> Prometheus {
+        Prometheus::start_with(targets, None)
+    }
+
+    /// Prometheus serving its API behind `web_config` (Prometheus's `--web.config.file`: basic
+    /// auth users, a TLS server certificate), written into its directory by `web_config(dir)`.
+    pub fn start_with(
+        targets: &[u16],
+        web_config: Option<&dyn Fn(&std::path::Path) -> String>,
+    ) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let targets: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
         let config = format!(
@@ -77,7 +88,22 @@ impl Prometheus {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("prometheus")
+        let mut command = Command::new("prometheus");
+        let mut scheme = "http";
+        if let Some(web_config) = web_config {
+            let text = web_config(dir.path());
+            scheme = if text.contains("tls_server_config") {
+                "https"
+            } else {
+                "http"
+            };
+            std::fs::write(dir.path().join("web.yml"), text).unwrap();
+            command.arg(format!(
+                "--web.config.file={}",
+                dir.path().join("web.yml").display()
+            ));
+        }
+        let child = command
             .arg(format!(
                 "--config.file={}",
                 dir.path().join("prometheus.yml").display()
@@ -95,12 +121,18 @@ impl Prometheus {
         let prometheus = Prometheus {
             child,
             port,
-            _dir: dir,
+            scheme,
+            dir,
         };
+        // Up to 30 s: Prometheus replays its (empty) write-ahead log before it is ready. Behind
+        // auth or TLS the port answering is enough: the caller's own reads retry.
         let ready = format!("http://127.0.0.1:{port}/-/ready");
-        // Up to 30 s: Prometheus replays its (empty) write-ahead log before it is ready.
+        let up = || match web_config {
+            None => ureq::get(&ready).call().is_ok(),
+            Some(_) => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        };
         let mut tries = 0;
-        while ureq::get(&ready).call().is_err() {
+        while !up() {
             tries += 1;
             assert!(tries < 300, "Prometheus did not become ready in 30 s");
             std::thread::sleep(Duration::from_millis(100));
@@ -116,9 +148,14 @@ impl Prometheus {
         let _ = self.child.wait();
     }
 
+    /// Its directory: its configuration, and what a web configuration wrote there.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// Its base URL.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 }
 

@@ -20,6 +20,19 @@ fn config(prometheus_port: u16) -> String {
     ) + "signal_max_age = \"4s\"\n"
 }
 
+/// An engine on `text` on the real clock (Prometheus stamps its samples with it), with the
+/// rig that holds its ledger.
+async fn live_engine(text: &str) -> (headroom_testkit::Rig, Arc<Engine>) {
+    let rig = headroom_testkit::Rig::new(super::CONFIG).await;
+    let engine = Engine::new(
+        Arc::new(Config::parse(text, "test").unwrap()),
+        rig.ledger.clone(),
+        rig.sim_cloud(),
+        Arc::new(SystemClock::new()),
+    );
+    (rig, engine)
+}
+
 /// Ticks the engine (on the real clock: Prometheus stamps its samples with it) until `wanted`
 /// holds for the pool's status, or fails after `within`, showing the last status.
 async fn tick_until(
@@ -60,14 +73,7 @@ async fn a_pool_follows_its_fleet_through_prometheus_and_holds_when_prometheus_s
     });
     let mut prometheus = Prometheus::start(&pods.iter().map(|p| p.port).collect::<Vec<_>>());
 
-    let config = Arc::new(Config::parse(&config(prometheus.port), "test").unwrap());
-    let rig = headroom_testkit::Rig::new(super::CONFIG).await;
-    let engine = Engine::new(
-        config,
-        rig.ledger.clone(),
-        rig.sim_cloud(),
-        Arc::new(SystemClock::new()),
-    );
+    let (_rig, engine) = live_engine(&config(prometheus.port)).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let readers = tokio::spawn(engine.clone().run_scrapers(async {
         let _ = stopped.await;
@@ -161,6 +167,81 @@ async fn a_pool_follows_its_fleet_through_prometheus_and_holds_when_prometheus_s
     );
 
     stop_serving.store(true, Ordering::SeqCst);
+    let _ = stop.send(());
+    readers.await.unwrap();
+}
+
+/// A bcrypt hash of "fleet-secret", as Prometheus's web configuration takes passwords.
+const FLEET_SECRET_HASH: &str = "$2b$04$IRd1jUzTxNC73Hh2VDd/9OaV/zsNkTQb0JcC5b9VzuJRRcrciQdYu";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_behind_tls_and_basic_auth_is_read_with_the_files_configured() {
+    let pod = Pod::start(13);
+    // A self-signed certificate for 127.0.0.1: the server's, and the CA Headroom is told to trust.
+    let web_config = |dir: &std::path::Path| {
+        let status = std::process::Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args(["-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+            .arg("-keyout")
+            .arg(dir.join("tls.key"))
+            .arg("-out")
+            .arg(dir.join("tls.crt"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(status.success());
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  headroom: '{FLEET_SECRET_HASH}'\n",
+            dir.join("tls.crt").display(),
+            dir.join("tls.key").display()
+        )
+    };
+    let prometheus = Prometheus::start_with(&[pod.port], Some(&web_config));
+    let secrets = tempfile::tempdir().unwrap();
+    let ca = secrets.path().join("ca.pem");
+    std::fs::copy(prometheus.dir().join("tls.crt"), &ca).unwrap();
+    let password = secrets.path().join("password");
+    std::fs::write(&password, "fleet-secret\n").unwrap();
+    let text = config(0)
+        .replace("http://127.0.0.1:0", &prometheus.url())
+        .replace(
+            "[pools.signals.queries]",
+            &format!(
+                "basic_auth_username = \"headroom\"\nbasic_auth_password_file = \"{}\"\nca_file = \"{}\"\n[pools.signals.queries]",
+                password.display(),
+                ca.display()
+            ),
+        );
+    let (_rig, engine) = live_engine(&text).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let readers = tokio::spawn(engine.clone().run_scrapers(async {
+        let _ = stopped.await;
+    }));
+    tick_until(
+        &engine,
+        Duration::from_secs(30),
+        "the pod's queue over TLS",
+        |s| s.last_signal.is_some_and(|l| l.queue_depth == 13),
+    )
+    .await;
+
+    // A wrong password: Prometheus refuses, the pool says so, and the password is not in it.
+    std::fs::write(&password, "guess\n").unwrap();
+    let status = tick_until(&engine, Duration::from_secs(15), "a refused query", |s| {
+        s.signal_source_error.is_some()
+    })
+    .await;
+    let error = status.signal_source_error.unwrap();
+    assert!(error.contains("401"), "{error}");
+    assert!(
+        !error.contains("guess") && !error.contains("fleet-secret"),
+        "{error}"
+    );
     let _ = stop.send(());
     readers.await.unwrap();
 }
