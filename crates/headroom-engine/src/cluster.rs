@@ -81,4 +81,12 @@ pub trait Cluster: Send + Sync + fmt::Debug {
 
     /// A drain still waiting after this goes ahead (stop or terminate) anyway.
     fn drain_timeout(&self) -> Duration;
+
+    /// The addresses (pod IPs) of the pool's model-server pods that are Ready and not
+    /// terminating: the replicas a `[pools.scrape.pods]` scrape reads, so warming and draining
+    /// replicas stay out of the pool's signal. Read from a cache, no API call.
+    fn ready_model_pods(&self, pool: &PoolName) -> Vec<String> {
+        let _ = pool;
+        Vec::new()
+    }
 }

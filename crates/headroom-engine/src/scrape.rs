@@ -197,9 +197,32 @@ pub struct ScrapeTarget {
     /// One page per replica (or one aggregator): all are read each interval, and a signal
     /// needs every one of them.
     pub urls: Vec<String>,
+    /// Instead of `urls`: every Ready model-server pod of the pool, as the Kubernetes cluster
+    /// (`[kube]`) sees it at each interval.
+    pub pods: Option<PodEndpoints>,
     pub interval: Duration,
     pub timeout: Duration,
     pub selectors: ScrapeSelectors,
+}
+
+/// Where a model-server pod serves its metrics: `{scheme}://{pod IP}:{port}{path}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEndpoints {
+    pub scheme: String,
+    pub port: u16,
+    pub path: String,
+}
+
+impl PodEndpoints {
+    /// The page of the pod at `ip` (IPv6 addresses in brackets).
+    pub fn url(&self, ip: &str) -> String {
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.to_string()
+        };
+        format!("{}://{host}:{}{}", self.scheme, self.port, self.path)
+    }
 }
 
 /// Counters read per scrape: arrivals, departures, errors, token arrivals.
@@ -396,21 +419,36 @@ pub async fn run(
         tasks.spawn(async move {
             let mut scraper = Scraper::default();
             loop {
-                let (urls, timeout) = (target.urls.clone(), target.timeout);
-                let fetched = tokio::task::spawn_blocking(move || scrape_all(&urls, timeout)).await;
-                let at = engine.clock().now();
-                let result = match fetched {
-                    Ok(Ok(pages)) => {
-                        let pages: Vec<(&str, &str)> = target
-                            .urls
-                            .iter()
-                            .map(String::as_str)
-                            .zip(pages.iter().map(String::as_str))
-                            .collect();
-                        scraper.fleet_signal(&target.selectors, &pages, at)
+                let urls = match &target.pods {
+                    Some(pods) => engine
+                        .ready_model_pods(&pool)
+                        .iter()
+                        .map(|ip| pods.url(ip))
+                        .collect(),
+                    None => target.urls.clone(),
+                };
+                let result = if urls.is_empty() {
+                    // Nothing to read is not a queue of zero: the pool holds instead.
+                    Err(format!(
+                        "pool {pool} has no Ready model-server pod to scrape"
+                    ))
+                } else {
+                    let (reading, timeout) = (urls.clone(), target.timeout);
+                    let fetched =
+                        tokio::task::spawn_blocking(move || scrape_all(&reading, timeout)).await;
+                    let at = engine.clock().now();
+                    match fetched {
+                        Ok(Ok(pages)) => {
+                            let pages: Vec<(&str, &str)> = urls
+                                .iter()
+                                .map(String::as_str)
+                                .zip(pages.iter().map(String::as_str))
+                                .collect();
+                            scraper.fleet_signal(&target.selectors, &pages, at)
+                        }
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(e.to_string()),
                     }
-                    Ok(Err(e)) => Err(e),
-                    Err(e) => Err(e.to_string()),
                 };
                 match result {
                     Ok(signal) => engine.push_signal(&pool, signal),

@@ -278,6 +278,26 @@ impl Cluster for KubeCluster {
         ))
     }
 
+    fn ready_model_pods(&self, pool: &PoolName) -> Vec<String> {
+        let Some(pods) = self.pods.get(pool) else {
+            return Vec::new();
+        };
+        let mut addresses: Vec<String> = pods
+            .state()
+            .iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && condition_true(
+                        p.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        "Ready",
+                    )
+            })
+            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+            .collect();
+        addresses.sort();
+        addresses
+    }
+
     fn unschedulable_pods(&self, pool: &PoolName) -> u32 {
         let (Some(pods), Some(kube)) = (self.pods.get(pool), self.settings.pools.get(pool)) else {
             return 0;

@@ -776,3 +776,80 @@ async fn unschedulable_model_server_pods_ask_for_nodes() {
     assert_eq!(entries[0]["pods"], 2);
     assert_eq!(entries[0]["target"], 2);
 }
+
+/// `[pools.scrape.pods]`: the pool's signal is read from every Ready model-server pod the
+/// cluster shows, and from no other: a warming pod's queue and a draining one's stay out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_reads_every_ready_model_server_pod_and_no_other() {
+    use headroom_testkit::prometheus::Pod;
+    // Pods have their own IPs and share the model server's port: 127.0.0.2-4 are loopback.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let exporters = [
+        Pod::start_at("127.0.0.2", port, 7),
+        Pod::start_at("127.0.0.3", port, 5),
+        Pod::start_at("127.0.0.4", port, 100),
+    ];
+    let config = CONFIG.replace(
+        "[kube]\n",
+        &format!(
+            "[pools.scrape]\ninterval = \"1s\"\ntimeout = \"1s\"\n[pools.scrape.pods]\nport = {port}\n[pools.scrape.series]\nqueue_depth = 'vllm:num_requests_waiting{{model_name=\"llama-70b\"}}'\n[kube]\n"
+        ),
+    );
+    let h = harness_from(&config).await;
+    for (name, ip, ready) in [
+        ("llm-a", "127.0.0.2", true),
+        ("llm-b", "127.0.0.3", true),
+        // Still warming: its model is not loaded, its queue is not the pool's.
+        ("llm-c", "127.0.0.4", false),
+    ] {
+        h.api
+            .add_pod("default", name, "node-1", &[("app", "llm")], ready, None);
+        h.api.set_pod_ip("default", name, ip);
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let readers = tokio::spawn(h.engine.clone().run_scrapers(async {
+        let _ = stopped.await;
+    }));
+    let queue = |h: &Harness| {
+        h.engine
+            .pool_status(&pool())
+            .and_then(|s| s.last_signal)
+            .map(|s| s.queue_depth)
+    };
+    async fn until(h: &Harness, what: &str, wanted: impl Fn(&Harness) -> bool) {
+        for _ in 0..100 {
+            h.engine.tick().await.unwrap();
+            if wanted(h) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "timed out waiting for: {what}: {:?}",
+            h.engine.pool_status(&pool())
+        );
+    }
+    until(&h, "the two Ready pods' 12", |h| queue(h) == Some(12)).await;
+    let spread = h
+        .engine
+        .pool_status(&pool())
+        .unwrap()
+        .replica_queues
+        .unwrap();
+    assert_eq!((spread.replicas, spread.max), (2, 7));
+
+    h.api.set_pod_ready("default", "llm-c", true);
+    until(&h, "the third pod, Ready now", |h| queue(h) == Some(112)).await;
+    h.api.set_pod_ready("default", "llm-a", false);
+    until(&h, "without the pod that stopped being Ready", |h| {
+        queue(h) == Some(105)
+    })
+    .await;
+    assert!(exporters.iter().all(|p| p.port == port));
+    let _ = stop.send(());
+    readers.await.unwrap();
+}

@@ -21,7 +21,13 @@ pub struct Pod {
 impl Pod {
     /// A pod with `waiting` requests queued, its counter at 5,000.
     pub fn start(waiting: u64) -> Arc<Pod> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Pod::start_at("127.0.0.1", 0, waiting)
+    }
+
+    /// A pod at `ip:port` (any 127.x.y.z is loopback, so several pods can share a port as
+    /// pods with their own IPs do); port 0 picks a free one.
+    pub fn start_at(ip: &str, port: u16, waiting: u64) -> Arc<Pod> {
+        let listener = std::net::TcpListener::bind((ip, port)).unwrap();
         let pod = Arc::new(Pod {
             waiting: AtomicU64::new(waiting),
             served: AtomicU64::new(5_000),

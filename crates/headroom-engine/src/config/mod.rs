@@ -412,6 +412,12 @@ impl RawConfig {
         let known = Known {
             offerings: offerings.iter().map(|o| o.offering.id.clone()).collect(),
             budget_accounts: self.budgets.iter().map(|b| b.account.clone()).collect(),
+            kube_enabled: self
+                .kube
+                .as_ref()
+                .and_then(|t| t.get("enabled"))
+                .and_then(toml::Value::as_bool)
+                .unwrap_or(false),
         };
         let pools = pools::pools(self.pools, &known, &mut p);
         engine::horizon_covers_the_ladders(&engine, &pools.specs, &mut p);
@@ -489,6 +495,8 @@ struct Known {
     offerings: BTreeSet<OfferingId>,
     /// Accounts with a `[[budgets]]` entry.
     budget_accounts: BTreeSet<AccountName>,
+    /// `[kube] enabled = true`: pods can be read from the cluster.
+    kube_enabled: bool,
 }
 
 impl Known {

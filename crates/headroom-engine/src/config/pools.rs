@@ -60,7 +60,7 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
             pools.age_classes.insert(raw.name.clone(), classes.clone());
         }
         if let Some(target) = &raw.scrape {
-            let target = scrape::target(&format!("{key}.scrape"), target, p);
+            let target = scrape::target(&format!("{key}.scrape"), target, known.kube_enabled, p);
             pools.scrape.insert(raw.name.clone(), target);
         }
         if let Some(signals) = &raw.signals {

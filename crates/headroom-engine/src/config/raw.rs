@@ -279,11 +279,22 @@ pub(super) struct RawSupply {
 pub(super) struct RawScrape {
     /// One endpoint (a replica or an aggregator) ...
     pub(super) url: Option<String>,
-    /// ... or every replica's endpoint, all read each interval.
+    /// ... or every replica's endpoint, all read each interval ...
     pub(super) targets: Option<Vec<String>>,
+    /// ... or every Ready model-server pod the Kubernetes cluster shows.
+    pub(super) pods: Option<RawPodEndpoints>,
     pub(super) interval: Option<String>,
     pub(super) timeout: Option<String>,
     pub(super) series: crate::scrape::ScrapeSelectors,
+}
+
+/// `[pools.scrape.pods]`: where each model-server pod serves its metrics.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPodEndpoints {
+    pub(super) port: u16,
+    pub(super) path: Option<String>,
+    pub(super) scheme: Option<String>,
 }
 
 /// `[pools.signals]`: a signal source other than pushes and `[pools.scrape]`; today a

@@ -61,9 +61,28 @@ fn check_url(key: &str, url: &str, example: &str, p: &mut Problems) {
     }
 }
 
-pub(super) fn target(key: &str, raw: &RawScrape, p: &mut Problems) -> ScrapeTarget {
+/// `kube_enabled`: whether `[kube] enabled = true`, which `[pools.scrape.pods]` reads pods from.
+pub(super) fn target(
+    key: &str,
+    raw: &RawScrape,
+    kube_enabled: bool,
+    p: &mut Problems,
+) -> ScrapeTarget {
     let (interval, timeout) = cadence(key, raw.interval.as_deref(), raw.timeout.as_deref(), p);
+    let pods = raw
+        .pods
+        .as_ref()
+        .map(|pods| pod_endpoints(&format!("{key}.pods"), pods, kube_enabled, p));
     let urls = match (&raw.url, &raw.targets) {
+        (None, None) if pods.is_some() => Vec::new(),
+        (_, _) if pods.is_some() => {
+            p.add(
+                &format!("{key}.pods"),
+                "is set beside url or targets",
+                "read pods from the cluster, or list endpoints: one of the three",
+            );
+            Vec::new()
+        }
         (Some(url), None) => {
             check_url(
                 &format!("{key}.url"),
@@ -93,17 +112,61 @@ pub(super) fn target(key: &str, raw: &RawScrape, p: &mut Problems) -> ScrapeTarg
         (Some(_), Some(_)) | (None, None) => {
             p.add(
                 key,
-                "needs exactly one of url (one endpoint) and targets (one per replica)",
-                "set url = \"http://10.0.0.5:8000/metrics\" or targets = [\"http://10.0.0.5:8000/metrics\", …]",
+                "needs exactly one of url (one endpoint), targets (one per replica) and [pools.scrape.pods] (every Ready pod)",
+                "set url = \"http://10.0.0.5:8000/metrics\", targets = [\"http://10.0.0.5:8000/metrics\", …] or [pools.scrape.pods] port = 8000",
             );
             Vec::new()
         }
     };
     ScrapeTarget {
         urls,
+        pods,
         interval,
         timeout,
         selectors: raw.series.clone(),
+    }
+}
+
+fn pod_endpoints(
+    key: &str,
+    raw: &super::raw::RawPodEndpoints,
+    kube_enabled: bool,
+    p: &mut Problems,
+) -> crate::scrape::PodEndpoints {
+    if !kube_enabled {
+        p.add(
+            key,
+            "reads the pool's pods from Kubernetes, but [kube] is not enabled",
+            "set [kube] enabled = true with the pool's model_selector in [kube.pools.NAME], or list targets",
+        );
+    }
+    if raw.port == 0 {
+        p.add(
+            &format!("{key}.port"),
+            "must be 1 to 65535",
+            "use the model server's metrics port, e.g. 8000",
+        );
+    }
+    let path = raw.path.clone().unwrap_or_else(|| "/metrics".to_string());
+    if !path.starts_with('/') {
+        p.add(
+            &format!("{key}.path"),
+            format!("{path:?} does not start with /"),
+            "use e.g. \"/metrics\"",
+        );
+    }
+    let scheme = raw.scheme.clone().unwrap_or_else(|| "http".to_string());
+    if scheme != "http" && scheme != "https" {
+        p.add(
+            &format!("{key}.scheme"),
+            format!("{scheme:?} is not http or https"),
+            "use \"http\" or \"https\"",
+        );
+    }
+    crate::scrape::PodEndpoints {
+        scheme,
+        port: raw.port,
+        path,
     }
 }
 

@@ -520,6 +520,22 @@ fn a_scrape_reads_one_url_or_a_list_of_targets() {
     )
     .unwrap();
     assert_eq!(config.scrape.values().next().unwrap().urls.len(), 2);
+    let with_kube = |scrape: &str| format!("{}\n[kube]\nenabled = true\n", with_scrape(scrape));
+    let pods = Config::parse(&with_kube("[pools.scrape.pods]\nport = 8000"), "t.toml").unwrap();
+    let target = pods.scrape.values().next().unwrap();
+    assert_eq!(
+        target.pods.as_ref().map(|p| p.url("10.1.2.3")),
+        Some("http://10.1.2.3:8000/metrics".to_string())
+    );
+    assert_eq!(
+        target.pods.as_ref().map(|p| p.url("fd00::7")),
+        Some("http://[fd00::7]:8000/metrics".to_string())
+    );
+    let e = errors(&with_kube(
+        "url = \"http://a:1/metrics\"\n[pools.scrape.pods]\nport = 8000",
+    ));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("`pools[0].scrape.pods`"), "{e:?}");
     let too_many: Vec<String> = (0..257)
         .map(|i| format!("\"http://10.0.{}.{}:8000/metrics\"", i / 200, i % 200))
         .collect();
@@ -538,6 +554,8 @@ fn a_scrape_reads_one_url_or_a_list_of_targets() {
             "targets = [\"http://a:1/metrics\", \"b:1/metrics\"]",
             "pools[0].scrape.targets[1]",
         ),
+        // Pods come from the cluster: without [kube] there is none to read.
+        ("[pools.scrape.pods]\nport = 8000", "pools[0].scrape.pods"),
     ] {
         let e = errors(&with_scrape(scrape));
         assert_eq!(e.len(), 1, "{scrape}: {e:?}");

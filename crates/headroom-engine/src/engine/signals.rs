@@ -253,6 +253,14 @@ impl Engine {
             .filter(|t| !t.queued.is_empty())
     }
 
+    /// The addresses of `pool`'s Ready model-server pods, when a cluster is configured.
+    pub(crate) fn ready_model_pods(&self, pool: &PoolName) -> Vec<String> {
+        self.cluster
+            .as_ref()
+            .map(|c| c.ready_model_pods(pool))
+            .unwrap_or_default()
+    }
+
     /// How the queue of `pool`'s latest signal is spread over its replicas, when the source
     /// reported each replica's queue.
     pub(super) fn replica_queues(&self, pool: &PoolName) -> Option<ReplicaQueues> {

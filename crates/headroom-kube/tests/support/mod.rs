@@ -209,6 +209,13 @@ impl FakeApi {
         self.put_pod(ns, name, pod, "ADDED");
     }
 
+    /// Gives a pod its IP, as the kubelet reports it once the sandbox runs.
+    pub fn set_pod_ip(&self, ns: &str, name: &str, ip: &str) {
+        let mut pod = self.lock().pods[&(ns.to_string(), name.to_string())].clone();
+        pod["status"]["podIP"] = json!(ip);
+        self.put_pod(ns, name, pod, "MODIFIED");
+    }
+
     pub fn set_pod_ready(&self, ns: &str, name: &str, ready: bool) {
         let mut pod = self.lock().pods[&(ns.to_string(), name.to_string())].clone();
         pod["status"]["conditions"][0]["status"] = json!(if ready { "True" } else { "False" });
