@@ -246,33 +246,21 @@ fn table(r: &ReplayReport, cooldown: Duration) -> String {
             |v| format!("{v:.1}"),
         )
     };
-    let mut blockers = Vec::new();
-    if r.changes_within_cooldown > 0 {
-        blockers.push(format!(
-            "{} direction changes inside the cooldown",
-            r.changes_within_cooldown
-        ));
-    }
-    if r.scale_ups_on_missing_signal > 0 {
-        blockers.push(format!(
-            "{} scale-ups on a missing signal",
-            r.scale_ups_on_missing_signal
-        ));
-    }
-    let verdict = if blockers.is_empty() {
+    let p = &r.promotion;
+    let verdict = if p.ready {
         "ready by the promotion rules (no reversal inside a cooldown, no scale-up on a missing signal)".to_string()
     } else {
-        format!("not yet: {}", blockers.join(", "))
+        format!("not yet: {}", p.blockers.join(", "))
     };
     format!(
         "pool {pool}: {from} .. {to}, {steps} steps of {step}s\n\
-         \x20 signal missing                {missing} steps; held {held} steps\n\
+         \x20 signal missing                {missing} steps; held {held:.1} min\n\
          \x20 direction changes             {changes} ({per_hour:.2}/h), {within} sooner than the {cooldown}s cooldown\n\
          \x20 scale-ups on a missing signal {ups}\n\
          \x20 replayed capacity             {rh:.1} replica-hours, {gh:.1} GPU-hours\n\
          \x20 idle GPU-minutes              {idle}\n\
          \x20 queueing (request-minutes)    history {hq:.1}, replayed {mq}, avoided {aq}\n\
-         \x20 over the age objective        history {over:.1} min, replay scaling up in {up:.1} of them\n\
+         \x20 over the age objective        {over:.1} min in the history, the replay adding capacity in {up:.1} of them\n\
          \x20 promotion                     {verdict}\n",
         pool = r.pool,
         from = r.from.to_rfc3339(),
@@ -280,19 +268,19 @@ fn table(r: &ReplayReport, cooldown: Duration) -> String {
         steps = r.steps,
         step = r.step_s,
         missing = r.missing_signal_steps,
-        held = r.held_steps,
-        changes = r.direction_changes,
-        per_hour = r.direction_changes_per_hour,
-        within = r.changes_within_cooldown,
+        held = p.held_minutes,
+        changes = p.direction_changes,
+        per_hour = p.direction_changes_per_hour,
+        within = p.changes_within_cooldown,
         cooldown = cooldown.as_secs(),
-        ups = r.scale_ups_on_missing_signal,
+        ups = p.scale_ups_on_missing_signal,
         rh = r.replica_hours,
         gh = r.gpu_hours,
         idle = or_none(r.idle_gpu_minutes),
         hq = r.history_queue_request_minutes,
         mq = or_none(r.modelled_queue_request_minutes),
         aq = or_none(r.avoided_queue_request_minutes),
-        over = r.history_minutes_over_age_objective,
+        over = p.minutes_over_age_objective,
         up = r.minutes_over_age_objective_while_scaling_up,
     )
 }

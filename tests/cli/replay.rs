@@ -126,7 +126,7 @@ fn replay_steps_a_recorded_fleet_through_the_controller_and_reports_for_promotio
         report["missing_signal_steps"].as_u64().unwrap() >= 3,
         "the pods were gone for 6 s: {report}"
     );
-    assert!(report["held_steps"].as_u64().unwrap() >= 1, "{report}");
+    assert!(report["held_minutes"].as_f64().unwrap() > 0.0, "{report}");
     assert_eq!(report["scale_ups_on_missing_signal"], 0, "{report}");
     assert!(report["history_queue_request_minutes"].as_f64().unwrap() > 0.0);
 

@@ -456,6 +456,51 @@ async fn decisions_explain_themselves() {
 }
 
 #[tokio::test]
+async fn the_shadow_report_tallies_the_promotion_rules_over_a_range() {
+    let api = api().await;
+    let pool = "/v1/pools/llama-70b-interactive";
+    // A minute with no signal (held), then a backlog that scales the pool up, then quiet.
+    for _ in 0..12 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    for queue in [400, 400, 400, 0, 0, 0] {
+        let signal = json!({"queue_depth": queue, "arrival_rate_rps": 20.0, "oldest_age_s": 1.0});
+        api.post(&format!("{pool}/signals"), None, signal).await;
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let report = api
+        .get(&format!(
+            "{pool}/shadow-report?from=2026-11-30T08:00:00Z&to=2026-11-30T10:00:00Z"
+        ))
+        .await;
+    assert_eq!(report.status, StatusCode::OK, "{:?}", report.body);
+    let r = &report.body;
+    assert_eq!(r["pool"], "llama-70b-interactive");
+    assert_eq!(r["shadow"], false);
+    assert!(
+        r["held_minutes"].as_f64().unwrap() >= 0.9,
+        "the signal-less minute: {r}"
+    );
+    assert_eq!(r["scale_ups_on_missing_signal"], 0, "{r}");
+    assert_eq!(r["changes_within_cooldown"], 0, "{r}");
+    assert_eq!(r["ready"], true, "{r}");
+    assert!(r["minutes"].as_f64().unwrap() > 1.0, "{r}");
+    assert_problem(
+        &api.get(&format!("{pool}/shadow-report?from=yesterday"))
+            .await,
+        StatusCode::BAD_REQUEST,
+        "from",
+    );
+    assert_problem(
+        &api.get("/v1/pools/ghost/shadow-report").await,
+        StatusCode::NOT_FOUND,
+        "no pool",
+    );
+}
+
+#[tokio::test]
 async fn health_and_readiness() {
     let api = api().await;
     assert_eq!(api.get("/healthz").await.status, StatusCode::OK);
@@ -1444,7 +1489,7 @@ async fn every_documented_operation_is_routed_and_shares_its_problem_answers() {
             );
         }
     }
-    assert_eq!(operations, 21);
+    assert_eq!(operations, 22);
     let limited = &components["RateLimited"];
     assert!(limited["headers"]["Retry-After"].is_object(), "{limited}");
 }
@@ -1468,6 +1513,7 @@ const NAMED_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
     ),
     ("GET", "/v1/pools/{pool}/decisions", None),
     ("GET", "/v1/pools/{pool}/ledger", None),
+    ("GET", "/v1/pools/{pool}/shadow-report", None),
     ("GET", "/v1/budgets/{account}", None),
     (
         "PUT",

@@ -15,6 +15,7 @@ pub mod node;
 pub mod offering;
 pub mod planner;
 pub mod pool;
+pub mod promotion;
 pub mod quota;
 pub mod refusal;
 pub mod renewal;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use headroom_core::controller::{
     self, ControllerMemory, ReplicaCounts, Rule, ScalingHold, Signals,
 };
+use headroom_core::promotion::{self, DecisionSpan, Promotion};
 use headroom_core::{PoolSpec, Timestamp};
 use headroom_engine::SignalInput;
 use serde::Serialize;
@@ -56,16 +57,10 @@ pub struct ReplayReport {
     pub steps: usize,
     /// Steps with no signal in the history.
     pub missing_signal_steps: usize,
-    /// Steps the controller held (missing or stale signal, dispatch failure).
-    pub held_steps: usize,
-    /// Changes of the target's direction (up after down, or down after up).
-    pub direction_changes: u32,
-    pub direction_changes_per_hour: f64,
-    /// Direction changes sooner than the pool's `direction_cooldown` after the previous one: the
-    /// promotion rule allows none unless the objective was at risk.
-    pub changes_within_cooldown: u32,
-    /// Scale-ups decided at a step with no fresh signal: the promotion rule allows none.
-    pub scale_ups_on_missing_signal: u32,
+    /// The promotion rules' tally over the replayed decisions (direction changes, scale-ups on a
+    /// missing signal, held minutes, minutes over the age objective, the verdict).
+    #[serde(flatten)]
+    pub promotion: Promotion,
     /// Replica-hours and GPU-hours the replayed capacity ran (ready and starting).
     pub replica_hours: f64,
     pub gpu_hours: f64,
@@ -77,9 +72,7 @@ pub struct ReplayReport {
     pub history_queue_request_minutes: f64,
     pub modelled_queue_request_minutes: Option<f64>,
     pub avoided_queue_request_minutes: Option<f64>,
-    /// Minutes the history's oldest request was past the pool's age objective.
-    pub history_minutes_over_age_objective: f64,
-    /// Of those, minutes the replay had more capacity (ready or starting) than the minute before.
+    /// Of the minutes over the age objective, those in which the replay was adding capacity.
     pub minutes_over_age_objective_while_scaling_up: f64,
 }
 
@@ -139,21 +132,17 @@ pub fn replay(
         step_s,
         steps: history.len(),
         missing_signal_steps: 0,
-        held_steps: 0,
-        direction_changes: 0,
-        direction_changes_per_hour: 0.0,
-        changes_within_cooldown: 0,
-        scale_ups_on_missing_signal: 0,
+        promotion: Promotion::default(),
         replica_hours: 0.0,
         gpu_hours: 0.0,
         idle_gpu_minutes: None,
         history_queue_request_minutes: 0.0,
         modelled_queue_request_minutes: None,
         avoided_queue_request_minutes: None,
-        history_minutes_over_age_objective: 0.0,
         minutes_over_age_objective_while_scaling_up: 0.0,
     };
-    let mut last_direction: Option<(std::cmp::Ordering, Timestamp)> = None;
+    // The signal each step's decision read, for the promotion tally.
+    let mut read: Vec<Option<Signals>> = Vec::with_capacity(history.len());
     let mut previous_target: Option<u32> = None;
     for h in history {
         while launches.front().is_some_and(|serves| *serves <= h.at) {
@@ -186,30 +175,7 @@ pub fn replay(
             }
             ready -= surplus.min(ready);
         }
-        if decision.scaling_hold.is_some() {
-            report.held_steps += 1;
-        }
-        let fresh = latest.as_ref().is_some_and(|s| {
-            (h.at - s.received_at).to_std().unwrap_or_default() <= pool.scaling.signal_max_age
-        });
-        if let Some(before) = previous_target {
-            let direction = target.cmp(&before);
-            if direction != std::cmp::Ordering::Equal {
-                if direction == std::cmp::Ordering::Greater && (h.signal.is_none() || !fresh) {
-                    report.scale_ups_on_missing_signal += 1;
-                }
-                if let Some((last, when)) = last_direction
-                    && last != direction
-                {
-                    report.direction_changes += 1;
-                    if (h.at - when).to_std().unwrap_or_default() < pool.scaling.direction_cooldown
-                    {
-                        report.changes_within_cooldown += 1;
-                    }
-                }
-                last_direction = Some((direction, h.at));
-            }
-        }
+        read.push(latest);
         let running = ready + u32::try_from(launches.len()).unwrap_or(u32::MAX);
         report.replica_hours += f64::from(running) * step_s / 3600.0;
         let (queue, age, arrivals) = match &h.signal {
@@ -217,13 +183,12 @@ pub fn replay(
             None => (None, None, None),
         };
         report.history_queue_request_minutes += queue.unwrap_or(0) as f64 * step_min;
+        let adding = previous_target.is_some_and(|before| target > before) || !launches.is_empty();
         if let (Some(age), Some(objective)) = (age, pool.scaling.oldest_age_threshold)
             && age > objective.as_secs_f64()
+            && adding
         {
-            report.history_minutes_over_age_objective += step_min;
-            if previous_target.is_some_and(|before| target > before) || !launches.is_empty() {
-                report.minutes_over_age_objective_while_scaling_up += step_min;
-            }
+            report.minutes_over_age_objective_while_scaling_up += step_min;
         }
         let modelled = match arrivals {
             Some(rate) if throughput > 0.0 => {
@@ -264,10 +229,18 @@ pub fn replay(
         previous_target = Some(target);
     }
     report.gpu_hours = report.replica_hours * f64::from(gpus_per_replica);
-    let hours = history.len() as f64 * step_s / 3600.0;
-    if hours > 0.0 {
-        report.direction_changes_per_hour = f64::from(report.direction_changes) / hours;
-    }
+    let step_chrono = chrono::Duration::from_std(step).unwrap_or_default();
+    report.promotion = promotion::tally(
+        &pool.scaling,
+        steps.iter().zip(&read).map(|(s, signal)| DecisionSpan {
+            at: s.at,
+            until: s.at + step_chrono,
+            target: s.target,
+            held: s.hold.is_some(),
+            // A step with no signal of its own decided on an older one (or none).
+            signal: signal.as_ref(),
+        }),
+    );
     report.idle_gpu_minutes = idle_gpu_minutes;
     report.modelled_queue_request_minutes = modelled_minutes;
     report.avoided_queue_request_minutes =
@@ -363,11 +336,16 @@ oldest_age_threshold = "30s"
         let cold = p.ladder.cold_total().as_secs() / 15;
         let served = &steps[21 + cold as usize];
         assert!(served.ready > 2 && served.starting == 0, "{served:?}");
-        assert_eq!(report.scale_ups_on_missing_signal, 0);
-        assert!(report.held_steps > 0, "held while the metric was missing");
+        assert_eq!(report.promotion.scale_ups_on_missing_signal, 0);
+        assert!(
+            report.promotion.held_minutes > 0.0,
+            "held while the metric was missing"
+        );
         assert!(steps[40].hold.is_some(), "{:?}", steps[40]);
         assert_eq!(report.missing_signal_steps, 20);
-        assert_eq!(report.history_minutes_over_age_objective, 2.0);
+        // Two minutes of recorded ages over 30 s, and the last of them for as long as it stays
+        // fresh (signal_max_age, 30 s) once the metric goes missing.
+        assert_eq!(report.promotion.minutes_over_age_objective, 2.5);
         assert!(report.gpu_hours > report.replica_hours, "8 GPUs a replica");
         assert_eq!(
             report.idle_gpu_minutes, None,
@@ -390,6 +368,7 @@ oldest_age_threshold = "30s"
         let modelled = report.modelled_queue_request_minutes.unwrap();
         assert!(modelled < 1.0, "2+ replicas at 5/s serve 10/s: {modelled}");
         assert!(report.avoided_queue_request_minutes.unwrap() > 490.0);
-        assert_eq!(report.direction_changes, 0);
+        assert_eq!(report.promotion.direction_changes, 0);
+        assert!(report.promotion.ready);
     }
 }

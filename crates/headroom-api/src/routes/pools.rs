@@ -23,6 +23,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(pool_admission))
         .routes(routes!(push_signal))
         .routes(routes!(pool_decisions))
+        .routes(routes!(pool_shadow_report))
         .routes(routes!(pool_ledger))
 }
 
@@ -350,6 +351,83 @@ async fn pool_decisions(
         decisions,
         shadow,
         pool,
+    }))
+}
+
+/// The background notes' promotion report for one pool over a time range: what its controller
+/// decided (executed or, in shadow mode, only recorded) tallied against the promotion rules.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct ShadowReport {
+    pool: PoolName,
+    /// Whether the pool runs in shadow mode (decisions recorded, not executed).
+    shadow: bool,
+    #[schema(value_type = String, format = DateTime)]
+    from: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    to: Timestamp,
+    #[serde(flatten)]
+    promotion: headroom_core::promotion::Promotion,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/pools/{name}/shadow-report",
+    params(
+        ("name" = String, Path),
+        ("from" = Option<String>, Query),
+        ("to" = Option<String>, Query)
+    ),
+    responses(
+        (status = 200, description = "The promotion rules over the pool's decisions in the range", body = ShadowReport),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn pool_shadow_report(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+    query: QueryParams,
+) -> Result<Json<ShadowReport>, ApiError> {
+    principal.require(Scope::Reports)?;
+    let pool = pool_from_path(&state, &principal, path)?;
+    let axum::extract::Query(params) = query.map_err(|_| {
+        ApiError::bad(
+            "invalid-range",
+            "the query string is malformed; use ?from=…&to=… with RFC 3339 instants",
+        )
+    })?;
+    let now = state.engine.clock().now();
+    let (from, to) = range(
+        &params,
+        &["from", "to"],
+        "invalid-range",
+        chrono::Duration::days(1),
+        now,
+    )?;
+    // pool_from_path found it in this configuration, which does not change while serving.
+    let spec = state
+        .engine
+        .config()
+        .pool(&pool)
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound(format!("no pool named {pool}")))?;
+    let promotion = state
+        .engine
+        .shadow_report(&spec, from, to)
+        .await
+        .map_err(|e| match e {
+            headroom_engine::EngineError::Ledger(l) => ApiError::from(l),
+            other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
+        })?;
+    Ok(Json(ShadowReport {
+        pool,
+        shadow: spec.scaling.shadow,
+        from,
+        to,
+        promotion,
     }))
 }
 

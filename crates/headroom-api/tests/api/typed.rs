@@ -196,6 +196,8 @@ async fn every_json_answer_matches_the_schema_the_document_gives_it() {
     }
     let decisions = api.get("/v1/pools/mistral-7b-batch/decisions").await;
     check("/v1/pools/{name}/decisions", "get", &decisions);
+    let shadow = api.get("/v1/pools/mistral-7b-batch/shadow-report").await;
+    check("/v1/pools/{name}/shadow-report", "get", &shadow);
     let budgets = api.get("/v1/budgets").await;
     check("/v1/budgets", "get", &budgets);
     check(

@@ -5,6 +5,9 @@
 use super::*;
 use headroom_core::controller::{Decision, ReplicaCounts, Signals};
 
+/// Log entries a shadow report reads at most.
+pub const SHADOW_REPORT_ENTRIES: i64 = 10_000;
+
 /// Decisions kept per pool for `GET /v1/pools/{name}/decisions`.
 pub const DECISION_LOG_LEN: usize = 256;
 
@@ -94,6 +97,61 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// The promotion rules' tally over `pool`'s decisions from `from` to `to` (the background
+    /// notes' report for a shadow-mode pool; any pool has one). Reads at most the last
+    /// [`SHADOW_REPORT_ENTRIES`] entries of the log: consecutive identical decisions are one
+    /// entry, so that is weeks of a calm pool and less of a busy one.
+    pub async fn shadow_report(
+        &self,
+        pool: &PoolSpec,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<headroom_core::promotion::Promotion, EngineError> {
+        /// What the tally reads of a log entry (node events have no `target`).
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            at: Timestamp,
+            target: u32,
+            hold: Option<serde_json::Value>,
+            signal: Option<Signals>,
+        }
+        let now = self.clock.now();
+        let open = lock(&self.control).log.open(&pool.name);
+        let mut entries: Vec<Entry> = open
+            .iter()
+            .filter_map(|d| serde_json::to_value(d).ok())
+            .chain(
+                self.ledger
+                    .decisions(&pool.name, SHADOW_REPORT_ENTRIES)
+                    .await?
+                    .iter()
+                    .filter_map(|r| serde_json::from_str(r).ok()),
+            )
+            .filter_map(|v: serde_json::Value| serde_json::from_value(v).ok())
+            .collect();
+        entries.sort_by_key(|e| e.at);
+        entries.dedup_by_key(|e| e.at);
+        // Each entry is in force until the next one (the newest until now), clipped to the range.
+        let ends: Vec<Timestamp> = entries
+            .iter()
+            .skip(1)
+            .map(|e| e.at)
+            .chain(std::iter::once(now))
+            .collect();
+        let spans = entries
+            .iter()
+            .zip(ends)
+            .filter(|(e, until)| *until > from && e.at < to)
+            .map(|(e, until)| headroom_core::promotion::DecisionSpan {
+                at: e.at.max(from),
+                until: until.min(to),
+                target: e.target,
+                held: e.hold.as_ref().is_some_and(|h| !h.is_null()),
+                signal: e.signal.as_ref(),
+            });
+        Ok(headroom_core::promotion::tally(&pool.scaling, spans))
     }
 
     /// Writes an event of a node's life (an interruption notice, an orphan, a cluster rung) to
