@@ -354,6 +354,33 @@ async fn pool_decisions(
     }))
 }
 
+/// A reports-scoped pool endpoint's pool and `?from=…&to=…` range (default the last day), and
+/// the instant it was read at.
+fn pool_and_range(
+    state: &AppState,
+    principal: &Principal,
+    path: RawPath,
+    query: QueryParams,
+) -> Result<(PoolName, Timestamp, Timestamp, Timestamp), ApiError> {
+    principal.require(Scope::Reports)?;
+    let pool = pool_from_path(state, principal, path)?;
+    let axum::extract::Query(params) = query.map_err(|_| {
+        ApiError::bad(
+            "invalid-range",
+            "the query string is malformed; use ?from=…&to=… with RFC 3339 instants",
+        )
+    })?;
+    let now = state.engine.clock().now();
+    let (from, to) = range(
+        &params,
+        &["from", "to"],
+        "invalid-range",
+        chrono::Duration::days(1),
+        now,
+    )?;
+    Ok((pool, from, to, now))
+}
+
 /// The background notes' promotion report for one pool over a time range: what its controller
 /// decided (executed or, in shadow mode, only recorded) tallied against the promotion rules.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -391,22 +418,7 @@ async fn pool_shadow_report(
     path: RawPath,
     query: QueryParams,
 ) -> Result<Json<ShadowReport>, ApiError> {
-    principal.require(Scope::Reports)?;
-    let pool = pool_from_path(&state, &principal, path)?;
-    let axum::extract::Query(params) = query.map_err(|_| {
-        ApiError::bad(
-            "invalid-range",
-            "the query string is malformed; use ?from=…&to=… with RFC 3339 instants",
-        )
-    })?;
-    let now = state.engine.clock().now();
-    let (from, to) = range(
-        &params,
-        &["from", "to"],
-        "invalid-range",
-        chrono::Duration::days(1),
-        now,
-    )?;
+    let (pool, from, to, _) = pool_and_range(&state, &principal, path, query)?;
     // pool_from_path found it in this configuration, which does not change while serving.
     let spec = state
         .engine
@@ -469,22 +481,7 @@ async fn pool_ledger(
     path: RawPath,
     query: QueryParams,
 ) -> Result<Json<PoolLedger>, ApiError> {
-    principal.require(Scope::Reports)?;
-    let pool = pool_from_path(&state, &principal, path)?;
-    let axum::extract::Query(params) = query.map_err(|_| {
-        ApiError::bad(
-            "invalid-range",
-            "the query string is malformed; use ?from=…&to=… with RFC 3339 instants",
-        )
-    })?;
-    let now = state.engine.clock().now();
-    let (from, to) = range(
-        &params,
-        &["from", "to"],
-        "invalid-range",
-        chrono::Duration::days(1),
-        now,
-    )?;
+    let (pool, from, to, now) = pool_and_range(&state, &principal, path, query)?;
     let ledger = state.engine.ledger();
     let outcomes = ledger.capacity_requests_between(&pool, from, to).await?;
     let events = ledger.pool_events(&pool).await?;
