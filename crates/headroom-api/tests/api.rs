@@ -501,6 +501,109 @@ async fn the_shadow_report_tallies_the_promotion_rules_over_a_range() {
 }
 
 #[tokio::test]
+async fn scheduled_windows_are_declared_listed_applied_and_cancelled() {
+    let api = api().await;
+    let schedules = "/v1/pools/llama-70b-interactive/schedules";
+    let launch = json!({
+        "name": "launch", "min_replicas": 12,
+        "from": "2026-11-30T10:00", "to": "2026-11-30T13:00", "time_zone": "Europe/Paris"
+    });
+    let created = api.post(schedules, None, launch.clone()).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    let id = created.body["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        created.location.as_deref(),
+        Some(format!("{schedules}/{id}").as_str())
+    );
+    assert_eq!(created.body["source"], "api");
+    assert_eq!(
+        created.body["in_force"], true,
+        "09:00 UTC is 10:00 in Paris"
+    );
+    assert_problem(
+        &api.post(schedules, None, launch).await,
+        StatusCode::CONFLICT,
+        "already has a window named launch",
+    );
+    for (body, field) in [
+        (
+            json!({"name": "x", "min_replicas": 2, "start": "9am", "end": "10:00"}),
+            "start:",
+        ),
+        (
+            json!({"name": "x", "min_replicas": 99, "start": "09:00", "end": "10:00"}),
+            "min_replicas:",
+        ),
+        (
+            json!({"name": "x", "min_replicas": 2, "start": "09:00", "end": "10:00", "time_zone": "Mars/Olympus"}),
+            "time_zone:",
+        ),
+        (
+            json!({"name": "x", "min_replicas": 2, "start": "09:00", "end": "10:00", "cron": "* * *"}),
+            "cron",
+        ),
+    ] {
+        assert_problem(
+            &api.post(schedules, None, body).await,
+            StatusCode::BAD_REQUEST,
+            field,
+        );
+    }
+    let listed = api.get(schedules).await;
+    assert_eq!(listed.status, StatusCode::OK);
+    let windows = listed.body["windows"].as_array().unwrap();
+    assert_eq!(windows.len(), 1, "{windows:?}");
+    assert_eq!(
+        windows[0]["description"],
+        "2026-11-30T09:00:00+00:00 to 2026-11-30T12:00:00+00:00"
+    );
+
+    // The next tick keeps 12 replicas, and says why.
+    api.engine.tick().await.unwrap();
+    let pool = api.get("/v1/pools/llama-70b-interactive").await;
+    assert_eq!(pool.body["desired"], 12, "{:?}", pool.body);
+    assert!(
+        pool.body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("scheduled window launch"),
+        "{:?}",
+        pool.body["reason"]
+    );
+
+    let cancel = format!("{schedules}/{id}");
+    let gone = api
+        .send(
+            Request::delete(cancel.as_str())
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(gone.status, StatusCode::NO_CONTENT);
+    assert_problem(
+        &api.send(
+            Request::delete(cancel.as_str())
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "no window",
+    );
+    assert_problem(
+        &api.send(
+            Request::delete(format!("{schedules}/config:batch").as_str())
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "in the configuration",
+    );
+    assert_eq!(api.get(schedules).await.body["windows"], json!([]));
+}
+
+#[tokio::test]
 async fn health_and_readiness() {
     let api = api().await;
     assert_eq!(api.get("/healthz").await.status, StatusCode::OK);
@@ -1489,7 +1592,7 @@ async fn every_documented_operation_is_routed_and_shares_its_problem_answers() {
             );
         }
     }
-    assert_eq!(operations, 22);
+    assert_eq!(operations, 25);
     let limited = &components["RateLimited"];
     assert!(limited["headers"]["Retry-After"].is_object(), "{limited}");
 }
@@ -1514,6 +1617,13 @@ const NAMED_ENDPOINTS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/v1/pools/{pool}/decisions", None),
     ("GET", "/v1/pools/{pool}/ledger", None),
     ("GET", "/v1/pools/{pool}/shadow-report", None),
+    ("GET", "/v1/pools/{pool}/schedules", None),
+    (
+        "POST",
+        "/v1/pools/{pool}/schedules",
+        Some(r#"{"name":"x","min_replicas":1,"start":"09:00","end":"10:00"}"#),
+    ),
+    ("DELETE", "/v1/pools/{pool}/schedules/w-none", None),
     ("GET", "/v1/budgets/{account}", None),
     (
         "PUT",

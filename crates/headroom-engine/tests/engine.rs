@@ -2185,3 +2185,65 @@ async fn one_replica_holding_the_queue_is_shown_and_alerted_not_scaled_away() {
         "{metrics}"
     );
 }
+
+/// A window declared for a known event: a weekday job at 10:30 in Paris (09:30 UTC in
+/// November), 3 replicas. The pool launches one cold start (4 minutes) ahead, serves them when
+/// the job starts, and gives them back after the window by its usual scale-in.
+#[tokio::test]
+async fn a_scheduled_window_has_its_capacity_ready_when_it_opens() {
+    let text = format!(
+        "{CONFIG}\n[[pools.schedule]]\nname = \"batch-1030\"\nmin_replicas = 3\ndays = [\"weekdays\"]\nstart = \"10:30\"\nend = \"11:00\"\ntime_zone = \"Europe/Paris\"\n"
+    );
+    let h = harness(&text).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let status = |h: &Harness| h.engine.pool_status(&pool).unwrap();
+    // Monday 09:00 UTC: quiet, nothing scheduled yet.
+    let tick_quiet = |h: &Harness| {
+        h.engine.push_signal(&pool, quiet());
+    };
+    tick_quiet(&h);
+    h.engine.tick().await.unwrap();
+    assert_eq!(status(&h).desired, 0);
+    // Until 09:25:55 nothing; from 09:26 (one cold start before 09:30) the floor is 3.
+    for _ in 0..(25 * 60 + 55) / 5 {
+        tick_quiet(&h);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+    }
+    assert_eq!(status(&h).desired, 0, "{:?}", status(&h).reason);
+    tick_quiet(&h);
+    h.clock.advance(Duration::from_secs(5));
+    h.engine.tick().await.unwrap();
+    let opening = status(&h);
+    assert_eq!(opening.desired, 3, "{:?}", opening.reason);
+    assert_eq!(opening.rule, Some(Rule::Scheduled));
+    assert!(
+        opening
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("batch-1030 (mon-fri 10:30-11:00 Europe/Paris)"),
+        "{:?}",
+        opening.reason
+    );
+    // 09:30: the window opens with its replicas serving.
+    for _ in 0..48 {
+        tick_quiet(&h);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+    }
+    assert_eq!(
+        h.clock.now(),
+        "2026-11-30T09:30:00Z"
+            .parse::<headroom_core::Timestamp>()
+            .unwrap()
+    );
+    assert_eq!(status(&h).ready, 3, "ready when the job starts");
+    // After 10:00 the floor is gone and the quiet pool scales in as it always does.
+    for _ in 0..(40 * 60) / 5 {
+        tick_quiet(&h);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+    }
+    assert!(status(&h).desired < 3, "{:?}", status(&h));
+}

@@ -80,6 +80,16 @@ impl From<sqlx::Error> for LedgerError {
 }
 
 /// A capacity request as a client submits it, before the ledger assigns an id.
+/// A scheduled window as the ledger keeps it (`Ledger::schedule_windows`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredWindow {
+    pub id: String,
+    pub pool: PoolName,
+    pub at: Timestamp,
+    /// The window as it was declared (JSON).
+    pub spec: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewCapacityRequest {
     pub pool: PoolName,
@@ -509,6 +519,27 @@ pub trait Ledger: Send + Sync + Debug {
         pool: &PoolName,
         since: i64,
     ) -> Result<Vec<(i64, u32)>, LedgerError>;
+
+    /// Records a scheduled window declared through the API (`spec` is its JSON); an `id`
+    /// already recorded keeps its first window (a retried request).
+    async fn add_schedule_window(
+        &self,
+        id: &str,
+        pool: &PoolName,
+        at: Timestamp,
+        spec: &str,
+    ) -> Result<(), LedgerError>;
+
+    /// Cancels `pool`'s window `id`; `false` when the pool has no such window still in force.
+    async fn cancel_schedule_window(
+        &self,
+        pool: &PoolName,
+        id: &str,
+        at: Timestamp,
+    ) -> Result<bool, LedgerError>;
+
+    /// Every window declared through the API and not cancelled, oldest first.
+    async fn schedule_windows(&self) -> Result<Vec<StoredWindow>, LedgerError>;
 
     async fn create_token(&self, token: &ApiToken) -> Result<(), LedgerError>;
 

@@ -23,7 +23,8 @@ use crate::dialect::{self, Dialect, render};
 use crate::requests::RequestWrite;
 use crate::{
     ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, Ledger, LedgerError, LedgerSummary,
-    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, derive,
+    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, StoredWindow,
+    derive,
 };
 
 /// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
@@ -747,6 +748,77 @@ where
                 row.try_get("minute")?,
                 u32::try_from(replicas).unwrap_or(u32::MAX),
             ))
+        })
+        .collect()
+    }
+
+    async fn add_schedule_window(
+        &self,
+        id: &str,
+        pool: &PoolName,
+        at: Timestamp,
+        spec: &str,
+    ) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO schedule_windows (id, pool, {at}, spec) VALUES (?, ?, ?, CAST(? AS {json}))
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(pool.as_str())
+        .bind(D::time(at))
+        .bind(spec)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn cancel_schedule_window(
+        &self,
+        pool: &PoolName,
+        id: &str,
+        at: Timestamp,
+    ) -> Result<bool, LedgerError> {
+        let in_force = self
+            .schedule_windows()
+            .await?
+            .iter()
+            .any(|w| w.id == id && &w.pool == pool);
+        if !in_force {
+            return Ok(false);
+        }
+        Self::query(
+            "INSERT INTO schedule_window_cancellations (window_id, {at}) VALUES (?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(D::time(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(true)
+    }
+
+    async fn schedule_windows(&self) -> Result<Vec<StoredWindow>, LedgerError> {
+        Self::query(
+            "SELECT w.id, w.pool, w.{at} AS {created}, CAST(w.spec AS TEXT) AS spec
+             FROM schedule_windows w
+             LEFT JOIN schedule_window_cancellations c ON c.window_id = w.id
+             WHERE c.window_id IS NULL
+             ORDER BY w.{at}, w.id",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            let pool: String = row.try_get("pool")?;
+            let created: D::Time = row.try_get(format!("created{}", D::TIME_SUFFIX).as_str())?;
+            Ok(StoredWindow {
+                id: row.try_get("id")?,
+                pool: pool
+                    .parse()
+                    .map_err(|e| LedgerError::Corrupt(format!("schedule window pool: {e}")))?,
+                at: D::timestamp(created)?,
+                spec: row.try_get("spec")?,
+            })
         })
         .collect()
     }

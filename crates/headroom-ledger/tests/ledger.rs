@@ -428,6 +428,58 @@ async fn demand_minutes_round_trip(ledger: &dyn Ledger) {
     assert_eq!(later.len(), 11);
 }
 
+/// Windows declared through the API read back until cancelled; a retried add keeps the first;
+/// a cancellation names the window's own pool.
+async fn schedule_windows_round_trip(ledger: &dyn Ledger) {
+    let (llama, other): (headroom_core::PoolName, headroom_core::PoolName) =
+        ("llama".parse().unwrap(), "other".parse().unwrap());
+    let at = t("2026-11-30T09:00:00Z");
+    let spec = r#"{"name": "launch", "min_replicas": 4}"#;
+    ledger
+        .add_schedule_window("w-1", &llama, at, spec)
+        .await
+        .unwrap();
+    ledger
+        .add_schedule_window("w-1", &llama, at, r#"{"name": "retry"}"#)
+        .await
+        .unwrap();
+    ledger
+        .add_schedule_window("w-2", &other, at + chrono::Duration::seconds(1), spec)
+        .await
+        .unwrap();
+    let windows = ledger.schedule_windows().await.unwrap();
+    assert_eq!(windows.len(), 2);
+    assert_eq!((windows[0].id.as_str(), &windows[0].pool), ("w-1", &llama));
+    assert_eq!(windows[0].at, at);
+    assert!(
+        windows[0].spec.contains("launch") && !windows[0].spec.contains("retry"),
+        "the first add stands: {}",
+        windows[0].spec
+    );
+    assert!(
+        !ledger
+            .cancel_schedule_window(&other, "w-1", at)
+            .await
+            .unwrap(),
+        "another pool's window is not this pool's to cancel"
+    );
+    assert!(
+        ledger
+            .cancel_schedule_window(&llama, "w-1", at)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !ledger
+            .cancel_schedule_window(&llama, "w-1", at)
+            .await
+            .unwrap()
+    );
+    let left = ledger.schedule_windows().await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, "w-2");
+}
+
 async fn decisions_and_tokens_round_trip(ledger: &dyn Ledger) {
     let pool = "llama".parse().unwrap();
     // Written as Postgres prints JSONB, so both backends read back the same text.
@@ -1148,6 +1200,12 @@ macro_rules! behaviour_suite {
             async fn demand_minutes() {
                 let (_guard, ledger) = $open.await;
                 demand_minutes_round_trip(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn schedule_windows() {
+                let (_guard, ledger) = $open.await;
+                schedule_windows_round_trip(ledger.as_ref()).await;
             }
 
             #[tokio::test]

@@ -13,6 +13,7 @@ mod ops;
 mod pools;
 mod reports;
 mod responses;
+mod schedules;
 
 use std::sync::LazyLock;
 
@@ -75,6 +76,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(ops::routes())
         .merge(capacity::routes())
         .merge(pools::routes())
+        .merge(schedules::routes())
         .merge(budgets::routes())
         .merge(reports::routes())
         .merge(offerings::routes())

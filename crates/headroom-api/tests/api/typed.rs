@@ -198,6 +198,13 @@ async fn every_json_answer_matches_the_schema_the_document_gives_it() {
     check("/v1/pools/{name}/decisions", "get", &decisions);
     let shadow = api.get("/v1/pools/mistral-7b-batch/shadow-report").await;
     check("/v1/pools/{name}/shadow-report", "get", &shadow);
+    let window = serde_json::json!({"name": "batch", "min_replicas": 2, "days": ["weekdays"], "start": "09:00", "end": "09:30", "time_zone": "Europe/Paris"});
+    let declared = api
+        .post("/v1/pools/mistral-7b-batch/schedules", None, window)
+        .await;
+    check("/v1/pools/{name}/schedules", "post", &declared);
+    let windows = api.get("/v1/pools/mistral-7b-batch/schedules").await;
+    check("/v1/pools/{name}/schedules", "get", &windows);
     let budgets = api.get("/v1/budgets").await;
     check("/v1/budgets", "get", &budgets);
     check(

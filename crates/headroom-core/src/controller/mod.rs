@@ -285,6 +285,9 @@ pub enum Rule {
     /// The pool's own history expects this demand within a lead time
     /// ([`crate::forecast`]): launched ahead of a rise that recurs.
     Forecast,
+    /// A declared window (`[[pools.schedule]]`, `POST /v1/pools/{name}/schedules`) raises the
+    /// floor: capacity ready for a known event, as KEDA's cron scaler and scheduled actions do.
+    Scheduled,
     /// Nothing asked for a change: the target stays.
     Steady,
     /// One replica removed after the stabilisation window.
@@ -455,6 +458,15 @@ pub fn decide(
     decide_with_forecast(pool, signals, counts, memory, None, now)
 }
 
+/// A floor a declared window sets now (the engine finds the windows in force, one lead time
+/// ahead of their start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledFloor {
+    pub replicas: u32,
+    /// Which window, and when it ends: the decision's reason.
+    pub why: String,
+}
+
 /// One activation of the controller for one pool. A `forecast` (what the pool's history
 /// expects within a lead time) is one more rule's proposal; it never acts on a missing or stale
 /// signal, which holds as always.
@@ -462,14 +474,36 @@ pub fn decide_with_forecast(
     pool: &PoolSpec,
     signals: Option<&Signals>,
     counts: ReplicaCounts,
-    mut memory: ControllerMemory,
+    memory: ControllerMemory,
     forecast: Option<&crate::forecast::Forecast>,
     now: Timestamp,
 ) -> Decision {
-    let step = Activation::new(pool, &memory, now);
+    decide_ahead(pool, signals, counts, memory, forecast, None, now)
+}
+
+/// [`decide_with_forecast`] with a declared window's floor, which is a floor like
+/// `min_replicas`: it holds even while the signal is missing (a known event does not wait for
+/// a metric), never above `max_replicas`.
+pub fn decide_ahead(
+    pool: &PoolSpec,
+    signals: Option<&Signals>,
+    counts: ReplicaCounts,
+    mut memory: ControllerMemory,
+    forecast: Option<&crate::forecast::Forecast>,
+    scheduled: Option<&ScheduledFloor>,
+    now: Timestamp,
+) -> Decision {
+    let step = Activation::new(pool, &memory, scheduled, now);
     let s = match step.fresh_signal(signals) {
         Ok(s) => s,
-        Err((reason, why)) => return step.held(memory, reason, why, None),
+        Err((reason, why)) => {
+            // The floor stands while the pool holds: say whose it is.
+            let why = match step.scheduled {
+                Some(window) => format!("{why}; {}", window.why),
+                None => why,
+            };
+            return step.held(memory, reason, why, None);
+        }
     };
     let classification = classify(&pool.scaling, s, counts.ready);
     if let Some(why) = step.dispatch_failure(s, counts) {
@@ -482,19 +516,32 @@ pub fn decide_with_forecast(
     memory.track_swing(measured.clamp(step.floor, pool.max_replicas), now, lull);
     proposals.extend(forecast.map(|f| step.forecast_proposal(f)));
     let winner = Winner::largest(&step, proposals, classification);
-    if winner.wanted > step.current {
+    let previous = memory.target;
+    let mut decision = if winner.wanted > step.current {
         step.scale_up(&winner, s, counts, memory)
     } else {
         step.scale_down(&winner, s, counts, memory)
+    };
+    // A window that raised the floor raised the target itself, before any rule ran: say so.
+    if let Some(window) = step.scheduled
+        && decision.target == step.floor
+        && decision.target > previous
+    {
+        decision.rule = Rule::Scheduled;
+        decision.reason = format!("{}; target {previous} → {}", window.why, decision.target);
     }
+    decision
 }
 
 /// What every step of one activation reads: the pool, its bounds, and the instant.
 struct Activation<'a> {
     pool: &'a PoolSpec,
     policy: &'a ScalingPolicy,
-    /// `min_replicas` or `min_capacity`, whichever is higher, never above `max_replicas`.
+    /// `min_replicas`, `min_capacity` or a declared window's floor, whichever is highest, never
+    /// above `max_replicas`.
     floor: u32,
+    /// The declared window's floor, when it is what sets `floor`.
+    scheduled: Option<&'a ScheduledFloor>,
     /// The last target, within the bounds as they are now.
     current: u32,
     now: Timestamp,
@@ -518,16 +565,23 @@ struct Winner {
 }
 
 impl Activation<'_> {
-    fn new<'a>(pool: &'a PoolSpec, memory: &ControllerMemory, now: Timestamp) -> Activation<'a> {
+    fn new<'a>(
+        pool: &'a PoolSpec,
+        memory: &ControllerMemory,
+        scheduled: Option<&'a ScheduledFloor>,
+        now: Timestamp,
+    ) -> Activation<'a> {
         let policy = &pool.scaling;
-        let floor = pool
-            .min_replicas
-            .max(policy.min_capacity)
+        let configured = pool.min_replicas.max(policy.min_capacity);
+        let scheduled = scheduled.filter(|s| s.replicas > configured);
+        let floor = scheduled
+            .map_or(configured, |s| s.replicas)
             .min(pool.max_replicas);
         Activation {
             pool,
             policy,
             floor,
+            scheduled,
             current: memory.target.clamp(floor, pool.max_replicas),
             now,
         }

@@ -45,13 +45,20 @@ impl Activation<'_> {
         counts: ReplicaCounts,
         memory: &mut ControllerMemory,
     ) -> Vec<Candidate> {
-        let floor_why = format!(
-            "min_replicas {} / min_capacity {}",
-            self.pool.min_replicas, self.policy.min_capacity
-        );
+        let floor = match self.scheduled {
+            Some(window) => (Rule::Scheduled, self.floor, window.why.clone()),
+            None => (
+                Rule::Floor,
+                self.floor,
+                format!(
+                    "min_replicas {} / min_capacity {}",
+                    self.pool.min_replicas, self.policy.min_capacity
+                ),
+            ),
+        };
         let per_replica_rps = throughput(self.policy, s, counts.ready);
         let proposals: Vec<Candidate> = [
-            Some((Rule::Floor, self.floor, floor_why)),
+            Some(floor),
             self.hpa_proposal(s, counts),
             self.drain_proposal(s, counts, per_replica_rps),
             self.oldest_age_proposal(s, per_replica_rps, memory),
@@ -66,7 +73,7 @@ impl Activation<'_> {
                 .map(|(rule, n, reason)| match rule {
                     // The ramp rule sizes for the arrivals when its replicas land: the cap's
                     // own argument, on the projected rate.
-                    Rule::Floor | Rule::Ramp => (rule, n, reason),
+                    Rule::Floor | Rule::Scheduled | Rule::Ramp => (rule, n, reason),
                     _ if n > cap => (rule, cap, format!("{reason}; but {why}: {cap}")),
                     _ => (rule, n, reason),
                 })

@@ -815,3 +815,56 @@ fn a_forecast_launches_ahead_of_a_recurring_rise_but_never_on_a_missing_signal()
         (2, Some(ScalingHold::SignalMissing))
     );
 }
+
+#[test]
+fn a_scheduled_floor_holds_even_without_a_signal_and_never_passes_max_replicas() {
+    let p = ten_per_replica(600);
+    let window = ScheduledFloor {
+        replicas: 6,
+        why: "scheduled window batch".into(),
+    };
+    let quiet = Signals::queue(0, 20.0, t0());
+    let d = decide_ahead(
+        &p,
+        Some(&quiet),
+        ready(2),
+        memory(2),
+        None,
+        Some(&window),
+        t0(),
+    );
+    assert_eq!((d.target, d.rule), (6, Rule::Scheduled), "{}", d.reason);
+    assert!(d.reason.contains("batch; target 2 → 6"), "{}", d.reason);
+    // A known event does not wait for a metric: the floor stands while the pool holds.
+    let held = decide_ahead(&p, None, ready(2), memory(2), None, Some(&window), t0());
+    assert_eq!(
+        (held.target, held.scaling_hold),
+        (6, Some(ScalingHold::SignalMissing))
+    );
+    let too_many = ScheduledFloor {
+        replicas: p.max_replicas + 5,
+        why: "scheduled window huge".into(),
+    };
+    let capped = decide_ahead(
+        &p,
+        Some(&quiet),
+        ready(2),
+        memory(2),
+        None,
+        Some(&too_many),
+        t0(),
+    );
+    assert_eq!(capped.target, p.max_replicas);
+    // Demand above the window wins as always.
+    let busy = Signals::queue(0, 100.0, t0());
+    let d = decide_ahead(
+        &p,
+        Some(&busy),
+        ready(6),
+        memory(6),
+        None,
+        Some(&window),
+        t0(),
+    );
+    assert!(d.target >= 6 && d.rule != Rule::Scheduled, "{d:?}");
+}

@@ -62,6 +62,8 @@ pub struct Config {
     pub age_classes: BTreeMap<PoolName, Vec<String>>,
     /// Pools whose signals are scraped from a Prometheus text endpoint.
     pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
+    /// Windows with a replica floor per pool (`[[pools.schedule]]`).
+    pub schedules: BTreeMap<PoolName, Vec<crate::schedule::ScheduleWindow>>,
     /// Pools whose signals are queried from a Prometheus server (`[pools.signals]`).
     pub prometheus: BTreeMap<PoolName, crate::prometheus::PrometheusSource>,
     /// The `[aws]` table, parsed by the AWS provider crate.
@@ -443,6 +445,7 @@ impl RawConfig {
             age_classes: pools.age_classes,
             scrape: pools.scrape,
             prometheus: pools.prometheus,
+            schedules: pools.schedules,
             aws: self.aws,
             gcp: self.gcp,
             kube: self.kube,

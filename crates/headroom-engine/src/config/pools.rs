@@ -9,6 +9,7 @@ use headroom_core::{PoolName, PoolSpec};
 use super::raw::RawPool;
 use super::{Known, Problems, scaling, scrape, supply};
 use crate::prometheus::PrometheusSource;
+use crate::schedule::{MAX_WINDOWS_PER_POOL, ScheduleWindow};
 use crate::scrape::ScrapeTarget;
 
 /// The validated pools and what `Config` keeps beside them, per pool.
@@ -16,6 +17,7 @@ pub(super) struct Pools {
     pub(super) specs: Vec<PoolSpec>,
     pub(super) scrape: BTreeMap<PoolName, ScrapeTarget>,
     pub(super) prometheus: BTreeMap<PoolName, PrometheusSource>,
+    pub(super) schedules: BTreeMap<PoolName, Vec<ScheduleWindow>>,
     pub(super) age_classes: BTreeMap<PoolName, Vec<String>>,
 }
 
@@ -24,6 +26,7 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
         specs: Vec::new(),
         scrape: BTreeMap::new(),
         prometheus: BTreeMap::new(),
+        schedules: BTreeMap::new(),
         age_classes: BTreeMap::new(),
     };
     let mut names = BTreeSet::new();
@@ -73,6 +76,10 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
             }
             let source = scrape::prometheus(&format!("{key}.signals"), signals, p);
             pools.prometheus.insert(raw.name.clone(), source);
+        }
+        let windows = schedule(&key, &raw.schedule, raw.max_replicas, p);
+        if !windows.is_empty() {
+            pools.schedules.insert(raw.name.clone(), windows);
         }
         if let Some(max) = raw.supply.warm_pool_max
             && max < raw.warm_pool_size
@@ -146,4 +153,35 @@ fn replica_bounds(key: &str, raw: &RawPool, p: &mut Problems) {
             "allow at least one launch per step",
         );
     }
+}
+
+/// `[[pools.schedule]]`: each window checked, names unique, at most [`MAX_WINDOWS_PER_POOL`].
+fn schedule(
+    key: &str,
+    specs: &[crate::schedule::WindowSpec],
+    max_replicas: u32,
+    p: &mut Problems,
+) -> Vec<ScheduleWindow> {
+    if specs.len() > MAX_WINDOWS_PER_POOL {
+        p.add(
+            &format!("{key}.schedule"),
+            format!("lists {} windows", specs.len()),
+            format!("keep at most {MAX_WINDOWS_PER_POOL}"),
+        );
+    }
+    let mut names = BTreeSet::new();
+    let mut windows = Vec::new();
+    for (j, spec) in specs.iter().enumerate() {
+        let at = format!("{key}.schedule[{j}]");
+        match spec.parse(max_replicas) {
+            Ok(window) if !names.insert(window.name.clone()) => p.add(
+                &format!("{at}.name"),
+                format!("window {} is declared twice", window.name),
+                "give each window its own name",
+            ),
+            Ok(window) => windows.push(window),
+            Err(e) => p.add(&format!("{at}.{}", e.field), e.what, e.fix),
+        }
+    }
+    windows
 }

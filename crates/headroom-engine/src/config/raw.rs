@@ -253,6 +253,9 @@ pub(super) struct RawPool {
     pub(super) supply: RawSupply,
     pub(super) scrape: Option<RawScrape>,
     pub(super) signals: Option<RawSignals>,
+    /// `[[pools.schedule]]`: windows with a replica floor.
+    #[serde(default)]
+    pub(super) schedule: Vec<crate::schedule::WindowSpec>,
 }
 
 /// `[pools.supply]`: the order of supply and the governor's per-pool limits; see

@@ -562,3 +562,49 @@ fn a_scrape_reads_one_url_or_a_list_of_targets() {
         assert!(e[0].contains(&format!("`{key}`")), "{scrape}: {e:?}");
     }
 }
+
+#[test]
+fn scheduled_windows_are_checked_in_one_line_each() {
+    let with = |windows: &str| {
+        EXAMPLE.replacen(
+            "\n[pools.ladder]\n",
+            &format!("\n{windows}\n[pools.ladder]\n"),
+            1,
+        )
+    };
+    let good = "[[pools.schedule]]\nname = \"batch-0900\"\nmin_replicas = 12\ndays = [\"weekdays\"]\nstart = \"09:00\"\nend = \"09:30\"\ntime_zone = \"Europe/Paris\"\n[[pools.schedule]]\nname = \"launch\"\nmin_replicas = 16\nfrom = \"2026-12-08T09:00\"\nto = \"2026-12-08T18:00\"\ntime_zone = \"America/New_York\"";
+    let config = Config::parse(&with(good), "t.toml").unwrap();
+    let windows = config.schedules.values().next().unwrap();
+    assert_eq!(windows.len(), 2);
+    assert_eq!(windows[0].describe(), "mon-fri 09:00-09:30 Europe/Paris");
+    for (change, key) in [
+        (
+            good.replace("Europe/Paris", "Europe/Pariss"),
+            "pools[0].schedule[0].time_zone",
+        ),
+        (
+            good.replace("\"09:30\"", "\"9.30\""),
+            "pools[0].schedule[0].end",
+        ),
+        (
+            good.replace("min_replicas = 16", "min_replicas = 500"),
+            "pools[0].schedule[1].min_replicas",
+        ),
+        (
+            good.replace("\"weekdays\"", "\"someday\""),
+            "pools[0].schedule[0].days",
+        ),
+        (
+            good.replace("name = \"launch\"", "name = \"batch-0900\""),
+            "pools[0].schedule[1].name",
+        ),
+        (
+            good.replace("2026-12-08T18:00", "2026-12-07T18:00"),
+            "pools[0].schedule[1].to",
+        ),
+    ] {
+        let e = errors(&with(&change));
+        assert_eq!(e.len(), 1, "{change}: {e:?}");
+        assert!(e[0].contains(&format!("`{key}`")), "{change}: {e:?}");
+    }
+}

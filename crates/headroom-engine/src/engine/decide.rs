@@ -5,7 +5,9 @@
 
 use super::*;
 use headroom_core::HardAction;
-use headroom_core::controller::{self, ControllerMemory, Decision, ReplicaCounts, ScalingHold};
+use headroom_core::controller::{
+    self, ControllerMemory, Decision, ReplicaCounts, ScalingHold, ScheduledFloor,
+};
 use headroom_core::planner::{self, Destination, FallbackKind, NodeView, OpenRequest, PlanInput};
 
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
@@ -72,7 +74,10 @@ impl Engine {
             .pool_nodes(&pool.name)
             .filter(|e| e.state.is_warm() && !input.reclaiming.contains(&e.client_token))
             .count() as u32;
-        let target = self.control_step(pool, counts, now).await?;
+        let scheduled = scheduled_floor(&self.config, input, pool, now);
+        let target = self
+            .control_step(pool, counts, scheduled.as_ref(), now)
+            .await?;
         let target = self
             .floor_for_pending_pods(pool, counts, target, now)
             .await?;
@@ -149,6 +154,7 @@ impl Engine {
         &self,
         pool: &PoolSpec,
         counts: ReplicaCounts,
+        scheduled: Option<&ScheduledFloor>,
         now: Timestamp,
     ) -> Result<u32, EngineError> {
         let signal = self.signal(&pool.name);
@@ -171,12 +177,13 @@ impl Engine {
                 .get(&pool.name)
                 .filter(|_| pool.scaling.forecast)
                 .and_then(|h| h.record.forecast(now, lead));
-            let mut decision = controller::decide_with_forecast(
+            let mut decision = controller::decide_ahead(
                 pool,
                 signal.as_ref(),
                 counts,
                 memory,
                 forecast.as_ref(),
+                scheduled,
                 now,
             );
             if matches!(
@@ -331,6 +338,26 @@ impl Engine {
 
 /// The pool's organic serving replicas (no capacity request, not warming), as the controller
 /// counts them.
+/// The floor `pool`'s declared windows (its configuration's and the API's) set at `now`, one
+/// cold start ahead of each window's start so that its capacity is ready when it opens.
+fn scheduled_floor(
+    config: &Config,
+    input: &TickInput,
+    pool: &PoolSpec,
+    now: Timestamp,
+) -> Option<ScheduledFloor> {
+    let configured = config.schedules.get(&pool.name).into_iter().flatten();
+    let declared = input
+        .windows
+        .get(&pool.name)
+        .into_iter()
+        .flatten()
+        .map(|(_, w)| w);
+    let windows: Vec<crate::schedule::ScheduleWindow> =
+        configured.chain(declared).cloned().collect();
+    crate::schedule::floor_at(&windows, now, pool.ladder.cold_total())
+}
+
 fn organic_counts(input: &TickInput, pool: &PoolName) -> ReplicaCounts {
     let mut counts = ReplicaCounts::default();
     for e in input

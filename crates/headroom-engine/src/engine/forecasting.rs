@@ -122,7 +122,7 @@ pub(super) fn measured_demand(decision: &Decision) -> u32 {
     decision
         .proposals
         .iter()
-        .filter(|p| !matches!(p.rule, Rule::Floor | Rule::Forecast))
+        .filter(|p| !matches!(p.rule, Rule::Floor | Rule::Scheduled | Rule::Forecast))
         .map(|p| p.replicas)
         .max()
         .unwrap_or(0)

@@ -27,8 +27,25 @@ pub(super) struct TickInput {
     pub cancelled: HashSet<RequestId>,
     /// The budget in force per account (read by [`TickInput::read_demand`]).
     pub budgets: HashMap<AccountName, Budget>,
+    /// Scheduled windows declared through the API, per pool, with their ids (the
+    /// configuration's are in `Config::schedules`).
+    pub windows: HashMap<PoolName, Vec<(String, crate::schedule::ScheduleWindow)>>,
     /// Standings read so far this tick, kept up to date with the holds the tick places.
     standings: HashMap<AccountName, BudgetStanding>,
+}
+
+/// A window declared through the API, checked against its pool as configured now.
+pub(super) fn api_window(
+    stored: &headroom_ledger::StoredWindow,
+    config: &Config,
+) -> Result<crate::schedule::ScheduleWindow, String> {
+    let pool = config
+        .pool(&stored.pool)
+        .ok_or_else(|| format!("pool {} is not in the configuration", stored.pool))?;
+    let spec: crate::schedule::WindowSpec = serde_json::from_str(&stored.spec)
+        .map_err(|e| format!("the stored window does not parse: {e}"))?;
+    spec.parse(pool.max_replicas)
+        .map_err(|e| format!("{}: {}", e.field, e.what))
 }
 
 impl TickInput {
@@ -52,13 +69,18 @@ impl TickInput {
             open: Vec::new(),
             cancelled: HashSet::new(),
             budgets: HashMap::new(),
+            windows: HashMap::new(),
             standings: HashMap::new(),
         })
     }
 
     /// Demand and money, after the observe phase settled the nodes: open requests, which live
     /// nodes' requests were cancelled, and the budgets in force.
-    pub async fn read_demand(&mut self, ledger: &dyn Ledger) -> Result<(), EngineError> {
+    pub async fn read_demand(
+        &mut self,
+        ledger: &dyn Ledger,
+        config: &Config,
+    ) -> Result<(), EngineError> {
         self.open = ledger.open_capacity_requests().await?;
         let with_nodes: BTreeSet<RequestId> =
             self.live.iter().filter_map(|e| e.request.clone()).collect();
@@ -70,6 +92,21 @@ impl TickInput {
             .into_iter()
             .map(|b| (b.account.clone(), b))
             .collect();
+        self.windows = HashMap::new();
+        for stored in ledger.schedule_windows().await? {
+            match api_window(&stored, config) {
+                Ok(window) => self
+                    .windows
+                    .entry(stored.pool.clone())
+                    .or_default()
+                    .push((stored.id.clone(), window)),
+                // Checked when it was declared; a window the configuration no longer admits
+                // (its pool gone or shrunk) is skipped, said once a tick.
+                Err(why) => {
+                    tracing::warn!(pool = %stored.pool, window = %stored.id, %why, "a scheduled window is skipped")
+                }
+            }
+        }
         Ok(())
     }
 

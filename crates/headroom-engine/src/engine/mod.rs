@@ -56,6 +56,7 @@ mod orphans;
 mod quotas;
 mod renewals;
 mod restore;
+mod schedules;
 mod signals;
 mod spans;
 mod status;
@@ -65,6 +66,7 @@ pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
 pub use forecasting::ForecastStatus;
 pub use offerings::{OfferingPrice, ProviderTrouble};
 pub use quotas::OfferingQuota;
+pub use schedules::DeclaredWindow;
 pub use signals::{ReplicaQueues, SignalInput};
 pub use status::{Clamp, PoolStatus};
 pub use warm_pool::WarmPoolSize;
@@ -77,6 +79,12 @@ pub enum EngineError {
     Ledger(#[from] LedgerError),
     #[error("cloud inventory")]
     Inventory(#[source] CloudError),
+    /// A scheduled window that does not check out (the field, what, the fix).
+    #[error("{}: {}; {}", .0.field, .0.what, .0.fix)]
+    InvalidWindow(crate::schedule::WindowProblem),
+    /// A scheduled window that clashes with the pool's others (a name taken, too many).
+    #[error("{0}")]
+    WindowConflict(String),
 }
 
 /// Applies the core's decisions. One `tick` at a time (the loop is the only caller that mutates
@@ -284,7 +292,9 @@ impl Engine {
         self.observe(&mut input, &inventory).await?;
         self.refresh_prices().await;
         self.refresh_quotas().await;
-        input.read_demand(self.ledger.as_ref()).await?;
+        input
+            .read_demand(self.ledger.as_ref(), &self.config)
+            .await?;
         self.renew_holds(&mut input).await?;
         for pool in &self.config.pools {
             if input.owned.contains(&pool.name) {

@@ -91,6 +91,19 @@ async fn fill_every_table(ledger: &dyn Ledger) {
         .record_demand_minutes(&"llama".parse().unwrap(), &[(29_400_000, 3)])
         .await
         .unwrap();
+    let llama = "llama".parse().unwrap();
+    let at = t("2026-11-30T09:00:00Z");
+    let window = r#"{"name": "launch", "min_replicas": 2}"#;
+    ledger
+        .add_schedule_window("w-fill", &llama, at, window)
+        .await
+        .unwrap();
+    assert!(
+        ledger
+            .cancel_schedule_window(&llama, "w-fill", at)
+            .await
+            .unwrap()
+    );
     let leases = ledger
         .pool_leases(&["llama".parse().unwrap()])
         .await

@@ -1,0 +1,167 @@
+//! A pool's scheduled windows: `GET`/`POST /v1/pools/{name}/schedules` and
+//! `DELETE /v1/pools/{name}/schedules/{id}`. A window keeps a replica floor for a known event
+//! (a weekday job, a launch), one cold start ahead of its start, in a time zone.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use headroom_core::{PoolName, PoolSpec};
+use headroom_engine::schedule::WindowSpec;
+use headroom_engine::{DeclaredWindow, EngineError};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::input::{RawBody, RawPath, json_body, pool_from_path};
+use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use crate::AppState;
+use crate::auth::{Principal, Scope};
+use crate::problem::ApiError;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(list_windows, declare_window))
+        .routes(routes!(cancel_window))
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct WindowList {
+    pool: PoolName,
+    /// The configuration's windows first, then those declared here, oldest first.
+    windows: Vec<DeclaredWindow>,
+}
+
+fn engine_error(e: EngineError) -> ApiError {
+    match e {
+        EngineError::Ledger(l) => ApiError::from(l),
+        EngineError::InvalidWindow(p) => ApiError::bad(
+            "invalid-window",
+            format!("{}: {}; {}", p.field, p.what, p.fix),
+        ),
+        EngineError::WindowConflict(why) => ApiError::Conflict(why),
+        other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
+    }
+}
+
+/// The pool named in the path, for a token with the capacity scope.
+fn pool_spec(state: &AppState, principal: &Principal, path: RawPath) -> Result<PoolSpec, ApiError> {
+    principal.require(Scope::Capacity)?;
+    let name = pool_from_path(state, principal, path)?;
+    state
+        .engine
+        .config()
+        .pool(&name)
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound(format!("no pool named {name}")))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/pools/{name}/schedules",
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "The pool's scheduled windows", body = WindowList),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn list_windows(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+) -> Result<Json<WindowList>, ApiError> {
+    let pool = pool_spec(&state, &principal, path)?;
+    let windows = state
+        .engine
+        .schedule_windows(&pool)
+        .await
+        .map_err(engine_error)?;
+    Ok(Json(WindowList {
+        pool: pool.name,
+        windows,
+    }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/pools/{name}/schedules",
+    params(("name" = String, Path)),
+    request_body = WindowSpec,
+    responses(
+        (status = 201, description = "Declared; the next tick applies it", body = DeclaredWindow),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 409, description = "The pool has a window of that name, or as many as it keeps", body = crate::Problem, content_type = "application/problem+json"),
+        Authenticated,
+    )
+)]
+async fn declare_window(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: RawPath,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    let pool = pool_spec(&state, &principal, path)?;
+    let spec: WindowSpec = json_body(&headers, body)?;
+    let window = state
+        .engine
+        .declare_window(&pool, spec)
+        .await
+        .map_err(engine_error)?;
+    let location = format!("/v1/pools/{}/schedules/{}", pool.name, window.id);
+    let mut response = (StatusCode::CREATED, Json(window)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/pools/{name}/schedules/{id}",
+    params(("name" = String, Path), ("id" = String, Path)),
+    responses(
+        (status = 204, description = "Cancelled; the next tick no longer keeps its floor"),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        Authenticated,
+    )
+)]
+async fn cancel_window(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Path((name, id)) =
+        path.map_err(|_| ApiError::bad("bad-path", "the path is not valid UTF-8"))?;
+    principal.require(Scope::Capacity)?;
+    let pool = name
+        .parse::<PoolName>()
+        .ok()
+        .and_then(|n| state.engine.config().pool(&n).cloned())
+        .filter(|p| principal.acts_for(&p.account))
+        .ok_or_else(|| ApiError::NotFound("no such pool; GET /v1/pools lists them".into()))?;
+    if id.starts_with("config:") {
+        return Err(ApiError::bad(
+            "invalid-window",
+            "id: the window is in the configuration; remove it from [[pools.schedule]] and restart",
+        ));
+    }
+    let cancelled = state
+        .engine
+        .cancel_window(&pool, &id)
+        .await
+        .map_err(engine_error)?;
+    if !cancelled {
+        return Err(ApiError::NotFound(format!(
+            "pool {} has no window {id:?} in force; GET /v1/pools/{}/schedules lists them",
+            pool.name, pool.name
+        )));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,113 @@
+//! Scheduled windows a pool's API declares (`POST /v1/pools/{name}/schedules`), beside those of
+//! its configuration: checked, kept in the ledger, listed and cancelled. The decide phase reads
+//! them with the tick's input ([`super::input::TickInput::windows`]).
+
+use super::*;
+use crate::schedule::{MAX_WINDOWS_PER_POOL, ScheduleWindow, WindowSpec};
+
+/// A window as the API lists it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeclaredWindow {
+    /// `config:<name>` for the configuration's windows, the ledger's id for the API's.
+    pub id: String,
+    /// `configuration` or `api`; only the API's can be cancelled through it.
+    pub source: &'static str,
+    #[serde(flatten)]
+    pub spec: WindowSpec,
+    /// When it opens, for people: `mon-fri 09:00-09:30 Europe/Paris`.
+    pub description: String,
+    /// Whether its floor is in force now (it opens within one cold start, or is open).
+    pub in_force: bool,
+}
+
+impl Engine {
+    /// `pool`'s windows, the configuration's first, then the API's oldest first.
+    pub async fn schedule_windows(
+        &self,
+        pool: &PoolSpec,
+    ) -> Result<Vec<DeclaredWindow>, EngineError> {
+        let now = self.clock.now();
+        let lead = pool.ladder.cold_total();
+        let listed = |id: String, source, window: &ScheduleWindow| DeclaredWindow {
+            id,
+            source,
+            spec: window.spec.clone(),
+            description: window.describe(),
+            in_force: window.occurrence(now, lead).is_some(),
+        };
+        let mut out: Vec<DeclaredWindow> = self
+            .config
+            .schedules
+            .get(&pool.name)
+            .into_iter()
+            .flatten()
+            .map(|w| listed(format!("config:{}", w.name), "configuration", w))
+            .collect();
+        for stored in self.ledger.schedule_windows().await? {
+            if stored.pool != pool.name {
+                continue;
+            }
+            if let Ok(window) = super::input::api_window(&stored, &self.config) {
+                out.push(listed(stored.id, "api", &window));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks `spec` against `pool` and its other windows, and keeps it in the ledger; the
+    /// next tick applies it. Refused with [`EngineError::InvalidWindow`] or
+    /// [`EngineError::WindowConflict`].
+    pub async fn declare_window(
+        &self,
+        pool: &PoolSpec,
+        spec: WindowSpec,
+    ) -> Result<DeclaredWindow, EngineError> {
+        let window = spec
+            .parse(pool.max_replicas)
+            .map_err(EngineError::InvalidWindow)?;
+        let existing = self.schedule_windows(pool).await?;
+        if existing.iter().any(|w| w.spec.name.trim() == window.name) {
+            return Err(EngineError::WindowConflict(format!(
+                "pool {} already has a window named {}; cancel it first or choose another name",
+                pool.name, window.name
+            )));
+        }
+        if existing.len() >= MAX_WINDOWS_PER_POOL {
+            return Err(EngineError::WindowConflict(format!(
+                "pool {} has {MAX_WINDOWS_PER_POOL} windows, the most it keeps; cancel one first",
+                pool.name
+            )));
+        }
+        let id = format!("w-{}", uuid::Uuid::new_v4().simple());
+        let text = serde_json::to_string(&spec).map_err(|e| {
+            LedgerError::Corrupt(format!("a scheduled window could not be encoded: {e}"))
+        })?;
+        let now = self.clock.now();
+        self.ledger
+            .add_schedule_window(&id, &pool.name, now, &text)
+            .await?;
+        tracing::info!(pool = %pool.name, window = %window.name, id = %id, "scheduled window declared");
+        self.wake.notify_one();
+        Ok(DeclaredWindow {
+            id,
+            source: "api",
+            description: window.describe(),
+            in_force: window.occurrence(now, pool.ladder.cold_total()).is_some(),
+            spec,
+        })
+    }
+
+    /// Cancels `pool`'s API window `id`; `false` when it has none such in force.
+    pub async fn cancel_window(&self, pool: &PoolSpec, id: &str) -> Result<bool, EngineError> {
+        let cancelled = self
+            .ledger
+            .cancel_schedule_window(&pool.name, id, self.clock.now())
+            .await?;
+        if cancelled {
+            tracing::info!(pool = %pool.name, id = %id, "scheduled window cancelled");
+            self.wake.notify_one();
+        }
+        Ok(cancelled)
+    }
+}
