@@ -268,6 +268,25 @@ fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
 /// Opens the ledger a URL names: `sqlite://PATH` (migrated), or `postgres://…`, migrated only
 /// when the role owns the schema; the runtime role opens a current schema without DDL and is
 /// told to run `headroom migrate` otherwise.
+/// Opens the ledger a reading command (`report`, `token list` and `revoke`) names, which must
+/// exist: a mistyped
+/// SQLite path is an error, not a new empty ledger and a $0 report.
+pub async fn open_existing_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .map(|rest| rest.split('?').next().unwrap_or(rest))
+        .filter(|path| !path.is_empty() && !path.starts_with(':'))
+        && !Path::new(path).exists()
+    {
+        return Err(BadInput(format!(
+            "--database-url: no ledger at {path}; pass the SQLite file `serve` or `demo --database` wrote (only serve, migrate and demo create one)"
+        ))
+        .into());
+    }
+    open_ledger(url).await
+}
+
 pub async fn open_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
     let with_password = database_password()?
         .map(|password| headroom_ledger::database_url::with_password(url, &password))

@@ -95,7 +95,7 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
     if from >= to {
         return Err(BadInput("--from: must be before --to".into()).into());
     }
-    let ledger = crate::open_ledger(&args.database_url).await?;
+    let ledger = crate::open_existing_ledger(&args.database_url).await?;
     let (report, events) =
         headroom_report::from_ledger(ledger.as_ref(), from, to, group_by, now, None).await?;
     let text = headroom_report::render(&report, &events, format)?;

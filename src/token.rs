@@ -55,6 +55,7 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|s| s.parse().map_err(|e| BadInput(format!("--scope: {e}"))))
                 .collect::<Result<_, _>>()?;
+            // A token may be made before `serve` first runs: this creates the ledger if needed.
             let ledger = crate::open_ledger(&database_url).await?;
             let (text, record) = new_token(&accounts, &scopes, now);
             ledger.create_token(&record).await?;
@@ -65,7 +66,7 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<ExitCode> {
             );
         }
         TokenCommand::List { database_url } => {
-            let ledger = crate::open_ledger(&database_url).await?;
+            let ledger = crate::open_existing_ledger(&database_url).await?;
             for t in ledger.tokens().await? {
                 let state = match t.revoked_at {
                     Some(at) => format!("revoked {}", at.to_rfc3339()),
@@ -80,7 +81,7 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<ExitCode> {
             }
         }
         TokenCommand::Revoke { database_url, id } => {
-            let ledger = crate::open_ledger(&database_url).await?;
+            let ledger = crate::open_existing_ledger(&database_url).await?;
             if !ledger.revoke_token(&id, now).await? {
                 return Err(
                     BadInput(format!("no token {id:?}; `headroom token list` shows them")).into(),

@@ -519,6 +519,29 @@ fn a_bad_database_url_is_one_line_and_exit_code_2() {
     );
 }
 
+/// A report or token listing on a mistyped SQLite path is one line naming it, and no empty ledger
+/// is left behind (it used to print a $0 report).
+#[test]
+fn a_missing_sqlite_ledger_is_one_line_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledgr.db");
+    let url = format!("sqlite://{}", path.display());
+    for args in [
+        vec!["report", "budget", "--database-url", url.as_str()],
+        vec!["token", "list", "--database-url", url.as_str()],
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("--database-url: no ledger at") && stderr.contains("ledgr.db"),
+            "{stderr}"
+        );
+        assert!(!path.exists(), "{args:?} created {}", path.display());
+    }
+}
+
 /// Signals pushed to a replica that does not reconcile the pool reach the one that does: two
 /// replicas on one PostgreSQL database, every push sent only to the non-owner.
 #[test]

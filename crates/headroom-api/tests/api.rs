@@ -975,14 +975,74 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         api.engine.tick().await.unwrap();
         api.clock.advance(std::time::Duration::from_secs(5));
     }
+    // Prometheus asks for OpenMetrics and gets it; a scraper that does not ask (curl, older
+    // agents) gets the text format 0.0.4.
+    let openmetrics = api
+        .send(
+            Request::get("/metrics")
+                .header(
+                    header::ACCEPT,
+                    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+                )
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert!(
+        openmetrics
+            .content_type
+            .starts_with("application/openmetrics-text"),
+        "{}",
+        openmetrics.content_type
+    );
+    assert!(
+        openmetrics
+            .body
+            .as_str()
+            .unwrap()
+            .trim_end()
+            .ends_with("# EOF")
+    );
     let reply = api.get("/metrics").await;
     assert_eq!(reply.status, StatusCode::OK);
-    assert!(
-        reply
-            .content_type
-            .starts_with("application/openmetrics-text")
+    assert_eq!(
+        reply.content_type,
+        "text/plain; version=0.0.4; charset=utf-8"
     );
     let text = reply.body.as_str().unwrap();
+    assert!(
+        !text.contains("# EOF"),
+        "no OpenMetrics terminator in 0.0.4"
+    );
+    assert!(
+        text.contains("# TYPE headroom_decisions_total counter"),
+        "a counter's TYPE names its sample"
+    );
+    // Prometheus's own checker reads it, lints included (Debian's prometheus package, which
+    // the test command installs).
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus; scripts/test installs it)");
+    {
+        use std::io::Write;
+        promtool
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
     let value = |series: &str| -> f64 {
         text.lines()
             .find(|l| l.starts_with(series))
@@ -1772,8 +1832,8 @@ async fn metrics_show_a_token_only_its_own_accounts() {
     assert!(!theirs.contains("llama-70b-interactive"), "{theirs}");
     assert!(!theirs.contains(r#"account="ml-platform""#), "{theirs}");
     assert!(
-        theirs.trim_end().ends_with("# EOF"),
-        "still valid OpenMetrics"
+        theirs.contains("# TYPE ") && !theirs.contains("# EOF"),
+        "still a whole exposition in the text format"
     );
     // Every sample a tenant sees is one the admin sees too.
     for line in theirs.lines().filter(|l| !l.starts_with('#')) {

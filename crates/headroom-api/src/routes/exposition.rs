@@ -33,6 +33,53 @@ pub(super) fn filter(
     out
 }
 
+/// Whether a scraper's `Accept` header asks for OpenMetrics, as Prometheus's own does; anything
+/// else (no header, `*/*`, `text/plain`) gets the 0.0.4 text format, as the Prometheus client
+/// libraries answer.
+pub(super) fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|part| {
+            let mut params = part.split(';').map(str::trim);
+            let media = params.next().unwrap_or_default();
+            let refused = params.any(|p| p.replace(' ', "") == "q=0");
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        })
+    })
+}
+
+/// The same series in the Prometheus text format 0.0.4: no `# EOF` or `# UNIT` lines, no
+/// exemplars, and a counter's `# HELP` and `# TYPE` named like its `_total` sample.
+pub(super) fn to_text_004(openmetrics: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some((name, "counter")) = rest.split_once(' ')
+        {
+            counters.insert(name.to_string());
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => out.push_str(&line),
+            // An exemplar follows ` # ` after the value.
+            None => out.push_str(line.split(" # ").next().unwrap_or(line)),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The labels of one sample line (`name{a="x",b="y"} value`); none when it has no braces.
 fn labels(line: &str) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
@@ -76,6 +123,21 @@ fn labels(line: &str) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prometheus_gets_openmetrics_and_everyone_else_the_text_format() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(wants_openmetrics(Some(prometheus)));
+        assert!(!wants_openmetrics(None));
+        assert!(!wants_openmetrics(Some("*/*")));
+        assert!(!wants_openmetrics(Some("text/plain;version=0.0.4")));
+        assert!(!wants_openmetrics(Some("application/openmetrics-text;q=0")));
+        let om = "# HELP headroom_decisions Decisions.\n# TYPE headroom_decisions counter\nheadroom_decisions_total{rule=\"hold\"} 3 # {trace_id=\"abc\"} 1.0\n# HELP headroom_up Up.\n# TYPE headroom_up gauge\n# UNIT headroom_up seconds\nheadroom_up 1\n# EOF\n";
+        assert_eq!(
+            to_text_004(om),
+            "# HELP headroom_decisions_total Decisions.\n# TYPE headroom_decisions_total counter\nheadroom_decisions_total{rule=\"hold\"} 3\n# HELP headroom_up Up.\n# TYPE headroom_up gauge\nheadroom_up 1\n"
+        );
+    }
 
     const TEXT: &str = "# HELP headroom_replicas Replicas.\n\
 # TYPE headroom_replicas gauge\n\

@@ -86,9 +86,11 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, Response>
     responses(
         (
             status = 200,
-            description = "OpenMetrics text: the series of the token's accounts (every series for a token of every account)",
-            body = String,
-            content_type = "application/openmetrics-text"
+            description = "The series of the token's accounts (every series for a token of every account): OpenMetrics when the Accept header asks for it, as Prometheus does, otherwise the text format 0.0.4",
+            content(
+                (String = "application/openmetrics-text"),
+                (String = "text/plain")
+            )
         ),
         (status = 403, response = Forbidden),
         Authenticated,
@@ -97,6 +99,7 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, Response>
 async fn metrics(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Metrics)?;
     let ledger = state.engine.ledger();
@@ -129,11 +132,22 @@ async fn metrics(
         pool_account.unwrap_or(true) && account.unwrap_or(true)
     };
     let text = super::exposition::filter(&m.encode(), principal.accounts.is_none(), visible);
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (text, content_type) = if super::exposition::wants_openmetrics(accept) {
+        (
+            text,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+    } else {
+        (
+            super::exposition::to_text_004(&text),
+            "text/plain; version=0.0.4; charset=utf-8",
+        )
+    };
     let mut response = text.into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(response)
 }
 
