@@ -70,6 +70,7 @@ fn stop_with_sigterm(child: &mut std::process::Child) -> std::process::ExitStatu
 struct Reply {
     status: u16,
     content_type: String,
+    retry_after: Option<String>,
     body: Value,
 }
 
@@ -83,15 +84,19 @@ fn call(agent: &ureq::Agent, method: &str, url: &str, body: Option<&str>) -> Rep
         _ => unreachable!("test helper used with {method}"),
     }
     .unwrap();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
+    let header = |name| {
+        response
+            .headers()
+            .get(name)
+            .map(|v: &ureq::http::HeaderValue| v.to_str().unwrap().to_string())
+    };
+    let content_type = header("content-type").unwrap_or_default();
+    let retry_after = header("retry-after");
     let text = response.body_mut().read_to_string().unwrap();
     Reply {
         status: response.status().as_u16(),
         content_type,
+        retry_after,
         body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
     }
 }
@@ -1620,6 +1625,11 @@ fn a_database_outage_answers_503_pauses_the_loop_and_loses_nothing() {
     // A write is never let through on a cached token: the ledger must answer for it.
     assert_eq!(during.status, 503, "{:?}", during.body);
     assert_eq!(during.content_type, "application/problem+json");
+    assert_eq!(
+        during.retry_after.as_deref(),
+        Some("5"),
+        "a 503 says when to come back"
+    );
     // Several seconds down: the loop's ticks fail and are retried; nothing exits.
     std::thread::sleep(Duration::from_secs(5));
     // Past the recheck interval, read-only status still answers on the verified token.

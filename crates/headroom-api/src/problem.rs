@@ -57,6 +57,13 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// A 409 other than a reused idempotency key: what clashes, named by `slug` and `title`.
+    #[error("{detail}")]
+    Clash {
+        slug: &'static str,
+        title: &'static str,
+        detail: String,
+    },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -156,11 +163,24 @@ impl IntoResponse for ApiError {
                 "Unsupported media type",
                 detail.clone(),
             ),
+            ApiError::Clash {
+                slug,
+                title,
+                detail,
+            } => Problem::new(StatusCode::CONFLICT, slug, title, detail.clone()),
             ApiError::PayloadTooLarge(detail) => Problem::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
                 "Payload too large",
                 detail.clone(),
+            ),
+            ApiError::Ledger(LedgerError::Overloaded(waiting)) => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger-busy",
+                "Ledger busy",
+                format!(
+                    "{waiting} ledger writes are already waiting; nothing was recorded, retry after 1 s"
+                ),
             ),
             ApiError::Ledger(source) => {
                 tracing::error!(error = %headroom_engine::error_chain(source), "ledger error");
@@ -172,6 +192,19 @@ impl IntoResponse for ApiError {
                 )
             }
         };
-        problem.into_response()
+        let mut response = problem.into_response();
+        // Every 503 says when to come back (RFC 9110 §10.2.3): a busy ledger or a timeout in a
+        // second, a ledger that cannot be reached in five.
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            let after = match &self {
+                ApiError::Ledger(LedgerError::Overloaded(_)) | ApiError::Timeout => "1",
+                _ => "5",
+            };
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from_static(after),
+            );
+        }
+        response
     }
 }

@@ -32,6 +32,12 @@ pub(crate) const BATCH_BYTES: usize = 14 * 1024;
 /// PostgreSQL's Bind message, a four-byte length word and a two-byte format code.
 pub(crate) const BYTES_PER_VALUE: usize = 6;
 
+/// Writes of one kind that may wait for a batch at once. Past it a write is refused at once
+/// ([`LedgerError::Overloaded`]: the API answers 503 with Retry-After) rather than queued behind
+/// work that would take the database seconds: a bound on memory and on every caller's wait.
+/// At 64 writes a batch, this is 64 batches deep.
+pub const MAX_WAITING: usize = 4096;
+
 /// A write that can share a batch with others of its kind.
 pub(crate) trait Batched: Send + 'static {
     /// Two writes with a key in common never share a batch.
@@ -89,10 +95,19 @@ impl<T: Batched> Batches<T> {
         }
     }
 
-    fn enqueue(&self, write: T) -> oneshot::Receiver<Answer<T>> {
+    /// Queues `write`, unless [`MAX_WAITING`] writes already wait.
+    fn enqueue(&self, write: T) -> Result<oneshot::Receiver<Answer<T>>, LedgerError> {
         let (reply, answer) = oneshot::channel();
-        self.lock().push_back(Waiting { write, reply });
-        answer
+        let mut waiting = self.lock();
+        if waiting.len() >= MAX_WAITING {
+            // Callers that gave up still count until a batch drops them: drop them now.
+            waiting.retain(|w| !w.reply.is_closed());
+            if waiting.len() >= MAX_WAITING {
+                return Err(LedgerError::Overloaded(waiting.len()));
+            }
+        }
+        waiting.push_back(Waiting { write, reply });
+        Ok(answer)
     }
 
     /// The next batch: the oldest waiting writes whose callers still wait, at most one per key,
@@ -142,7 +157,7 @@ impl<T: Batched> Batches<T> {
     where
         T: Clone,
     {
-        let mut answer = self.enqueue(write.clone());
+        let mut answer = self.enqueue(write.clone())?;
         loop {
             tokio::select! {
                 biased;
@@ -230,12 +245,12 @@ mod tests {
     #[test]
     fn a_batch_takes_one_write_per_key_in_arrival_order_and_skips_callers_gone() {
         let batches = Batches::new(1);
-        let _a1 = batches.enqueue(Write("a", "a1"));
-        let _a2 = batches.enqueue(Write("a", "a2"));
-        let gone = batches.enqueue(Write("b", "b1"));
-        let _b2 = batches.enqueue(Write("b", "b2"));
-        let _c1 = batches.enqueue(Write("c", "c1"));
-        let _a3 = batches.enqueue(Write("a", "a3"));
+        let _a1 = batches.enqueue(Write("a", "a1")).unwrap();
+        let _a2 = batches.enqueue(Write("a", "a2")).unwrap();
+        let gone = batches.enqueue(Write("b", "b1")).unwrap();
+        let _b2 = batches.enqueue(Write("b", "b2")).unwrap();
+        let _c1 = batches.enqueue(Write("c", "c1")).unwrap();
+        let _a3 = batches.enqueue(Write("a", "a3")).unwrap();
         drop(gone);
         assert_eq!(names(&batches.next_batch()), ["a1", "b2", "c1"]);
         assert_eq!(names(&batches.next_batch()), ["a2"]);
@@ -251,7 +266,7 @@ mod tests {
         let _answers: Vec<_> = [("a", big), ("b", big), ("c", big), ("d", big)]
             .into_iter()
             .chain([("e", huge), ("f", big)])
-            .map(|(k, payload)| batches.enqueue(Write(k, payload)))
+            .map(|(k, payload)| batches.enqueue(Write(k, payload)).unwrap())
             .collect();
         let names =
             |batch: Vec<Waiting<Write>>| -> Vec<&str> { batch.iter().map(|w| w.write.0).collect() };
@@ -270,7 +285,10 @@ mod tests {
         let keys: Vec<&'static str> = (0..BATCH_LIMIT + 3)
             .map(|n| &*Box::leak(format!("k{n}").into_boxed_str()))
             .collect();
-        let answers: Vec<_> = keys.iter().map(|k| batches.enqueue(Write(k, k))).collect();
+        let answers: Vec<_> = keys
+            .iter()
+            .map(|k| batches.enqueue(Write(k, k)).unwrap())
+            .collect();
         assert_eq!(batches.next_batch().len(), BATCH_LIMIT);
         assert_eq!(names(&batches.next_batch()), ["k64", "k65", "k66"]);
         drop(answers);
@@ -315,5 +333,25 @@ mod tests {
             let (n, doubled) = done.unwrap();
             assert_eq!(doubled, n * 2);
         }
+    }
+
+    #[test]
+    fn past_the_bound_a_write_is_refused_at_once_and_callers_gone_make_room() {
+        let batches = Batches::new(1);
+        let keys: Vec<&'static str> = (0..=MAX_WAITING)
+            .map(|n| &*Box::leak(format!("k{n}").into_boxed_str()))
+            .collect();
+        let mut answers: Vec<_> = keys[..MAX_WAITING]
+            .iter()
+            .map(|k| batches.enqueue(Write(k, k)).unwrap())
+            .collect();
+        let refused = batches.enqueue(Write(keys[MAX_WAITING], "late"));
+        assert!(
+            matches!(refused, Err(LedgerError::Overloaded(n)) if n == MAX_WAITING),
+            "{refused:?}"
+        );
+        // A caller that gave up frees its place.
+        answers.truncate(MAX_WAITING - 1);
+        assert!(batches.enqueue(Write(keys[MAX_WAITING], "late")).is_ok());
     }
 }

@@ -70,6 +70,10 @@ pub enum LedgerError {
     /// decided (see `admission.rs`): nothing was written; the caller may try again.
     #[error("budget admissions of the same account kept racing from other processes")]
     AdmissionContended,
+    /// As many writes of one kind wait for a batch as the ledger queues
+    /// ([`batch::MAX_WAITING`]): this one was refused unwritten; the caller may try again.
+    #[error("{0} ledger writes are already waiting; try again shortly")]
+    Overloaded(usize),
 }
 
 impl From<sqlx::Error> for LedgerError {

@@ -55,12 +55,13 @@ pub(super) struct NotFound(Problem);
 #[expect(dead_code, reason = "the body is read by the derive only")]
 pub(super) struct RateLimited(Problem);
 
-/// The ledger could not be reached, so nothing was recorded (`ledger-unavailable`); a request that
-/// ran past the server's timeout gets the same status (`timeout`).
+/// The ledger could not be reached, so nothing was recorded (`ledger-unavailable`); its write
+/// queue is full (`ledger-busy`); or the request ran past the server's timeout (`timeout`).
 #[derive(utoipa::ToResponse)]
 #[response(
-    description = "Ledger unavailable or request timed out; retry later",
-    content_type = "application/problem+json"
+    description = "Ledger unavailable or busy, or request timed out; retry after Retry-After",
+    content_type = "application/problem+json",
+    headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))
 )]
 #[expect(dead_code, reason = "the body is read by the derive only")]
 pub(super) struct LedgerUnavailable(Problem);

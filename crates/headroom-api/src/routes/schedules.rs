@@ -38,7 +38,11 @@ fn engine_error(e: EngineError) -> ApiError {
             "invalid-window",
             format!("{}: {}; {}", p.field, p.what, p.fix),
         ),
-        EngineError::WindowConflict(why) => ApiError::Conflict(why),
+        EngineError::WindowConflict(detail) => ApiError::Clash {
+            slug: "window-conflict",
+            title: "Scheduled window conflict",
+            detail,
+        },
         other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
     }
 }
