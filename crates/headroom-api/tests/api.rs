@@ -1018,6 +1018,27 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         text.contains("# TYPE headroom_decisions_total counter"),
         "a counter's TYPE names its sample"
     );
+    // The process's own families, as every client library exports them.
+    for family in [
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_start_time_seconds ",
+        "process_open_fds ",
+        "process_max_fds ",
+    ] {
+        assert!(text.contains(family), "{family} missing");
+    }
+    // Counters whose labels are known start at 0, so increase() sees their first event.
+    assert!(
+        text.contains(
+            r#"headroom_fallbacks_total{pool="mistral-7b-batch",kind="smaller_model"} 0"#
+        ),
+        "fallbacks start at 0"
+    );
+    assert!(
+        text.contains(r#"headroom_alert_deliveries_total{outcome="dropped"} 0"#),
+        "alert outcomes start at 0"
+    );
     // Prometheus's own checker reads it, lints included (Debian's prometheus package, which
     // the test command installs).
     let mut promtool = std::process::Command::new("promtool")

@@ -12,6 +12,7 @@ pub mod config;
 mod engine;
 mod http;
 pub mod metrics;
+pub mod process_metrics;
 pub mod prometheus;
 pub mod schedule;
 pub mod scrape;

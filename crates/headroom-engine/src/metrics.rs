@@ -143,6 +143,9 @@ pub struct Metrics {
     pub quota_remaining: Family<QuotaLabels, Gauge>,
     pub quota_limit: Family<QuotaLabels, Gauge>,
     pub service: ServiceMetrics,
+    /// `process_*`, unprefixed as the convention names them, read from `/proc` when encoded.
+    process: crate::process_metrics::ProcessMetrics,
+    process_registry: Registry,
 }
 
 /// The service's own health: the build, the loop's ticks, the alert outbox, HTTP requests.
@@ -207,8 +210,12 @@ impl Default for Metrics {
             quota_limit: Family::default(),
             service: ServiceMetrics::default(),
             registry: Registry::default(),
+            process: crate::process_metrics::ProcessMetrics::default(),
+            process_registry: Registry::default(),
         };
         register_service(&mut registry, &m.service);
+        let mut m = m;
+        m.process.register(&mut m.process_registry);
         registry.register(
             "pool_replicas",
             "Nodes per pool by state (requested, starting, ready, warm, warming, draining)",
@@ -387,11 +394,69 @@ impl Metrics {
             .collect()
     }
 
-    /// The OpenMetrics text exposition (Prometheus reads it).
+    /// The OpenMetrics text exposition (Prometheus reads it), the process's own last.
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
+        if let Some(sample) = crate::process_metrics::read() {
+            self.process.update(&sample);
+        }
         let mut out = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.process_registry);
+        let _ = encode_eof(&mut out);
         out
+    }
+
+    /// Starts every counter whose labels are known in advance at 0 (each pool's decisions by
+    /// rule, fallbacks by kind and interruption notices; ticks and alert deliveries by outcome),
+    /// so that `increase()` and `rate()` see the first event instead of a series appearing
+    /// with it.
+    pub fn initialise(&self, pools: &[headroom_core::PoolSpec]) {
+        use headroom_core::controller::Rule;
+        const RULES: [Rule; 10] = [
+            Rule::Floor,
+            Rule::Hpa,
+            Rule::BacklogDrain,
+            Rule::OldestAge,
+            Rule::Ramp,
+            Rule::Forecast,
+            Rule::Scheduled,
+            Rule::Steady,
+            Rule::ScaleDown,
+            Rule::Hold,
+        ];
+        for pool in pools {
+            let name = pool.name.to_string();
+            for rule in RULES {
+                let rule = serde_json::to_value(rule)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let _ = self.decisions.get_or_create(&RuleLabels {
+                    pool: name.clone(),
+                    rule,
+                });
+            }
+            for kind in headroom_core::planner::FallbackKind::ALL {
+                let _ = self.fallbacks.get_or_create(&FallbackLabels {
+                    pool: name.clone(),
+                    kind: kind.as_str().to_string(),
+                });
+            }
+            let _ = self
+                .interruption_notices
+                .get_or_create(&PoolLabels { pool: name.clone() });
+        }
+        for outcome in ["ok", "error"] {
+            let _ = self.service.ticks.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            });
+        }
+        for outcome in ["delivered", "retried", "dropped", "overflowed"] {
+            let _ = self.service.alert_deliveries.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            });
+        }
     }
 }

@@ -175,6 +175,7 @@ impl Engine {
         cluster: Option<Arc<dyn Cluster>>,
     ) -> Arc<Engine> {
         let metrics = Arc::new(Metrics::default());
+        metrics.initialise(&config.pools);
         let cloud: Arc<dyn CloudProvider> = Arc::new(crate::bounded_cloud::BoundedCloud {
             inner: cloud,
             metrics: metrics.clone(),
