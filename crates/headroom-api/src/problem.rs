@@ -64,6 +64,9 @@ pub enum ApiError {
         title: &'static str,
         detail: String,
     },
+    /// An `If-Match` that no longer matches: the resource changed since the client read it.
+    #[error("{0}")]
+    PreconditionFailed(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -155,6 +158,12 @@ impl IntoResponse for ApiError {
                 StatusCode::CONFLICT,
                 "idempotency-key-reused",
                 "Idempotency key reused",
+                detail.clone(),
+            ),
+            ApiError::PreconditionFailed(detail) => Problem::new(
+                StatusCode::PRECONDITION_FAILED,
+                "precondition-failed",
+                "Precondition failed",
                 detail.clone(),
             ),
             ApiError::UnsupportedMediaType(detail) => Problem::new(

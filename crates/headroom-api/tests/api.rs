@@ -66,6 +66,7 @@ struct Reply {
     status: StatusCode,
     content_type: String,
     location: Option<String>,
+    etag: Option<String>,
     body: Value,
 }
 
@@ -81,6 +82,7 @@ impl Api {
         };
         let content_type = header_text(header::CONTENT_TYPE).unwrap_or_default();
         let location = header_text(header::LOCATION);
+        let etag = header_text(header::ETAG);
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
             .unwrap();
@@ -90,6 +92,7 @@ impl Api {
             status,
             content_type,
             location,
+            etag,
             body,
         }
     }
@@ -666,6 +669,59 @@ async fn put(api: &Api, uri: &str, body: Value) -> Reply {
     .await
 }
 
+/// A budget PUT made conditional on the version its client read (If-Match with the ETag of a
+/// GET) lands only while that version is in force: a stale one is a 412 and changes nothing.
+#[tokio::test]
+async fn a_budget_change_on_a_stale_version_is_refused() {
+    let api = api().await;
+    let uri = "/v1/budgets/team-vision";
+    let put_if = |if_match: Option<&str>, ceiling: &str| {
+        let mut request = Request::put(uri).header(header::CONTENT_TYPE, "application/json");
+        if let Some(tag) = if_match {
+            request = request.header(header::IF_MATCH, tag);
+        }
+        request
+            .body(Body::from(
+                json!({"period": "month", "ceiling_usd": ceiling}).to_string(),
+            ))
+            .unwrap()
+    };
+    assert_problem(
+        &api.send(put_if(Some("*"), "100")).await,
+        StatusCode::PRECONDITION_FAILED,
+        "no longer the version",
+    );
+    let first = api.send(put_if(None, "100")).await;
+    assert_eq!(first.status, StatusCode::OK, "{:?}", first.body);
+    let read = api.get(uri).await;
+    let tag = read.etag.clone().expect("an ETag");
+    assert_eq!(first.etag.as_deref(), Some(tag.as_str()));
+    // Someone else changes it; the first client's write on what it read is refused.
+    let other = api.send(put_if(Some(&tag), "200")).await;
+    assert_eq!(other.status, StatusCode::OK);
+    assert_ne!(other.etag.as_deref(), Some(tag.as_str()));
+    assert_problem(
+        &api.send(put_if(Some(&tag), "300")).await,
+        StatusCode::PRECONDITION_FAILED,
+        "GET it again",
+    );
+    assert_eq!(
+        api.get(uri).await.body["ceiling"],
+        "200.000000",
+        "unchanged"
+    );
+    let fresh = api.get(uri).await.etag.unwrap();
+    let list = format!("\"nope\", {fresh}");
+    assert_eq!(
+        api.send(put_if(Some(&list), "300")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.send(put_if(Some("*"), "400")).await.status,
+        StatusCode::OK
+    );
+}
+
 #[tokio::test]
 async fn budgets_are_set_read_and_validated() {
     let api = api().await;
@@ -1205,6 +1261,7 @@ async fn send_as(
         status,
         content_type,
         location: None,
+        etag: None,
         body,
     }
 }

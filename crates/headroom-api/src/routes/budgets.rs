@@ -3,14 +3,15 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use headroom_core::{AccountName, Budget, BudgetPeriod, HardAction, Money, Timestamp};
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::input::{RawBody, RawPath, account_from_path, json_body};
-use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound, PreconditionFailed};
 use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
@@ -64,6 +65,51 @@ async fn budget_view(state: &AppState, budget: Budget) -> Result<BudgetView, Api
     })
 }
 
+/// The entity tag of a budget's version: a digest of what it sets, so a client that read one
+/// version can make its change conditional on it (`If-Match`).
+fn etag(budget: &Budget) -> String {
+    use sha2::Digest;
+    let text = format!(
+        "{}|{}|{}|{}|{}",
+        budget.account,
+        budget.period.as_str(),
+        budget.ceiling,
+        budget.soft_threshold_percent,
+        budget.hard_action.as_str()
+    );
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("\"{hex}\"")
+}
+
+/// `view` answered with its version's `ETag`.
+fn with_etag(view: BudgetView, tag: &str) -> Response {
+    let mut response = Json(view).into_response();
+    if let Ok(value) = HeaderValue::from_str(tag) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    response
+}
+
+/// Whether `If-Match` (RFC 9110 §13.1.1) lets a write replace `current`: no header, `*` with a
+/// budget in force, or a listed tag equal to the current version's.
+fn if_match_allows(headers: &HeaderMap, current: Option<&Budget>) -> Result<bool, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(true);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::bad("invalid-if-match", "If-Match: not visible ASCII"))?;
+    let Some(current) = current else {
+        return Ok(false);
+    };
+    let tag = etag(current);
+    Ok(value
+        .split(',')
+        .map(str::trim)
+        .any(|t| t == "*" || t.trim_start_matches("W/") == tag))
+}
+
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct BudgetList {
     budgets: Vec<BudgetView>,
@@ -102,7 +148,8 @@ async fn list_budgets(
     path = "/v1/budgets/{account}",
     params(("account" = String, Path)),
     responses(
-        (status = 200, description = "Ceiling, spent, held, remaining", body = BudgetView),
+        (status = 200, description = "Ceiling, spent, held, remaining", body = BudgetView,
+            headers(("ETag" = String, description = "The version in force; send it as If-Match to change exactly this version"))),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -113,7 +160,7 @@ async fn get_budget(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
     path: RawPath,
-) -> Result<Json<BudgetView>, ApiError> {
+) -> Result<Response, ApiError> {
     principal.require(Scope::Reports)?;
     let account = account_from_path(path)?;
     // Another account's budget reads exactly as one never set.
@@ -127,7 +174,8 @@ async fn get_budget(
             "no budget for account {account}; PUT /v1/budgets/{account} sets one"
         ))
     })?;
-    Ok(Json(budget_view(&state, budget).await?))
+    let tag = etag(&budget);
+    Ok(with_etag(budget_view(&state, budget).await?, &tag))
 }
 
 /// A budget's new version; `ceiling_usd` is a decimal string such as "5000.00".
@@ -148,10 +196,13 @@ struct PutBudget {
     path = "/v1/budgets/{account}",
     params(("account" = String, Path)),
     request_body = PutBudget,
+    params(("If-Match" = Option<String>, Header, description = "Change the budget only if its version in force is this ETag (or any, with *)")),
     responses(
-        (status = 200, description = "The new version, in force", body = BudgetView),
+        (status = 200, description = "The new version, in force", body = BudgetView,
+            headers(("ETag" = String, description = "The new version"))),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
+        (status = 412, response = PreconditionFailed),
         Authenticated,
     )
 )]
@@ -161,7 +212,7 @@ async fn put_budget(
     path: RawPath,
     headers: HeaderMap,
     body: RawBody,
-) -> Result<Json<BudgetView>, ApiError> {
+) -> Result<Response, ApiError> {
     let account = account_from_path(path).map_err(|_| {
         ApiError::bad(
             "invalid-account",
@@ -217,11 +268,20 @@ async fn put_budget(
         soft_threshold_percent: soft as u8,
         hard_action,
     };
-    state
-        .engine
-        .ledger()
+    let ledger = state.engine.ledger();
+    // Checked against the version in force just before the write: two writers racing past the
+    // check within one round trip both land (the ledger's append is not conditional).
+    let current = ledger.budget(&budget.account).await?;
+    if !if_match_allows(&headers, current.as_ref())? {
+        return Err(ApiError::PreconditionFailed(format!(
+            "the budget of account {} is no longer the version If-Match names; GET it again and retry with its ETag",
+            budget.account
+        )));
+    }
+    ledger
         .put_budget(&budget, state.engine.clock().now())
         .await?;
     state.engine.wake();
-    Ok(Json(budget_view(&state, budget).await?))
+    let tag = etag(&budget);
+    Ok(with_etag(budget_view(&state, budget).await?, &tag))
 }

@@ -119,6 +119,7 @@ async fn method_not_allowed() -> Problem {
             responses::Unauthorized,
             responses::Forbidden,
             responses::NotFound,
+            responses::PreconditionFailed,
             responses::RateLimited,
             responses::LedgerUnavailable
         )

@@ -45,6 +45,15 @@ pub(super) struct Forbidden(Problem);
 #[expect(dead_code, reason = "the body is read by the derive only")]
 pub(super) struct NotFound(Problem);
 
+/// `If-Match` names a version that is no longer in force: read it again and retry.
+#[derive(utoipa::ToResponse)]
+#[response(
+    description = "If-Match names a version no longer in force",
+    content_type = "application/problem+json"
+)]
+#[expect(dead_code, reason = "the body is read by the derive only")]
+pub(super) struct PreconditionFailed(Problem);
+
 /// The token's request rate is used up.
 #[derive(utoipa::ToResponse)]
 #[response(
