@@ -194,9 +194,11 @@ struct PutBudget {
 #[utoipa::path(
     put,
     path = "/v1/budgets/{account}",
-    params(("account" = String, Path)),
+    params(
+        ("account" = String, Path),
+        ("If-Match" = Option<String>, Header, description = "Change the budget only if its version in force is this ETag (or any, with *)")
+    ),
     request_body = PutBudget,
-    params(("If-Match" = Option<String>, Header, description = "Change the budget only if its version in force is this ETag (or any, with *)")),
     responses(
         (status = 200, description = "The new version, in force", body = BudgetView,
             headers(("ETag" = String, description = "The new version"))),
