@@ -330,13 +330,13 @@ impl ScheduleWindow {
 
 /// The highest floor of the windows open at `now` (or opening within `lead`), with the
 /// sentence the decision gives.
-pub fn floor_at(
-    windows: &[ScheduleWindow],
+pub fn floor_at<'a>(
+    windows: impl IntoIterator<Item = &'a ScheduleWindow>,
     now: Timestamp,
     lead: Duration,
 ) -> Option<ScheduledFloor> {
     windows
-        .iter()
+        .into_iter()
         .filter_map(|w| w.occurrence(now, lead).map(|occurrence| (w, occurrence)))
         .max_by_key(|(w, _)| w.min_replicas)
         .map(|(w, (start, end))| ScheduledFloor {

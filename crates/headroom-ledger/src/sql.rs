@@ -778,12 +778,16 @@ where
         id: &str,
         at: Timestamp,
     ) -> Result<bool, LedgerError> {
-        let in_force = self
-            .schedule_windows()
-            .await?
-            .iter()
-            .any(|w| w.id == id && &w.pool == pool);
-        if !in_force {
+        let in_force = Self::query(
+            "SELECT w.id FROM schedule_windows w
+             LEFT JOIN schedule_window_cancellations c ON c.window_id = w.id
+             WHERE w.id = ? AND w.pool = ? AND c.window_id IS NULL",
+        )
+        .bind(id)
+        .bind(pool.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        if in_force.is_none() {
             return Ok(false);
         }
         Self::query(

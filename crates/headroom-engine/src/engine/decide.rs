@@ -353,9 +353,8 @@ fn scheduled_floor(
         .into_iter()
         .flatten()
         .map(|(_, w)| w);
-    let windows: Vec<crate::schedule::ScheduleWindow> =
-        configured.chain(declared).cloned().collect();
-    crate::schedule::floor_at(&windows, now, pool.ladder.cold_total())
+    // Read in place: this runs for every pool every tick.
+    crate::schedule::floor_at(configured.chain(declared), now, pool.ladder.cold_total())
 }
 
 fn organic_counts(input: &TickInput, pool: &PoolName) -> ReplicaCounts {
