@@ -596,6 +596,12 @@ impl Activation<'_> {
         why: String,
         classification: Option<Classification>,
     ) -> Decision {
+        // A cooldown only delays: the breaching windows already counted still count when it
+        // ends, or a hold every other tick would keep a growing queue from ever scaling up.
+        let (breach_windows, breach_window_at) = match reason {
+            ScalingHold::DirectionCooldown => (memory.breach_windows, memory.breach_window_at),
+            _ => (0, None),
+        };
         Decision {
             target: self.current,
             unclamped: self.current,
@@ -608,8 +614,8 @@ impl Activation<'_> {
             idle_replicas: 0,
             memory: ControllerMemory {
                 target: self.current,
-                breach_windows: 0,
-                breach_window_at: None,
+                breach_windows,
+                breach_window_at,
                 low_since: None,
                 ..memory
             },

@@ -101,16 +101,31 @@ impl Activation<'_> {
             ladder.cold_total()
         };
         let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        // What the queue grows by until then, when arrivals outrun what the ready replicas
+        // serve: a queue that keeps growing is no spike, and the replicas that land must drain
+        // that growth within the drain window as well.
+        let serving = f64::from(counts.ready) * work.per_replica;
+        let growth = (work.arrivals - serving).max(0.0) * lead.as_secs_f64();
+        let drain = self.policy.backlog_drain.as_secs_f64().max(1.0);
         let cap = drain_rule(
             work.arrivals / utilization,
-            work.backlog,
+            work.backlog + growth * lead.as_secs_f64() / drain,
             lead,
             work.per_replica,
         );
+        let grows = if growth > 0.0 {
+            format!(
+                ", {growth:.0} {unit} more queued by then drained within {}s",
+                self.policy.backlog_drain.as_secs(),
+                unit = work.unit
+            )
+        } else {
+            String::new()
+        };
         Some((
             cap,
             format!(
-                "a new replica serves in {}s: {:.1} {unit}/s and {:.0} {unit} queued drained by then need",
+                "a new replica serves in {}s: {:.1} {unit}/s and {:.0} {unit} queued drained by then{grows} need",
                 lead.as_secs(),
                 work.arrivals,
                 work.backlog,

@@ -592,10 +592,11 @@ fn a_queue_of_long_prompts_needs_more_replicas_than_one_of_short_ones() {
     };
     // 1,000 tok/s at 2,000 per replica plus 2,000 queued: 1 + 1.
     assert_eq!(target(Some(2000.0), &prompts(200.0)).target, 2);
-    // 100,000 tok/s: 50 replicas, plus what drains 200,000 queued tokens by the time a new
-    // replica serves (190 s): 51.
+    // 100,000 tok/s: 50 replicas, plus what drains 200,000 queued tokens within the 60 s
+    // window: 52. The two ready replicas fall further behind every second until new ones land,
+    // so the lead-time cap leaves the drain window standing.
     let long = target(Some(2000.0), &prompts(20_000.0));
-    assert_eq!((long.target, long.rule), (51, Rule::BacklogDrain));
+    assert_eq!((long.target, long.rule), (52, Rule::BacklogDrain));
     assert!(long.reason.contains("tok/s"), "{}", long.reason);
     // Requests are the unit without the pool's token rate or the signal's token counts.
     assert_eq!(target(None, &prompts(20_000.0)).target, 2);
@@ -772,6 +773,79 @@ fn scaled_down_in_a_cooldown() -> (PoolSpec, Decision) {
         t0(),
     );
     (p, down)
+}
+
+/// Breaching windows counted while a direction cooldown holds the pool still count when it
+/// ends: the pool scales up on the first tick after the cooldown, not two windows later.
+#[test]
+fn windows_counted_inside_a_cooldown_are_not_lost_to_it() {
+    let (p, down) = scaled_down_in_a_cooldown();
+    let p = PoolSpec {
+        scaling: ScalingPolicy {
+            scale_up_breaches: 2,
+            ..p.scaling
+        },
+        ..p
+    };
+    let mut m = down.memory;
+    for t in [30, 45, 60, 75, 90, 105] {
+        let held = decide(
+            &p,
+            Some(&Signals::queue(0, 150.0, secs(t))),
+            ready(2),
+            m,
+            secs(t),
+        );
+        assert_eq!(held.target, 2, "at {t}s: {}", held.reason);
+        m = held.memory;
+    }
+    let after = decide(
+        &p,
+        Some(&Signals::queue(0, 150.0, secs(125))),
+        ready(2),
+        m,
+        secs(125),
+    );
+    assert_eq!(
+        (after.target, after.limited),
+        (15, None),
+        "{}",
+        after.reason
+    );
+}
+
+/// A queue that grows because arrivals outrun the ready replicas is no spike: the lead-time
+/// cap leaves room to drain what it will have grown to when new replicas land. A backlog that
+/// the ready replicas keep up with stays capped to what drains it by then.
+#[test]
+fn a_growing_queue_is_not_capped_as_a_spike() {
+    let p = pool(
+        1,
+        100,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            ..base()
+        }),
+    );
+    let queue = Signals::queue(20_000, 100.0, t0());
+    // Ten replicas serve the 100 req/s: the 20,000 queued drain over the 190 s a new replica
+    // takes, 11 more, not the 34 that would drain them within the 60 s window.
+    let keeping_up = decide(&p, Some(&queue), ready(10), memory(10), t0());
+    assert_eq!(keeping_up.target, 21, "{}", keeping_up.reason);
+    assert!(
+        !keeping_up.reason.contains("more queued by then"),
+        "{}",
+        keeping_up.reason
+    );
+    // Two replicas serve 20: by the time new ones land, 80 × 190 = 15,200 more are queued, and
+    // the drain rule's 10 + 34 stands.
+    let falling_behind = decide(&p, Some(&queue), ready(2), memory(2), t0());
+    assert_eq!(
+        (falling_behind.target, falling_behind.rule),
+        (44, Rule::BacklogDrain),
+        "{}",
+        falling_behind.reason
+    );
 }
 
 #[test]
