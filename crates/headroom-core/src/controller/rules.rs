@@ -101,10 +101,11 @@ impl Activation<'_> {
             ladder.cold_total()
         };
         let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
-        // What the queue grows by until then, when arrivals outrun what the ready replicas
-        // serve: a queue that keeps growing is no spike, and the replicas that land must drain
-        // that growth within the drain window as well.
-        let serving = f64::from(counts.ready) * work.per_replica;
+        // What the queue grows by until then, when arrivals outrun even every replica already
+        // bought (ready and on its way): a queue that keeps growing is no spike, and the
+        // replicas that land must drain that growth within the drain window as well. Counting
+        // only the ready ones would buy again what is already on its way.
+        let serving = f64::from(counts.provisioned()) * work.per_replica;
         let growth = (work.arrivals - serving).max(0.0) * lead.as_secs_f64();
         let drain = self.policy.backlog_drain.as_secs_f64().max(1.0);
         let cap = drain_rule(

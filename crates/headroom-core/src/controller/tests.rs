@@ -837,8 +837,16 @@ fn a_growing_queue_is_not_capped_as_a_spike() {
         "{}",
         keeping_up.reason
     );
-    // Two replicas serve 20: by the time new ones land, 80 × 190 = 15,200 more are queued, and
-    // the drain rule's 10 + 34 stands.
+    // Two ready and eight on their way serve the 100 req/s once they land: nothing more grows
+    // that new replicas would have to drain, so the cap is the same 21.
+    let on_the_way = ReplicaCounts {
+        starting: 8,
+        ..ready(2)
+    };
+    let bought = decide(&p, Some(&queue), on_the_way, memory(10), t0());
+    assert_eq!(bought.target, 21, "{}", bought.reason);
+    // Two replicas and nothing on the way serve 20: by the time new ones land, 80 × 190 =
+    // 15,200 more are queued, and the drain rule's 10 + 34 stands.
     let falling_behind = decide(&p, Some(&queue), ready(2), memory(2), t0());
     assert_eq!(
         (falling_behind.target, falling_behind.rule),
