@@ -151,6 +151,7 @@ pub async fn admissions(args: AdmissionsArgs) -> anyhow::Result<ExitCode> {
         headroom_api::Limits {
             requests_per_second: 1_000_000,
             burst: 1_000_000,
+            max_requests_in_flight: 100_000,
             ..headroom_api::Limits::default()
         },
     );

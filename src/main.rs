@@ -502,6 +502,7 @@ pub async fn serve_until(
         idle_timeout: api.idle_timeout,
         max_connections: api.max_connections,
         max_connections_per_client: api.max_connections_per_client,
+        max_requests_in_flight: api.max_requests_in_flight,
     };
     let state = headroom_api::AppState::new(engine, require_auth, limits);
     let external = external_metrics.map(|(listener, config)| {

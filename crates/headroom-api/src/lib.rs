@@ -8,6 +8,7 @@ mod http_metrics;
 mod problem;
 mod routes;
 pub mod server;
+mod shed;
 pub mod token_cache;
 
 use std::sync::Arc;
@@ -51,6 +52,8 @@ pub struct Limits {
     pub idle_timeout: std::time::Duration,
     pub max_connections: u32,
     pub max_connections_per_client: u32,
+    /// Requests handled at once; past it a request is answered 503 at once (see [`shed`]).
+    pub max_requests_in_flight: u32,
 }
 
 impl Default for Limits {
@@ -68,6 +71,7 @@ impl Default for Limits {
             idle_timeout: std::time::Duration::from_secs(60),
             max_connections: 10_000,
             max_connections_per_client: 256,
+            max_requests_in_flight: 512,
         }
     }
 }
@@ -85,6 +89,8 @@ pub struct AppState {
     pub rate_limiter: Arc<RateLimiter>,
     pub client_limiter: Arc<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
     pub token_cache: Arc<token_cache::TokenCache>,
+    /// One permit per request in hand, `limits.max_requests_in_flight` in all.
+    pub in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 fn quota(per_second: u32, burst: u32) -> governor::Quota {
@@ -110,6 +116,9 @@ impl AppState {
                 limits.token_recheck_interval,
                 limits.token_outage_grace,
             )),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(limits.max_requests_in_flight.max(1)).unwrap_or(usize::MAX),
+            )),
         }
     }
 
@@ -128,16 +137,24 @@ impl AppState {
 /// The External Metrics API for the kube-apiserver's aggregation layer, served by `serve` on
 /// its own TLS listener that requires the aggregator's client certificate.
 pub fn external_metrics_app(state: AppState) -> Router {
-    routes::external_metrics_router(state.clone()).layer(axum::middleware::from_fn_with_state(
-        state,
-        http_metrics::observe,
-    ))
+    observed(routes::external_metrics_router(state.clone()), state)
 }
 
 /// The API router.
 pub fn app(state: AppState) -> Router {
-    routes::router(state.clone()).layer(axum::middleware::from_fn_with_state(
-        state,
-        http_metrics::observe,
-    ))
+    observed(routes::router(state.clone()), state)
+}
+
+/// Every request counted and timed, the shed ones too: the in-flight limit sits inside the
+/// metrics layer.
+fn observed(router: Router, state: AppState) -> Router {
+    router
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            shed::when_busy,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            http_metrics::observe,
+        ))
 }

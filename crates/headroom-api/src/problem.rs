@@ -53,6 +53,9 @@ pub enum ApiError {
     RateLimited { retry_after_s: u64 },
     #[error("the request took too long")]
     Timeout,
+    /// The server already has this many requests in hand (`api.max_requests_in_flight`).
+    #[error("{0} requests are already in hand")]
+    Busy(u32),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -142,6 +145,14 @@ impl IntoResponse for ApiError {
                 "Request timed out",
                 "the request did not finish in time; retry it with the same Idempotency-Key",
             ),
+            ApiError::Busy(limit) => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server-busy",
+                "Server busy",
+                format!(
+                    "{limit} requests (api.max_requests_in_flight) are already being handled; nothing was done, retry after 1 s"
+                ),
+            ),
             ApiError::Forbidden(detail) => Problem::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
@@ -206,7 +217,9 @@ impl IntoResponse for ApiError {
         // second, a ledger that cannot be reached in five.
         if response.status() == StatusCode::SERVICE_UNAVAILABLE {
             let after = match &self {
-                ApiError::Ledger(LedgerError::Overloaded(_)) | ApiError::Timeout => "1",
+                ApiError::Ledger(LedgerError::Overloaded(_))
+                | ApiError::Timeout
+                | ApiError::Busy(_) => "1",
                 _ => "5",
             };
             response.headers_mut().insert(

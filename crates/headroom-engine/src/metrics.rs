@@ -162,6 +162,8 @@ pub struct ServiceMetrics {
     pub http_requests: Family<HttpStatusLabels, Counter>,
     pub http_request_seconds: Family<HttpLabels, Histogram>,
     pub http_connections_refused: Family<LimitLabels, Counter>,
+    /// Requests answered 503 at once because `api.max_requests_in_flight` were being handled.
+    pub http_requests_shed: Counter,
 }
 
 impl Default for ServiceMetrics {
@@ -178,6 +180,7 @@ impl Default for ServiceMetrics {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 16))
             }),
             http_connections_refused: Family::default(),
+            http_requests_shed: Counter::default(),
         }
     }
 }
@@ -365,6 +368,11 @@ fn register_service(registry: &mut Registry, m: &ServiceMetrics) {
         "http_connections_refused",
         "API connections refused at a connection limit (per_client, global)",
         m.http_connections_refused.clone(),
+    );
+    registry.register(
+        "http_requests_shed",
+        "API requests answered 503 at once because api.max_requests_in_flight were in hand",
+        m.http_requests_shed.clone(),
     );
     registry.register(
         "alert_outbox_depth",

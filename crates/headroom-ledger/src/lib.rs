@@ -34,7 +34,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 pub use pg_schema::{RuntimeRole, scram_sha256};
-pub use postgres::PostgresLedger;
+pub use postgres::{PostgresLedger, STATEMENT_TIMEOUT};
 pub use sqlite::SqliteLedger;
 
 #[derive(Debug, Error)]

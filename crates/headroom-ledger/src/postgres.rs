@@ -3,11 +3,12 @@
 //! [`crate::sql`].
 
 use std::collections::BTreeSet;
+use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use headroom_core::{PoolName, Timestamp};
-use sqlx::postgres::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Pool, Postgres, Transaction};
 
 use crate::LedgerError;
@@ -161,12 +162,27 @@ impl Dialect for PgDialect {
 /// The PostgreSQL ledger.
 pub type PostgresLedger = SqlLedger<PgDialect>;
 
+/// What one statement of the serving pool may run for before PostgreSQL cancels it (and the call
+/// fails, its transaction rolled back). A statement stuck behind a lock or a plan gone wrong would
+/// otherwise hold its connection, and the tick or the request waiting on it, without end. Every
+/// ledger statement takes milliseconds; a database URL that sets its own `statement_timeout`
+/// (`?options=-c%20statement_timeout%3D…`) keeps it.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl SqlLedger<PgDialect> {
     /// Connects to `url` (`postgres://…`) for serving. A current schema is left alone, so the
     /// runtime role (SELECT and INSERT only) can open it; a schema behind this build is migrated
     /// only by a role that owns it, otherwise [`LedgerError::NotMigrated`] names the fix.
     pub async fn connect(url: &str) -> Result<PostgresLedger, LedgerError> {
-        let pool = pool(url).await?;
+        Self::connect_bounded(url, STATEMENT_TIMEOUT).await
+    }
+
+    /// [`connect`](Self::connect) with another statement timeout.
+    pub async fn connect_bounded(
+        url: &str,
+        statement_timeout: Duration,
+    ) -> Result<PostgresLedger, LedgerError> {
+        let pool = pool(url, Some(statement_timeout)).await?;
         if let pg_schema::SchemaState::Behind(version) =
             pg_schema::schema_state(&pool, &MIGRATOR).await?
         {
@@ -179,7 +195,7 @@ impl SqlLedger<PgDialect> {
                      run `headroom migrate --runtime-role {role}` as the owner role"
                 )));
             }
-            MIGRATOR.run(&pool).await?;
+            migrate_unbounded(url).await?;
         }
         Ok(Self::from_pool(pool, url))
     }
@@ -191,8 +207,8 @@ impl SqlLedger<PgDialect> {
         url: &str,
         runtime: Option<RuntimeRole<'_>>,
     ) -> Result<PostgresLedger, LedgerError> {
-        let pool = pool(url).await?;
-        MIGRATOR.run(&pool).await?;
+        migrate_unbounded(url).await?;
+        let pool = pool(url, Some(STATEMENT_TIMEOUT)).await?;
         if let Some(role) = runtime {
             pg_schema::grant_runtime_role(&pool, role).await?;
         }
@@ -210,16 +226,31 @@ impl SqlLedger<PgDialect> {
     }
 }
 
-async fn pool(url: &str) -> Result<PgPool, LedgerError> {
+/// Migrations may rewrite a large table or wait for a reader to let go of it: they run on a
+/// connection of their own without the statement timeout.
+async fn migrate_unbounded(url: &str) -> Result<(), LedgerError> {
+    let unbounded = pool(url, None).await?;
+    let migrated = MIGRATOR.run(&unbounded).await;
+    unbounded.close().await;
+    Ok(migrated?)
+}
+
+async fn pool(url: &str, statement_timeout: Option<Duration>) -> Result<PgPool, LedgerError> {
+    let open_error = |source| LedgerError::Open {
+        url: crate::database_url::redact(url),
+        source,
+    };
+    let mut options = PgConnectOptions::from_str(url).map_err(open_error)?;
+    if let Some(timeout) = statement_timeout.filter(|_| !url.contains("statement_timeout")) {
+        let millis = timeout.as_millis().max(1).to_string();
+        options = options.options([("statement_timeout", millis.as_str())]);
+    }
     crate::dialect::pool_options::<Postgres>()
         .max_connections(16)
         .acquire_timeout(Duration::from_secs(5))
-        .connect(url)
+        .connect_with(options)
         .await
-        .map_err(|source| LedgerError::Open {
-            url: crate::database_url::redact(url),
-            source,
-        })
+        .map_err(open_error)
 }
 
 #[cfg(test)]

@@ -1318,6 +1318,42 @@ async fn sqlite_a_stale_view_decides_on_the_ledger() {
 }
 
 #[tokio::test]
+async fn postgres_a_statement_stuck_on_a_lock_is_cancelled_at_the_statement_timeout() {
+    let url = headroom_testkit::fresh_postgres_database("headroom_test").await;
+    let bound = std::time::Duration::from_secs(1);
+    let ledger = PostgresLedger::connect_bounded(&url, bound).await.unwrap();
+    // Someone else holds the events table: a migration gone wrong, a stray `LOCK` in a shell.
+    let raw = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut holder = raw.begin().await.unwrap();
+    sqlx::query("LOCK TABLE node_events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let stuck = event(
+        "n1",
+        NodeState::Requested,
+        "2026-11-30T09:00:00Z",
+        None,
+        "launch",
+    );
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        ledger.append_node_event(&stuck),
+    )
+    .await
+    .expect("a ledger call still waiting on the lock after 20 s");
+    let took = started.elapsed();
+    assert!(outcome.is_err(), "the write went through a held lock");
+    assert!(took >= bound, "failed after {took:?}, before the timeout");
+    // Nothing was written, and the ledger serves once the lock is gone.
+    holder.rollback().await.unwrap();
+    assert!(ledger.node_events().await.unwrap().is_empty());
+    ledger.append_node_event(&stuck).await.unwrap();
+    assert_eq!(ledger.node_events().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn postgres_ledger_is_append_only() {
     let (db_url, ledger) = postgres_ledger().await;
     let (req, _) = ledger

@@ -65,10 +65,11 @@ pub(super) struct PreconditionFailed(Problem);
 pub(super) struct RateLimited(Problem);
 
 /// The ledger could not be reached, so nothing was recorded (`ledger-unavailable`); its write
-/// queue is full (`ledger-busy`); or the request ran past the server's timeout (`timeout`).
+/// queue is full (`ledger-busy`); the server already has `api.max_requests_in_flight` requests
+/// in hand (`server-busy`); or the request ran past the server's timeout (`timeout`).
 #[derive(utoipa::ToResponse)]
 #[response(
-    description = "Ledger unavailable or busy, or request timed out; retry after Retry-After",
+    description = "Ledger unavailable or busy, server busy, or request timed out; retry after Retry-After",
     content_type = "application/problem+json",
     headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))
 )]

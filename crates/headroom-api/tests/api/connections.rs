@@ -330,3 +330,98 @@ async fn a_head_too_large_is_answered_431_as_a_problem() {
     );
     assert_eq!(problem["status"], 431);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_in_flight_limit_is_shed_at_once_and_the_probes_still_answer() {
+    let server = listen(Limits {
+        max_requests_in_flight: 2,
+        ..Limits::default()
+    })
+    .await;
+    // Two requests held in hand: their heads are in, their bodies never finish arriving.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(
+                b"POST /v1/capacity-requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"pool\":",
+            )
+            .await
+            .unwrap();
+        held.push(stream);
+    }
+    // The third is answered at once, not queued behind them.
+    let mut shed = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"GET /v1/pools HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let (answer, _) = read_to_close(&mut stream, Duration::from_secs(5)).await;
+        let (head, problem) = problem_status(&answer);
+        if head.starts_with("http/1.1 503") {
+            shed = Some((head, problem, started.elapsed()));
+            break;
+        }
+    }
+    let (head, problem, took) = shed.expect("the limit never bit with two requests in hand");
+    assert!(took < Duration::from_secs(2), "shed after {took:?}");
+    assert!(head.contains("retry-after: 1\r\n"), "{head}");
+    assert!(
+        head.contains("content-type: application/problem+json"),
+        "{head}"
+    );
+    assert_eq!(problem["type"], "https://headroom.dev/problems/server-busy");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("api.max_requests_in_flight"),
+        "{problem}"
+    );
+    // The probes and the scrape answer whatever the load (this engine has not ticked, so
+    // /readyz says not ready, but for its own reason), and the scrape counts the shed one.
+    for path in ["/healthz", "/metrics"] {
+        assert_eq!(
+            get_from("127.0.0.7", server.addr, path).await,
+            Some(200),
+            "{path}"
+        );
+    }
+    let mut probe = connect_from("127.0.0.7", server.addr).await;
+    probe
+        .write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, _) = read_to_close(&mut probe, Duration::from_secs(5)).await;
+    let (head, problem) = problem_status(&answer);
+    assert!(
+        head.starts_with("http/1.1 200")
+            || problem["type"] == "https://headroom.dev/problems/not-ready",
+        "{head}{problem}"
+    );
+    let text = server.state.engine.metrics().encode();
+    assert!(
+        text.lines()
+            .any(|l| l == "headroom_http_requests_shed_total 1"),
+        "{}",
+        text.lines()
+            .filter(|l| l.contains("shed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Once the requests in hand are gone, their places serve the next.
+    drop(held);
+    let mut served = None;
+    for _ in 0..50 {
+        served = get_from("127.0.0.7", server.addr, "/v1/pools").await;
+        if served == Some(200) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(served, Some(200));
+}

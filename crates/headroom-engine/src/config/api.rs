@@ -12,6 +12,9 @@ use super::{ApiSettings, DAY, HOUR, Problems, Within};
 const MAX_CONNECTIONS: u32 = 1_000_000;
 /// Requests per second (and bursts) a limit may allow.
 const MAX_RATE: u32 = 1_000_000;
+/// Requests handled at once: each holds memory and, most of them, a ledger connection's turn,
+/// so past a hundred thousand the limit no longer bounds anything.
+const MAX_REQUESTS_IN_FLIGHT: u32 = 100_000;
 
 pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
     let mut duration = |field: &str, value: &Option<String>, default: u64, within| match value {
@@ -78,6 +81,7 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
         idle_timeout,
         max_connections: raw.max_connections.unwrap_or(10_000),
         max_connections_per_client: raw.max_connections_per_client.unwrap_or(256),
+        max_requests_in_flight: raw.max_requests_in_flight.unwrap_or(512),
         trusted_proxies,
     };
     for (key, value, example) in [
@@ -115,6 +119,16 @@ pub(super) fn api(raw: &RawApi, p: &mut Problems) -> ApiSettings {
                 api.max_connections_per_client, api.max_connections
             ),
             "use e.g. 256",
+        );
+    }
+    if !(1..=MAX_REQUESTS_IN_FLIGHT).contains(&api.max_requests_in_flight) {
+        p.add(
+            "api.max_requests_in_flight",
+            format!(
+                "{} is outside 1..={MAX_REQUESTS_IN_FLIGHT}",
+                api.max_requests_in_flight
+            ),
+            "use e.g. 512",
         );
     }
     let either = ["api.token_outage_grace", "api.token_recheck_interval"];

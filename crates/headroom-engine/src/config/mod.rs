@@ -149,6 +149,9 @@ pub struct ApiSettings {
     pub max_connections: u32,
     /// Connections at once from one peer address (trusted proxies are exempt).
     pub max_connections_per_client: u32,
+    /// Requests being handled at once; past it a request is answered 503 at once instead of
+    /// queueing behind the others (the probes and `/metrics` are exempt).
+    pub max_requests_in_flight: u32,
     /// Load balancers and proxies whose `X-Forwarded-For` names the client the per-client limit
     /// counts; from any other peer the header is ignored.
     pub trusted_proxies: Vec<ipnet::IpNet>,

@@ -50,6 +50,7 @@ pub(super) struct RawApi {
     pub(super) idle_timeout: Option<String>,
     pub(super) max_connections: Option<u32>,
     pub(super) max_connections_per_client: Option<u32>,
+    pub(super) max_requests_in_flight: Option<u32>,
     #[serde(default)]
     pub(super) trusted_proxies: Vec<String>,
 }

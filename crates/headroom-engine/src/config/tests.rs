@@ -334,17 +334,19 @@ fn every_api_duration_and_connection_limit_has_a_range() {
             defaults.header_read_timeout,
             defaults.idle_timeout,
             defaults.max_connections,
-            defaults.max_connections_per_client
+            defaults.max_connections_per_client,
+            defaults.max_requests_in_flight
         ),
         (
             Duration::from_secs(10),
             Duration::from_secs(60),
             10_000,
-            256
+            256,
+            512
         )
     );
     let set = Config::parse(
-        &with_api("header_read_timeout = \"2s\"\nidle_timeout = \"5m\"\nmax_connections = 50\nmax_connections_per_client = 5"),
+        &with_api("header_read_timeout = \"2s\"\nidle_timeout = \"5m\"\nmax_connections = 50\nmax_connections_per_client = 5\nmax_requests_in_flight = 7"),
         "t",
     )
     .unwrap()
@@ -354,9 +356,10 @@ fn every_api_duration_and_connection_limit_has_a_range() {
             set.header_read_timeout,
             set.idle_timeout,
             set.max_connections,
-            set.max_connections_per_client
+            set.max_connections_per_client,
+            set.max_requests_in_flight
         ),
-        (Duration::from_secs(2), Duration::from_secs(300), 50, 5)
+        (Duration::from_secs(2), Duration::from_secs(300), 50, 5, 7)
     );
     for (api, key) in [
         ("request_timeout = \"1ns\"", "api.request_timeout"),
@@ -386,6 +389,11 @@ fn every_api_duration_and_connection_limit_has_a_range() {
         (
             "max_connections_per_client = 0",
             "api.max_connections_per_client",
+        ),
+        ("max_requests_in_flight = 0", "api.max_requests_in_flight"),
+        (
+            "max_requests_in_flight = 100001",
+            "api.max_requests_in_flight",
         ),
     ] {
         let e = errors(&with_api(api));
