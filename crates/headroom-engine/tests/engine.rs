@@ -1606,19 +1606,21 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
             .map(|t| t.priority)
             .collect()
     };
-    // 20 req/s at 5 per replica, plus 1200 waiting drained by the time a new replica serves
-    // (the 240 s ladder): five replicas wanted; the offering holds two.
+    // 20 req/s at 5 per replica is four replicas, and 1200 waiting drained within the 60 s
+    // drain window four more. The two that serve fall 10 req/s behind, so the queue grows until
+    // new replicas land (the 240 s ladder) and the lead-time cap leaves the drain rule's eight
+    // standing; the offering holds two.
     for _ in 0..60 {
         push(1200, 10.0);
         h.clock.advance(Duration::from_secs(5));
         h.engine.tick().await.unwrap();
     }
     let status = h.engine.pool_status(&pool).unwrap();
-    assert_eq!((status.ready, status.demand), (2, 5), "{status:?}");
+    assert_eq!((status.ready, status.demand), (2, 8), "{status:?}");
     assert_eq!(
         shed(&h),
         [Priority::Low, Priority::Normal, Priority::High],
-        "two fifths of the demand covered: only interactive traffic is admitted"
+        "a quarter of the demand covered: only interactive traffic is admitted"
     );
     let retry = status.admission[0].retry_after_s.unwrap();
     assert!(
@@ -1636,15 +1638,15 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
         let status = h.engine.pool_status(&pool).unwrap();
         most_provisioned = most_provisioned.max(status.ready + status.starting + status.requested);
     }
-    assert_eq!(most_provisioned, 5, "the capacity asked for was launched");
+    assert_eq!(most_provisioned, 8, "the capacity asked for was launched");
     assert!(shed(&h).is_empty(), "capacity landed: everyone is admitted");
     // The queue drained (in this drill, by itself) before the launches landed: 20 req/s needs
     // four at 5 each, so the pool came down to demand (its 5 % margin rounds down to nothing),
-    // parking its surplus node in the warm pool, which the rise it saw sized at two.
+    // parking its four surplus nodes in the warm pool, which the rise it saw sized at five.
     let status = h.engine.pool_status(&pool).unwrap();
     assert_eq!((status.ready, status.desired), (4, 4), "{status:?}");
     let warm = status.warm_pool.as_ref().unwrap();
-    assert_eq!((status.warm, warm.size, warm.floor), (1, 2, 0), "{warm:?}");
+    assert_eq!((status.warm, warm.size, warm.floor), (4, 5, 0), "{warm:?}");
 }
 
 #[tokio::test]
