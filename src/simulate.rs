@@ -282,6 +282,8 @@ async fn corpus(
         runs.push(summary::Scored {
             traits: m.params.traits(),
             duration_s: m.scenario.duration_s,
+            // A daily ceiling, and every member runs for less than a day.
+            budget_usd: m.params.budget.map(|b| b.ceiling_usd),
             report,
         });
     }

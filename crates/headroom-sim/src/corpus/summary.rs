@@ -1,7 +1,9 @@
 //! The corpus scoreboard: per policy, its win rate against every other policy, its SLO against
 //! the best baseline, its cost against the certified bound and the hindsight planner and its scale reversals per hour, each as a
 //! distribution over the corpus; and where Headroom loses to a baseline, grouped by the family's
-//! traits. Pure: it reads reports and writes numbers.
+//! traits. A budget is a hard limit, not a cost to trade: where a scenario sets one, a policy
+//! that spends past it neither beats one that keeps it nor counts as the best baseline.
+//! Pure: it reads reports and writes numbers.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -28,8 +30,29 @@ pub const BASELINES: [&str; 5] = [
 pub struct Scored {
     pub traits: Vec<&'static str>,
     pub duration_s: f64,
+    /// The account's budget ceiling for a period the run fits in, when the scenario sets one:
+    /// a policy that spends more in the run spent past it.
+    pub budget_usd: Option<f64>,
     pub report: Report,
 }
+
+impl Scored {
+    fn outcome(&self, p: &PolicyReport) -> Outcome {
+        Outcome {
+            slo: p.slo_attainment,
+            cost_usd: p.cost_usd,
+            over_budget: self.over_budget(p),
+        }
+    }
+
+    fn over_budget(&self, p: &PolicyReport) -> bool {
+        self.budget_usd
+            .is_some_and(|ceiling| p.cost_usd > ceiling + BUDGET_TOLERANCE_USD)
+    }
+}
+
+/// Spend within half a cent of a ceiling keeps it (costs are rounded to the cent).
+pub const BUDGET_TOLERANCE_USD: f64 = 0.005;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Quantiles {
@@ -51,6 +74,8 @@ pub struct PolicySummary {
     pub cost_vs_hindsight: Option<Quantiles>,
     /// Scale-up ↔ scale-down reversals of the desired replicas per simulated hour.
     pub direction_changes_per_hour: Option<Quantiles>,
+    /// Runs in which this policy spent past the scenario's budget ceiling.
+    pub over_budget_runs: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -61,6 +86,8 @@ pub struct PolicyRow {
     pub cost_vs_bound: f64,
     pub cost_vs_hindsight: f64,
     pub direction_changes_per_hour: f64,
+    /// Spent past the scenario's budget ceiling.
+    pub over_budget: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -68,6 +95,7 @@ pub struct ScenarioRow {
     pub scenario: String,
     pub traits: Vec<&'static str>,
     pub duration_s: f64,
+    pub budget_usd: Option<f64>,
     pub policies: Vec<PolicyRow>,
 }
 
@@ -115,26 +143,23 @@ fn cost_ratio(p: &PolicyReport) -> f64 {
     p.cost_vs_hindsight
 }
 
-/// What a win is judged on: a policy's SLO attainment and cost in one scenario.
+/// What a win is judged on: a policy's SLO attainment and cost in one scenario, and whether it
+/// kept the scenario's budget.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Outcome {
     pub slo: f64,
     pub cost_usd: f64,
+    pub over_budget: bool,
 }
 
-impl From<&PolicyReport> for Outcome {
-    fn from(p: &PolicyReport) -> Outcome {
-        Outcome {
-            slo: p.slo_attainment,
-            cost_usd: p.cost_usd,
-        }
-    }
-}
-
-/// Whether `a` beats `b`: a strictly better SLO (by more than [`SLO_TOLERANCE`]), or the same or
-/// better SLO (within it) at a lower cost (by more than [`COST_TOLERANCE`]). At most one of two
-/// policies beats the other; neither does on a tie.
+/// Whether `a` beats `b`: keeping a budget `b` broke; or, both keeping it or both breaking it,
+/// a strictly better SLO (by more than [`SLO_TOLERANCE`]), or the same or better SLO (within it)
+/// at a lower cost (by more than [`COST_TOLERANCE`]). At most one of two policies beats the
+/// other; neither does on a tie.
 pub fn beats(a: Outcome, b: Outcome) -> bool {
+    if a.over_budget != b.over_budget {
+        return b.over_budget;
+    }
     a.slo > b.slo + SLO_TOLERANCE
         || (a.slo >= b.slo - SLO_TOLERANCE && a.cost_usd < b.cost_usd * (1.0 - COST_TOLERANCE))
 }
@@ -166,11 +191,14 @@ fn find<'a>(r: &'a Report, policy: &str) -> Option<&'a PolicyReport> {
     r.policies.iter().find(|p| p.policy == policy)
 }
 
-/// The best baseline other than `me` in a run: the highest SLO attainment, the cheaper on a tie.
-fn best_baseline<'a>(r: &'a Report, me: &str) -> Option<&'a PolicyReport> {
-    r.policies
+/// The best baseline other than `me` in a run among those that kept its budget: the highest SLO
+/// attainment, the cheaper on a tie.
+fn best_baseline<'a>(s: &'a Scored, me: &str) -> Option<&'a PolicyReport> {
+    s.report
+        .policies
         .iter()
         .filter(|p| p.policy != me && BASELINES.contains(&p.policy.as_str()))
+        .filter(|p| !s.over_budget(p))
         .max_by(|a, b| {
             a.slo_attainment
                 .total_cmp(&b.slo_attainment)
@@ -200,7 +228,7 @@ pub fn summarize(seed: u64, runs: &[Scored], wall_time_s: f64) -> CorpusReport {
                         .iter()
                         .filter(|s| {
                             matches!((find(&s.report, me), find(&s.report, other)),
-                                (Some(a), Some(b)) if beats(a.into(), b.into()))
+                                (Some(a), Some(b)) if beats(s.outcome(a), s.outcome(b)))
                         })
                         .count();
                     (
@@ -213,7 +241,7 @@ pub fn summarize(seed: u64, runs: &[Scored], wall_time_s: f64) -> CorpusReport {
                 runs.iter()
                     .filter_map(|s| {
                         let p = find(&s.report, me)?;
-                        Some(p.slo_attainment - best_baseline(&s.report, me)?.slo_attainment)
+                        Some(p.slo_attainment - best_baseline(s, me)?.slo_attainment)
                     })
                     .collect(),
             ),
@@ -234,6 +262,10 @@ pub fn summarize(seed: u64, runs: &[Scored], wall_time_s: f64) -> CorpusReport {
                     .filter_map(|s| find(&s.report, me).map(|p| per_hour(p, s.duration_s)))
                     .collect(),
             ),
+            over_budget_runs: runs
+                .iter()
+                .filter(|s| find(&s.report, me).is_some_and(|p| s.over_budget(p)))
+                .count() as u32,
         })
         .collect();
     let headroom_losses = losses(runs);
@@ -258,7 +290,7 @@ fn losses(runs: &[Scored]) -> Vec<Loss> {
             continue;
         };
         for b in BASELINES.iter().filter_map(|b| find(&s.report, b)) {
-            if beats(b.into(), h.into()) {
+            if beats(s.outcome(b), s.outcome(h)) {
                 out.push(Loss {
                     scenario: s.report.scenario.clone(),
                     baseline: b.policy.clone(),
@@ -290,9 +322,8 @@ fn by_trait(runs: &[Scored], losses: &[Loss]) -> Vec<TraitLosses> {
     for s in runs {
         let lost = losses.iter().any(|l| l.scenario == s.report.scenario);
         let h = find(&s.report, "headroom");
-        let slo = h.and_then(|h| {
-            Some(h.slo_attainment - best_baseline(&s.report, "headroom")?.slo_attainment)
-        });
+        let slo =
+            h.and_then(|h| Some(h.slo_attainment - best_baseline(s, "headroom")?.slo_attainment));
         let cost = h.map(cost_ratio).filter(|x| *x > 0.0);
         for t in &s.traits {
             let c = tallies.entry(t).or_default();
@@ -327,6 +358,7 @@ fn row(s: &Scored) -> ScenarioRow {
         scenario: s.report.scenario.clone(),
         traits: s.traits.clone(),
         duration_s: s.duration_s,
+        budget_usd: s.budget_usd,
         policies: s
             .report
             .policies
@@ -338,6 +370,7 @@ fn row(s: &Scored) -> ScenarioRow {
                 cost_vs_bound: p.cost_vs_bound,
                 cost_vs_hindsight: cost_ratio(p),
                 direction_changes_per_hour: round4(per_hour(p, s.duration_s)),
+                over_budget: s.over_budget(p),
             })
             .collect(),
     }
@@ -386,7 +419,7 @@ pub fn table(r: &CorpusReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "corpus of {} scenarios (seed {}); a win is a better SLO by > {:.1} pt, or the same SLO (± {:.1} pt) at > {:.0} % lower cost",
+        "corpus of {} scenarios (seed {}); a win is a better SLO by > {:.1} pt, or the same SLO (± {:.1} pt) at > {:.0} % lower cost; spending past a scenario's budget loses to keeping it",
         r.scenarios,
         r.seed,
         r.slo_tolerance * 100.0,
@@ -423,6 +456,7 @@ pub fn table(r: &CorpusReport) -> String {
             "reversals/h p10",
             "p50",
             "p90",
+            "over budget",
         ]
         .map(String::from)
         .to_vec(),
@@ -433,6 +467,7 @@ pub fn table(r: &CorpusReport) -> String {
         cells.extend(q_cells(p.cost_vs_bound, 2));
         cells.extend(q_cells(p.cost_vs_hindsight, 2));
         cells.extend(q_cells(p.direction_changes_per_hour, 1));
+        cells.push(p.over_budget_runs.to_string());
         rows.push(cells);
     }
     out.push_str("\ndistributions over the corpus:\n");
@@ -498,7 +533,11 @@ mod tests {
     use super::*;
 
     fn policy(slo: f64, cost_usd: f64) -> Outcome {
-        Outcome { slo, cost_usd }
+        Outcome {
+            slo,
+            cost_usd,
+            over_budget: false,
+        }
     }
 
     #[test]
@@ -509,6 +548,23 @@ mod tests {
         assert!(!beats(a, policy(0.9905, 10.05)));
         assert!(!beats(a, policy(0.995, 20.0)));
         assert!(beats(policy(0.995, 20.0), a));
+    }
+
+    #[test]
+    fn spending_past_the_budget_never_wins_against_keeping_it() {
+        let kept = policy(0.80, 10.0);
+        let broke = Outcome {
+            over_budget: true,
+            ..policy(1.0, 30.0)
+        };
+        assert!(beats(kept, broke));
+        assert!(!beats(broke, kept));
+        // Between two that broke it, SLO and cost decide as ever.
+        let broke_cheaper = Outcome {
+            over_budget: true,
+            ..policy(1.0, 20.0)
+        };
+        assert!(beats(broke_cheaper, broke));
     }
 
     #[test]
