@@ -1642,11 +1642,11 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
     assert!(shed(&h).is_empty(), "capacity landed: everyone is admitted");
     // The queue drained (in this drill, by itself) before the launches landed: 20 req/s needs
     // four at 5 each, so the pool came down to demand (its 5 % margin rounds down to nothing),
-    // parking its four surplus nodes in the warm pool, which the rise it saw sized at five.
+    // parking its four surplus nodes in the warm pool, which the rise it saw sized at four.
     let status = h.engine.pool_status(&pool).unwrap();
     assert_eq!((status.ready, status.desired), (4, 4), "{status:?}");
     let warm = status.warm_pool.as_ref().unwrap();
-    assert_eq!((status.warm, warm.size, warm.floor), (4, 5, 0), "{warm:?}");
+    assert_eq!((status.warm, warm.size, warm.floor), (4, 4, 0), "{warm:?}");
 }
 
 #[tokio::test]

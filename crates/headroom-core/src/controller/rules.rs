@@ -101,11 +101,14 @@ impl Activation<'_> {
             ladder.cold_total()
         };
         let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
-        // What the queue grows by until then, when arrivals outrun even every replica already
-        // bought (ready and on its way): a queue that keeps growing is no spike, and the
-        // replicas that land must drain that growth within the drain window as well. Counting
-        // only the ready ones would buy again what is already on its way.
-        let serving = f64::from(counts.provisioned()) * work.per_replica;
+        // What the queue grows by until then, when arrivals outrun the replicas serving
+        // meanwhile: a queue that keeps growing is no spike, and the replicas that land must
+        // drain that growth within the drain window as well. The ready ones serve throughout,
+        // those starting for about half of it (they land somewhere within one lead time),
+        // those only requested hardly at all: counting every one bought would miss a ramp,
+        // counting only the ready ones would buy again what is already on its way.
+        let serving =
+            (f64::from(counts.ready) + f64::from(counts.starting) / 2.0) * work.per_replica;
         let growth = (work.arrivals - serving).max(0.0) * lead.as_secs_f64();
         let drain = self.policy.backlog_drain.as_secs_f64().max(1.0);
         let cap = drain_rule(

@@ -837,14 +837,16 @@ fn a_growing_queue_is_not_capped_as_a_spike() {
         "{}",
         keeping_up.reason
     );
-    // Two ready and eight on their way serve the 100 req/s once they land: nothing more grows
-    // that new replicas would have to drain, so the cap is the same 21.
+    // Two ready and eight on their way serve the 100 req/s once they land, about halfway
+    // through the lead time: 100 - (2 + 8 / 2) × 10 = 40 req/s more queued for 190 s, which
+    // new replicas drain within the drain window: 10 + 20000 / 1900 + 7600 / 600 gives 34 —
+    // not the 44 that would count the eight as never serving in time.
     let on_the_way = ReplicaCounts {
         starting: 8,
         ..ready(2)
     };
     let bought = decide(&p, Some(&queue), on_the_way, memory(10), t0());
-    assert_eq!(bought.target, 21, "{}", bought.reason);
+    assert_eq!(bought.target, 34, "{}", bought.reason);
     // Two replicas and nothing on the way serve 20: by the time new ones land, 80 × 190 =
     // 15,200 more are queued, and the drain rule's 10 + 34 stands.
     let falling_behind = decide(&p, Some(&queue), ready(2), memory(2), t0());
