@@ -241,7 +241,10 @@ async fn pool(url: &str, statement_timeout: Option<Duration>) -> Result<PgPool, 
         source,
     };
     let mut options = PgConnectOptions::from_str(url).map_err(open_error)?;
-    if let Some(timeout) = statement_timeout.filter(|_| !url.contains("statement_timeout")) {
+    let set_by_url = options
+        .get_options()
+        .is_some_and(|o| o.contains("statement_timeout"));
+    if let Some(timeout) = statement_timeout.filter(|_| !set_by_url) {
         let millis = timeout.as_millis().max(1).to_string();
         options = options.options([("statement_timeout", millis.as_str())]);
     }

@@ -66,13 +66,20 @@ async fn read_to_close(stream: &mut TcpStream, within: Duration) -> (Vec<u8>, bo
     (got, closed)
 }
 
-/// One `GET path` on a fresh connection from `from`: the status, or `None` when the connection
-/// was refused or closed without an answer.
-async fn get_from(from: &str, to: SocketAddr, path: &str) -> Option<u16> {
+/// One `GET path` on a fresh connection from `from`: everything answered (nothing when the
+/// connection was refused or closed first).
+async fn answer_from(from: &str, to: SocketAddr, path: &str) -> Vec<u8> {
     let mut stream = connect_from(from, to).await;
     let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let (answer, _) = read_to_close(&mut stream, Duration::from_secs(5)).await;
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return Vec::new();
+    }
+    read_to_close(&mut stream, Duration::from_secs(5)).await.0
+}
+
+/// [`answer_from`]'s status, or `None` when there was no answer.
+async fn get_from(from: &str, to: SocketAddr, path: &str) -> Option<u16> {
+    let answer = answer_from(from, to, path).await;
     let text = String::from_utf8_lossy(&answer);
     text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
 }
@@ -355,13 +362,8 @@ async fn a_request_past_the_in_flight_limit_is_shed_at_once_and_the_probes_still
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let started = Instant::now();
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
-        stream
-            .write_all(b"GET /v1/pools HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let (answer, _) = read_to_close(&mut stream, Duration::from_secs(5)).await;
-        let (head, problem) = problem_status(&answer);
+        let (head, problem) =
+            problem_status(&answer_from("127.0.0.7", server.addr, "/v1/pools").await);
         if head.starts_with("http/1.1 503") {
             shed = Some((head, problem, started.elapsed()));
             break;
@@ -391,13 +393,7 @@ async fn a_request_past_the_in_flight_limit_is_shed_at_once_and_the_probes_still
             "{path}"
         );
     }
-    let mut probe = connect_from("127.0.0.7", server.addr).await;
-    probe
-        .write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let (answer, _) = read_to_close(&mut probe, Duration::from_secs(5)).await;
-    let (head, problem) = problem_status(&answer);
+    let (head, problem) = problem_status(&answer_from("127.0.0.7", server.addr, "/readyz").await);
     assert!(
         head.starts_with("http/1.1 200")
             || problem["type"] == "https://headroom.dev/problems/not-ready",

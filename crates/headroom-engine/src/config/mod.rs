@@ -150,7 +150,8 @@ pub struct ApiSettings {
     /// Connections at once from one peer address (trusted proxies are exempt).
     pub max_connections_per_client: u32,
     /// Requests being handled at once; past it a request is answered 503 at once instead of
-    /// queueing behind the others (the probes and `/metrics` are exempt).
+    /// queueing behind the others (`/healthz`, `/readyz`, `/metrics` and `/openapi.json` are
+    /// exempt).
     pub max_requests_in_flight: u32,
     /// Load balancers and proxies whose `X-Forwarded-For` names the client the per-client limit
     /// counts; from any other peer the header is ignored.

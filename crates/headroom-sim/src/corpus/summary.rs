@@ -51,7 +51,8 @@ impl Scored {
     }
 }
 
-/// Spend within half a cent of a ceiling keeps it (costs are rounded to the cent).
+/// Spend within half a cent of a ceiling keeps it: ceilings are given to the cent, spend to the
+/// micro-dollar.
 pub const BUDGET_TOLERANCE_USD: f64 = 0.005;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
