@@ -98,6 +98,9 @@ enum Command {
 enum ReportCommand {
     /// Spend, holds, forecast, requested versus delivered and refusals, for any range and grouping.
     Budget(report::BudgetReportArgs),
+    /// What capacity to commit to, per pool and instance family: the demand profile, the
+    /// refusals a reservation would have avoided, the savings and the risk.
+    Reservations(report::ReservationsReportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -180,6 +183,9 @@ fn main() -> ExitCode {
             Command::Report {
                 command: ReportCommand::Budget(args),
             } => report::budget(args).await,
+            Command::Report {
+                command: ReportCommand::Reservations(args),
+            } => report::reservations(args).await,
             Command::Bench {
                 command: BenchCommand::Admissions(args),
             } => bench::admissions(args).await,

@@ -1,4 +1,5 @@
-//! `headroom report budget`: the finance report from any ledger, to a file or stdout.
+//! `headroom report budget` and `headroom report reservations`: the finance reports from any
+//! ledger, to a file or stdout.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -98,7 +99,106 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
     let ledger = crate::open_existing_ledger(&args.database_url).await?;
     let (report, events) =
         headroom_report::from_ledger(ledger.as_ref(), from, to, group_by, now, None).await?;
-    let text = headroom_report::render(&report, &events, format)?;
+    let text = match format {
+        // The finance page ends with the reservations the same history advises.
+        Format::Html => {
+            let terms = headroom_report::reservations::parse_terms(
+                headroom_report::reservations::DEFAULT_TERMS,
+            )?;
+            let advice = headroom_report::reservations::from_ledger(
+                ledger.as_ref(),
+                Some(from),
+                Some(to),
+                now,
+                &terms,
+            )
+            .await
+            .ok();
+            headroom_report::html::to_html_with(&report, advice.as_ref())
+        }
+        _ => headroom_report::render(&report, &events, format)?,
+    };
+    match &args.out {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("--out: cannot write {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct ReservationsReportArgs {
+    /// The ledger: postgres://… or sqlite://PATH.
+    #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
+    database_url: String,
+    /// Start of the history read: RFC 3339 or a date. Default: the ledger's first event.
+    #[arg(long)]
+    from: Option<String>,
+    /// End of the history (exclusive). Default: now, or the ledger's last event if later.
+    #[arg(long)]
+    to: Option<String>,
+    /// table, csv, json or html.
+    #[arg(long, default_value = "table")]
+    format: String,
+    /// The commitment terms weighed (TOML, as `config/prices/commitments.toml`, which is the
+    /// default): put your own quotes here.
+    #[arg(long, value_name = "FILE")]
+    commitments: Option<PathBuf>,
+    /// Write here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+pub async fn reservations(args: ReservationsReportArgs) -> anyhow::Result<ExitCode> {
+    use headroom_report::reservations;
+    let format = args.format.as_str();
+    if !matches!(format, "table" | "csv" | "json" | "html") {
+        return Err(BadInput(format!(
+            "--format: {format:?} is not one of table, csv, json, html"
+        ))
+        .into());
+    }
+    let from = args
+        .from
+        .as_deref()
+        .map(|t| parse_instant("--from", t))
+        .transpose()?;
+    let to = args
+        .to
+        .as_deref()
+        .map(|t| parse_instant("--to", t))
+        .transpose()?;
+    if let (Some(from), Some(to)) = (from, to)
+        && from >= to
+    {
+        return Err(BadInput("--from: must be before --to".into()).into());
+    }
+    let terms_text = match &args.commitments {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            BadInput(format!(
+                "--commitments: cannot read {}: {e}",
+                path.display()
+            ))
+        })?,
+        None => reservations::DEFAULT_TERMS.to_string(),
+    };
+    let terms = reservations::parse_terms(&terms_text).map_err(|e| BadInput(format!("--{e}")))?;
+    let now = SystemClock::new().now();
+    let ledger = crate::open_existing_ledger(&args.database_url).await?;
+    let advice = reservations::from_ledger(ledger.as_ref(), from, to, now, &terms)
+        .await
+        .map_err(|e| match e {
+            headroom_report::ReportError::InvalidArgument(line) => {
+                BadInput(format!("--{line}")).into()
+            }
+            other => anyhow::Error::from(other),
+        })?;
+    let text = match format {
+        "csv" => reservations::to_csv(&advice)?,
+        "json" => serde_json::to_string_pretty(&advice)? + "\n",
+        "html" => reservations::to_html(&advice),
+        _ => reservations::to_table(&advice),
+    };
     match &args.out {
         Some(path) => std::fs::write(path, text)
             .with_context(|| format!("--out: cannot write {}", path.display()))?,

@@ -934,13 +934,9 @@ fn serve_scrapes_vllm_metrics_into_signals() {
     assert!(seen, "the scraped queue depth never reached the pool");
 }
 
-/// The finance report from a demo's ledger: FOCUS sums to the report's spend, and the HTML page,
-/// rendered by headless Chromium, shows the same total.
-#[test]
-fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("demo.db");
-    let port = free_port();
+/// Runs the demo for four seconds keeping its ledger in `dir`: its JSON summary and the ledger's URL.
+fn demo_ledger(dir: &std::path::Path) -> (Value, String) {
+    let db = dir.join("demo.db");
     let demo = Command::new(BIN)
         .args([
             "demo",
@@ -950,18 +946,24 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
             "--speedup",
             "20",
             "--listen",
-            &format!("127.0.0.1:{port}"),
         ])
+        .arg(format!("127.0.0.1:{}", free_port()))
         .arg("--database")
         .arg(&db)
         .output()
         .unwrap();
-    assert!(
-        demo.status.success(),
-        "{}",
-        String::from_utf8_lossy(&demo.stderr)
-    );
-    let url = format!("sqlite://{}", db.display());
+    let stderr = String::from_utf8_lossy(&demo.stderr);
+    assert!(demo.status.success(), "{stderr}");
+    let summary = serde_json::from_slice(&demo.stdout).unwrap();
+    (summary, format!("sqlite://{}", db.display()))
+}
+
+/// The finance report from a demo's ledger: FOCUS sums to the report's spend, and the HTML page,
+/// rendered by headless Chromium, shows the same total.
+#[test]
+fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let (summary, url) = demo_ledger(dir.path());
     let report = |format: &str, out: &std::path::Path| {
         let status = Command::new(BIN)
             .args([
@@ -986,7 +988,6 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
     assert_ne!(total, "0.000000", "the demo spent money");
     // The demo's own summary, written on its scaled clock, and the report read afterwards on the
     // wall clock are one figure: the demo ends its nodes when it ends.
-    let summary: Value = serde_json::from_slice(&demo.stdout).unwrap();
     assert_eq!(
         summary["spend_usd"].as_str().unwrap(),
         total,
@@ -1113,6 +1114,97 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         dom.contains(r#"<td class="period">daily from "#),
         "period named: {dom}"
     );
+    // The page ends with the reservations the same history advises, a heat map per family.
+    assert!(dom.contains(r#"<section id="reservations">"#), "{dom}");
+    assert!(
+        dom.contains(r#"<svg id="heat-map-0" class="heat-map""#),
+        "{dom}"
+    );
+}
+
+/// `report reservations` on a demo's ledger: every family that ran is listed with what it spent
+/// (together the budget report's total), and a history of minutes is too short for a term.
+#[test]
+fn reservations_are_advised_from_a_demo_s_ledger_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let (summary, url) = demo_ledger(dir.path());
+    let report = |format: &str| {
+        let out = Command::new(BIN)
+            .args([
+                "report",
+                "reservations",
+                "--database-url",
+                &url,
+                "--format",
+                format,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: Value = serde_json::from_str(&report("json")).unwrap();
+    let families = json["families"].as_array().unwrap();
+    let pools: std::collections::BTreeSet<&str> = families
+        .iter()
+        .map(|f| f["pool"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pools.into_iter().collect::<Vec<_>>(),
+        ["llama-70b-interactive", "mistral-7b-batch"]
+    );
+    let micros = |m: &Value| -> i64 {
+        let (whole, frac) = m.as_str().unwrap().split_once('.').unwrap();
+        whole.parse::<i64>().unwrap() * 1_000_000 + frac.parse::<i64>().unwrap()
+    };
+    assert_eq!(
+        families.iter().map(|f| micros(&f["spend"])).sum::<i64>(),
+        micros(&summary["spend_usd"]),
+        "the families' spend is the demo's"
+    );
+    for f in families {
+        assert!(
+            f["why"]
+                .as_str()
+                .unwrap()
+                .contains("a term commitment is weighed on a week at least"),
+            "{f}"
+        );
+        assert_eq!(f["profile"].as_array().unwrap().len(), 7);
+    }
+    let table = report("table");
+    assert!(table.contains("llama-70b-interactive sim/"), "{table}");
+    let csv = report("csv");
+    assert_eq!(csv.lines().count(), families.len() + 1, "{csv}");
+    assert!(report("html").contains("<section id=\"reservations\">"));
+
+    // Bad input: one line naming the flag, exit code 2.
+    let terms = dir.path().join("terms.toml");
+    std::fs::write(&terms, "[[commitment]]\nprovider = \"azure\"\n").unwrap();
+    for (args, flag) in [
+        (vec!["--format", "xml"], "--format"),
+        (vec!["--from", "2030-01-01"], "--from"),
+        (
+            vec!["--commitments", terms.to_str().unwrap()],
+            "--commitments",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["report", "reservations", "--database-url", &url])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: {flag}")) && stderr.lines().count() == 1,
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -6,14 +6,14 @@ use headroom_core::Money;
 
 use crate::BudgetReport;
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-fn usd(m: Money) -> String {
+pub(crate) fn usd(m: Money) -> String {
     // Cents for reading; the exact figure stays in the title attribute.
     format!("${:.2}", m.micros() as f64 / 1_000_000.0)
 }
@@ -186,6 +186,14 @@ fn bars(id: &str, title: &str, rows: &[(String, Vec<f64>)], legend: &[&str]) -> 
 
 /// The whole report as one HTML page.
 pub fn to_html(report: &BudgetReport) -> String {
+    to_html_with(report, None)
+}
+
+/// The page with the reservations advice as its last section.
+pub fn to_html_with(
+    report: &BudgetReport,
+    reservations: Option<&crate::reservations::ReservationReport>,
+) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -293,6 +301,9 @@ pub fn to_html(report: &BudgetReport) -> String {
             &refusals,
             &["replicas refused"],
         ));
+    }
+    if let Some(advice) = reservations {
+        h.push_str(&crate::reservations::html_section(advice));
     }
     h.push_str("</body></html>\n");
     h

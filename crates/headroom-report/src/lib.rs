@@ -9,6 +9,7 @@
 
 pub mod focus;
 pub mod html;
+pub mod reservations;
 
 use std::collections::BTreeMap;
 use std::fmt;
