@@ -59,6 +59,15 @@ pub struct SimulateArgs {
     /// explain a miss.
     #[arg(long, value_name = "FILE.jsonl")]
     decisions: Option<PathBuf>,
+    /// Put a reservation of N nodes beside OFFERING (for PERIOD from the start, at USD per
+    /// node-hour; default the whole run at the on-demand rate) and compare the run with the same
+    /// run without it. Repeat for several.
+    #[arg(long = "reserve", value_name = "OFFERING=N[:PERIOD][@USD]")]
+    reserve: Vec<String>,
+    /// Keep Headroom's ledger of the run (with the reservations, if any) in this new SQLite
+    /// file, for `headroom report … --database-url sqlite://FILE`.
+    #[arg(long, value_name = "FILE.db")]
+    ledger: Option<PathBuf>,
 }
 
 /// Bad input becomes one line naming the flag and the fix (exit code 2).
@@ -124,11 +133,40 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     if args.decisions.is_some() {
         decisions_apply(&args, &policies)?;
     }
+    let many = [("--corpus", args.corpus.is_some()), ("--suite", args.suite)];
+    let one_run = [
+        ("--reserve", !args.reserve.is_empty()),
+        ("--ledger", args.ledger.is_some()),
+    ];
+    for (flag, _) in one_run.iter().filter(|(_, given)| *given) {
+        if let Some((other, _)) = many.iter().find(|(_, given)| *given) {
+            return Err(BadInput(format!(
+                "{flag}: cannot be combined with {other}; it concerns one run, give --scenario"
+            ))
+            .into());
+        }
+    }
     if let Some(n) = &args.corpus {
         return corpus(&args, n, &policies, json).await;
     }
     if args.suite {
         return suite(&policies, args.seed, json, markdown).await;
+    }
+    let reservations = reservations(&args)?;
+    if let Some(path) = &args.ledger {
+        if !policies.contains(&Policy::Headroom) {
+            return Err(BadInput(
+                "--ledger: only Headroom keeps a ledger; add --policy headroom".into(),
+            )
+            .into());
+        }
+        if path.exists() {
+            return Err(BadInput(format!(
+                "--ledger: {} exists; name a new file (a simulated history is never mixed into another)",
+                path.display()
+            ))
+            .into());
+        }
     }
     let name = args.scenario.as_deref().unwrap_or_default();
     let scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--scenario", e))?;
@@ -140,9 +178,24 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let started = stopwatch();
-    let mut report = quietly(headroom_sim::run(&scenario, trace, &policies, args.seed))
-        .await
-        .map_err(|e| bad("--scenario", e))?;
+    let mut reserved = scenario.clone();
+    for spec in &reservations {
+        headroom_sim::reserve::reserve(&mut reserved, spec).map_err(|e| bad("--reserve", e))?;
+    }
+    let without = if reservations.is_empty() {
+        None
+    } else {
+        let run = headroom_sim::run(&scenario, trace.clone(), &policies, args.seed);
+        Some(quietly(run).await.map_err(|e| bad("--scenario", e))?)
+    };
+    let run = headroom_sim::run_keeping_ledger(
+        &reserved,
+        trace,
+        &policies,
+        args.seed,
+        args.ledger.as_deref(),
+    );
+    let mut report = quietly(run).await.map_err(|e| bad("--scenario", e))?;
     report.wall_time_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     report.simulated_requests_per_s =
         (report.simulated_requests() as f64 / report.wall_time_s.max(1e-3)).round();
@@ -166,6 +219,22 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             ))
         })?;
     }
+    if let Some(without) = &without {
+        if json {
+            let both = serde_json::json!({ "without": without, "with": report });
+            println!("{}", serde_json::to_string_pretty(&both)?);
+        } else {
+            println!("Without the reservation:");
+            print!("{}", headroom_sim::render::table(without));
+            println!("\nWith {}:", args.reserve.join(", "));
+            print!("{}", headroom_sim::render::table(&report));
+            print!(
+                "{}",
+                headroom_sim::render::reservation_comparison(without, &report)
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -178,6 +247,17 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--reserve` flags, each checked: one line naming the flag and the fix.
+fn reservations(args: &SimulateArgs) -> anyhow::Result<Vec<headroom_sim::reserve::ReserveSpec>> {
+    args.reserve
+        .iter()
+        .map(|text| {
+            text.parse()
+                .map_err(|e: String| BadInput(format!("--reserve: {e}")).into())
+        })
+        .collect()
 }
 
 /// `--decisions` explains one run of Headroom: refused (one line) with a suite or a corpus, or

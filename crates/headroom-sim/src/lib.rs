@@ -10,11 +10,12 @@ pub mod error;
 pub mod model;
 pub mod render;
 pub mod replay;
+pub mod reserve;
 pub mod run;
 pub mod scenario;
 pub mod traffic;
 
 pub use error::SimError;
-pub use run::{Policy, Report, run};
+pub use run::{Policy, Report, run, run_keeping_ledger};
 pub use scenario::Scenario;
 pub use traffic::{BurstProfile, QueueModel};

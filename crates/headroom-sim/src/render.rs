@@ -411,3 +411,27 @@ pub fn svg(report: &Report) -> String {
     svg.push_str("</svg>\n");
     svg
 }
+
+/// `--reserve`: per policy, what the reservation changed — cost (its idle hours included),
+/// SLO attainment and refusals — between the run without it and the run with it.
+pub fn reservation_comparison(without: &Report, with: &Report) -> String {
+    let mut out = String::from(
+        "\nWhat the reservation changed (cost with it includes its idle node-hours):\npolicy            cost without   cost with  of which idle  SLO without  SLO with  refusals without  refusals with\n",
+    );
+    for (a, b) in without.policies.iter().zip(&with.policies) {
+        let refused = |p: &crate::run::PolicyReport| p.refusals.values().sum::<u64>();
+        let _ = writeln!(
+            out,
+            "{:<16}  {:>12.2}  {:>10.2}  {:>13.2}  {:>11.4}  {:>8.4}  {:>16}  {:>13}",
+            a.policy,
+            a.cost_usd,
+            b.cost_usd,
+            b.reservation_idle_usd,
+            a.slo_attainment,
+            b.slo_attainment,
+            refused(a),
+            refused(b)
+        );
+    }
+    out
+}

@@ -145,6 +145,8 @@ pub struct Scenario {
     pub trace_tier: u8,
     pub hpa: HpaSettings,
     pub faults: Vec<Fault>,
+    /// Reservations in force (`--reserve`, `[[reservations]]`): paid for whether used or not.
+    pub reservations: Vec<crate::reserve::SimReservation>,
 }
 
 impl Scenario {
@@ -187,7 +189,21 @@ struct Raw {
     hpa: RawHpa,
     #[serde(default)]
     faults: Vec<RawFault>,
+    /// Reservations the run has in place, as `--reserve` adds them.
+    #[serde(default)]
+    reservations: Vec<RawReservation>,
     headroom: toml::Table,
+}
+
+/// One `[[reservations]]` entry: `offering`, `nodes`, and optionally `period` and
+/// `usd_per_node_hour`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReservation {
+    offering: String,
+    nodes: u32,
+    period: Option<String>,
+    usd_per_node_hour: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -372,7 +388,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         .collect::<Result<Vec<_>, _>>()?;
     faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
 
-    Ok(Scenario {
+    let mut scenario = Scenario {
         name: raw.name,
         description: raw.description,
         duration_s: clock.duration_s,
@@ -386,7 +402,24 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         trace_tier,
         hpa,
         faults,
-    })
+        reservations: Vec::new(),
+    };
+    for (i, r) in raw.reservations.iter().enumerate() {
+        // The same words as the flag, so one parser checks both.
+        let mut text = format!("{}={}", r.offering, r.nodes);
+        if let Some(p) = &r.period {
+            text.push_str(&format!(":{p}"));
+        }
+        if let Some(rate) = &r.usd_per_node_hour {
+            text.push_str(&format!("@{rate}"));
+        }
+        let spec: crate::reserve::ReserveSpec = text.parse().map_err(|e: String| {
+            SimError::scenario(origin, format!("key `reservations[{i}]`: {e}"))
+        })?;
+        crate::reserve::reserve(&mut scenario, &spec)
+            .map_err(|e| SimError::scenario(origin, format!("key `reservations[{i}]`: {e}")))?;
+    }
+    Ok(scenario)
 }
 
 /// A TOML or serde error as one line: where, what, and where to look.

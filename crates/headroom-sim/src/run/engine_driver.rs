@@ -100,11 +100,13 @@ impl<'s> EngineDriver<'s> {
         config: &Config,
         cloud: Arc<SimCloud>,
         clock: Arc<ManualClock>,
+        keep: Option<&std::path::Path>,
     ) -> Result<EngineDriver<'s>, SimError> {
         let dir =
             tempfile::tempdir().map_err(|e| SimError::Io(format!("temporary ledger: {e}")))?;
+        let path = keep.map_or_else(|| dir.path().join("sim-ledger.db"), |p| p.to_path_buf());
         let ledger = Arc::new(
-            SqliteLedger::open_scratch(&dir.path().join("sim-ledger.db"))
+            SqliteLedger::open_scratch(&path)
                 .await
                 .map_err(engine_err)?,
         );

@@ -118,7 +118,10 @@ pub struct PolicyReport {
     pub shed: u64,
     pub gpu_hours: f64,
     pub idle_gpu_hours: f64,
+    /// Everything paid, the idle part of reservations included.
     pub cost_usd: f64,
+    /// What reservations cost while no node ran on them (in `cost_usd`).
+    pub reservation_idle_usd: f64,
     /// The certified lower bound for starting as many requests within their objectives as
     /// this policy did (see [`Bound`]).
     pub bound_usd: f64,
@@ -221,6 +224,18 @@ pub async fn run(
     policies: &[Policy],
     seed: Option<u64>,
 ) -> Result<Report, SimError> {
+    run_keeping_ledger(sc, trace, policies, seed, None).await
+}
+
+/// [`run`], with Headroom's ledger kept in the new SQLite file `ledger` (for `headroom report`
+/// on a simulated history) instead of a temporary one.
+pub async fn run_keeping_ledger(
+    sc: &Scenario,
+    trace: Option<Vec<Request>>,
+    policies: &[Policy],
+    seed: Option<u64>,
+    ledger: Option<&std::path::Path>,
+) -> Result<Report, SimError> {
     let seed = seed.unwrap_or(sc.seed);
     let (requests, duration_s) = requests_for(sc, trace, seed);
     let oracle = Oracle::new(sc, &requests, duration_s);
@@ -230,7 +245,7 @@ pub async fn run(
     let mut series = Vec::new();
     for &policy in policies {
         let (mut report, samples) =
-            run_policy(sc, &requests, duration_s, policy, seed, &oracle).await?;
+            run_policy(sc, &requests, duration_s, policy, seed, &oracle, ledger).await?;
         report.bound_usd = round6(bound.within(report.requests_within_slo));
         report.cost_vs_bound = ratio(report.cost_usd, report.bound_usd);
         report.cost_vs_hindsight = ratio(report.cost_usd, oracle_cost);
@@ -296,6 +311,7 @@ async fn run_policy(
     policy: Policy,
     seed: u64,
     oracle: &Oracle,
+    ledger: Option<&std::path::Path>,
 ) -> Result<(PolicyReport, Vec<Sample>), SimError> {
     let clock = Arc::new(ManualClock::new(epoch()));
     let mut config = sc.config.clone();
@@ -312,7 +328,8 @@ async fn run_policy(
     match policy {
         Policy::Headroom => {
             let driver =
-                engine_driver::EngineDriver::start(sc, &config, cloud, clock.clone()).await?;
+                engine_driver::EngineDriver::start(sc, &config, cloud, clock.clone(), ledger)
+                    .await?;
             run.with(driver).await
         }
         Policy::HpaUtilization | Policy::HpaQueue | Policy::KedaKarpenter | Policy::Predictive => {
@@ -352,7 +369,7 @@ impl Run<'_> {
         let mut samples = Vec::new();
         let mut faults: VecDeque<&Fault> = sc.faults.iter().collect();
         let mut books = vec![PoolBook::default(); sc.pools.len()];
-        let (mut cost, mut gpu_s) = (0.0_f64, 0.0_f64);
+        let (mut cost, mut gpu_s, mut reservation_idle) = (0.0_f64, 0.0_f64, 0.0_f64);
         let mut desired_series = Vec::new();
         let (mut peak_ready, mut peak_waiting) = (0u32, 0u64);
         let mut t = 0.0_f64;
@@ -382,6 +399,13 @@ impl Run<'_> {
                 book.gpu_s += gpus * sc.tick_s;
                 cost += usd_per_hour * hours;
                 gpu_s += gpus * sc.tick_s;
+            }
+            if let Some(cloud) = driver.cloud() {
+                for (pool, usd_per_hour) in reservations_idle(sc, cloud, t) {
+                    books[pool].cost += usd_per_hour * hours;
+                    cost += usd_per_hour * hours;
+                    reservation_idle += usd_per_hour * hours;
+                }
             }
             self.clock.advance(Duration::from_secs_f64(sc.tick_s));
             t += sc.tick_s;
@@ -431,6 +455,7 @@ impl Run<'_> {
             gpu_hours: round6(gpu_s / 3600.0),
             idle_gpu_hours: round6(((gpu_s - totals.busy_gpu_s) / 3600.0).max(0.0)),
             cost_usd: round6(cost),
+            reservation_idle_usd: round6(reservation_idle),
             bound_usd: 0.0,
             cost_vs_bound: 0.0,
             cost_vs_hindsight: 0.0,
@@ -459,6 +484,34 @@ impl Run<'_> {
         };
         Ok((report, samples))
     }
+}
+
+/// What each reservation in force at `t` costs an hour for its nodes that no instance runs on,
+/// charged to the first pool that lists it.
+fn reservations_idle(sc: &Scenario, cloud: &SimCloud, t: f64) -> Vec<(usize, f64)> {
+    let live = cloud.all_instances();
+    sc.reservations
+        .iter()
+        .filter(|r| r.ends_s.is_none_or(|end| t < end))
+        .filter_map(|r| {
+            let pool = sc
+                .pools
+                .iter()
+                .position(|p| p.spec.offerings.contains(&r.offering))?;
+            let used = live
+                .iter()
+                .filter(|i| i.offering == r.offering)
+                .filter(|i| {
+                    matches!(
+                        i.phase,
+                        InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
+                    )
+                })
+                .count() as u32;
+            let idle = r.nodes.saturating_sub(used);
+            Some((pool, idle as f64 * r.usd_per_node_hour))
+        })
+        .collect()
 }
 
 /// One pool's bill and peak over a run.
@@ -573,6 +626,7 @@ mod tests {
             gpu_hours: 0.0,
             idle_gpu_hours: 0.0,
             cost_usd,
+            reservation_idle_usd: 0.0,
             bound_usd: 0.0,
             cost_vs_bound: 0.0,
             cost_vs_hindsight: 0.0,
