@@ -2134,6 +2134,7 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
         "gpu_hours",
         "idle_gpu_hours",
         "cost_usd",
+        "reservation_idle_usd",
         "bound_usd",
         "cost_vs_bound",
         "cost_vs_hindsight",
@@ -2147,7 +2148,7 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
     ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    assert_eq!(keys.len(), 19, "{keys:?}");
+    assert_eq!(keys.len(), 20, "{keys:?}");
     // One pool's share per simulated pool, adding up to the policy's requests.
     let pools = policies[0]["pools"].as_array().expect("pools is a list");
     assert_eq!(pools.len(), 1);
