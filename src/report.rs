@@ -102,17 +102,19 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
     let text = match format {
         // The finance page ends with the reservations the same history advises.
         Format::Html => {
-            let terms = headroom_report::reservations::parse_terms(
-                headroom_report::reservations::DEFAULT_TERMS,
-            )?;
-            let advice = headroom_report::reservations::from_ledger(
-                ledger.as_ref(),
-                Some(from),
-                Some(to),
-                now,
-                &terms,
-            )
-            .await
+            use headroom_report::reservations;
+            let terms = reservations::parse_terms(reservations::DEFAULT_TERMS)?;
+            // The advice reads the events the report read; only the refusals are read again.
+            let until = report.to.min(report.generated_at);
+            let refusals = ledger.refusals_between(from, until).await?;
+            // A range with no history before now gets no section (advise refuses an empty one).
+            let advice = reservations::advise(&reservations::ReservationInput {
+                events: &events,
+                refusals: &refusals,
+                terms: &terms,
+                from,
+                until,
+            })
             .ok();
             headroom_report::html::to_html_with(&report, advice.as_ref())
         }

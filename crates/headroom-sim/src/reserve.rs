@@ -94,11 +94,11 @@ impl FromStr for ReserveSpec {
     }
 }
 
-/// The id of the reservation beside `offering`.
-pub fn reserved_id(offering: &OfferingId) -> Result<OfferingId, SimError> {
+/// The id of the reservation beside `offering`, in scenario `origin`.
+fn reserved_id(origin: &str, offering: &OfferingId) -> Result<OfferingId, SimError> {
     format!("{offering}-reserved")
         .parse()
-        .map_err(|e| SimError::scenario("--reserve", format!("{offering}: {e}")))
+        .map_err(|e| SimError::scenario(origin, format!("{offering}: {e}")))
 }
 
 /// Adds the reservation `spec` describes to `sc`: the reserved offering, its place first in the
@@ -118,19 +118,18 @@ pub fn reserve(sc: &mut Scenario, spec: &ReserveSpec) -> Result<(), SimError> {
         .cloned()
     else {
         return Err(SimError::scenario(
-            "--reserve",
+            &sc.name,
             format!(
-                "no offering {:?} in scenario {}; name one of {}",
+                "no offering {:?}; name one of {}",
                 spec.offering.as_str(),
-                sc.name,
                 known.join(", ")
             ),
         ));
     };
-    let id = reserved_id(&spec.offering)?;
+    let id = reserved_id(&sc.name, &spec.offering)?;
     if known.iter().any(|k| *k == id.as_str()) {
         return Err(SimError::scenario(
-            "--reserve",
+            &sc.name,
             format!(
                 "{} is reserved twice; give one --reserve per offering",
                 spec.offering

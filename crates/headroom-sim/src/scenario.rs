@@ -416,8 +416,14 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
         let spec: crate::reserve::ReserveSpec = text.parse().map_err(|e: String| {
             SimError::scenario(origin, format!("key `reservations[{i}]`: {e}"))
         })?;
-        crate::reserve::reserve(&mut scenario, &spec)
-            .map_err(|e| SimError::scenario(origin, format!("key `reservations[{i}]`: {e}")))?;
+        crate::reserve::reserve(&mut scenario, &spec).map_err(|e| {
+            // The scenario is already named once; keep only what went wrong.
+            let why = match e {
+                SimError::Scenario { message, .. } => message,
+                other => other.to_string(),
+            };
+            SimError::scenario(origin, format!("key `reservations[{i}]`: {why}"))
+        })?;
     }
     Ok(scenario)
 }
