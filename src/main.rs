@@ -253,7 +253,7 @@ fn config_text(path: Option<&Path>) -> Result<(String, String), BadInput> {
     }
 }
 
-fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, String)> {
+pub(crate) fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, String)> {
     let (text, origin) = config_text(path)?;
     Ok((Config::parse(&text, &origin)?, origin))
 }
@@ -271,12 +271,8 @@ fn config_check(path: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the ledger a URL names: `sqlite://PATH` (migrated), or `postgres://…`, migrated only
-/// when the role owns the schema; the runtime role opens a current schema without DDL and is
-/// told to run `headroom migrate` otherwise.
 /// Opens the ledger a reading command (`report`, `token list` and `revoke`) names, which must
-/// exist: a mistyped
-/// SQLite path is an error, not a new empty ledger and a $0 report.
+/// exist: a mistyped SQLite path is an error, not a new empty ledger and a $0 report.
 pub async fn open_existing_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> {
     if let Some(path) = url
         .strip_prefix("sqlite://")

@@ -34,6 +34,10 @@ pub struct BudgetReportArgs {
     /// Write here instead of stdout.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// The deployment's configuration: its reservations are paid for whether nodes use them or
+    /// not, and the report counts their idle hours as spend. Without it only what ran is shown.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 /// An instant from RFC 3339 or a plain date (midnight UTC).
@@ -96,9 +100,21 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
     if from >= to {
         return Err(BadInput("--from: must be before --to".into()).into());
     }
+    let reservations = match &args.config {
+        Some(path) => crate::load_config(Some(path))?.0.reserved_capacity(),
+        None => Vec::new(),
+    };
     let ledger = crate::open_existing_ledger(&args.database_url).await?;
-    let (report, events) =
-        headroom_report::from_ledger(ledger.as_ref(), from, to, group_by, now, None).await?;
+    let (report, events) = headroom_report::from_ledger(
+        ledger.as_ref(),
+        from,
+        to,
+        group_by,
+        now,
+        None,
+        &reservations,
+    )
+    .await?;
     let text = match format {
         // The finance page ends with the reservations the same history advises.
         Format::Html => {
@@ -118,7 +134,7 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
             .ok();
             headroom_report::html::to_html_with(&report, advice.as_ref())
         }
-        _ => headroom_report::render(&report, &events, format)?,
+        _ => headroom_report::render(&report, &events, &reservations, format)?,
     };
     match &args.out {
         Some(path) => std::fs::write(path, text)

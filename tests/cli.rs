@@ -1120,6 +1120,59 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         dom.contains(r#"<svg id="heat-map-0" class="heat-map""#),
         "{dom}"
     );
+
+    // With the deployment's configuration, a reservation it names is paid whether used or not:
+    // a day of two idle nodes (long before the demo) is spend, charged to the one pool listing it.
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let reserved = "[[offerings]]\nid = \"use1-g6-reserved\"\nprovider = \"sim\"\nregion = \"us-east-1\"\nzone = \"use1-az1\"\ninstance_type = \"g6.xlarge\"\nmarket = \"reserved\"\nprice_usd_per_hour = \"0.50\"\ngpus = 1\nreserved_nodes = 2\nreservation_starts = \"2001-01-01T00:00:00Z\"\nreservation_ends = \"2001-01-02T00:00:00Z\"\n\n";
+    let config = example
+        .replacen("[[offerings]]", &format!("{reserved}[[offerings]]"), 1)
+        .replace(
+            "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\"]",
+            "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\", \"use1-g6-reserved\"]",
+        );
+    let config_path = dir.path().join("reserved.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let with_config = Command::new(BIN)
+        .args(["report", "budget", "--database-url", &url])
+        .args(["--from", "2000-01-01", "--to", "2100-01-01"])
+        .args(["--group-by", "pool", "--format", "json", "--config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert!(
+        with_config.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with_config.stderr)
+    );
+    let booked: Value = serde_json::from_slice(&with_config.stdout).unwrap();
+    let money = |v: &Value| v.as_str().unwrap().parse::<f64>().unwrap();
+    assert_eq!(booked["totals"]["reserved_idle_node_hours"], 48.0);
+    assert_eq!(booked["totals"]["reserved_idle"], "24.000000");
+    let batch = booked["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["group"] == "mistral-7b-batch")
+        .unwrap();
+    assert_eq!(batch["reserved_idle"], "24.000000", "{booked}");
+    assert!(
+        (money(&booked["totals"]["spend"]) - money(&json["totals"]["spend"]) - 24.0).abs() < 1e-9,
+        "the idle day is added to what ran"
+    );
+    let missing = Command::new(BIN)
+        .args(["report", "budget", "--database-url", &url, "--config"])
+        .arg(dir.path().join("no-such.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(stderr.contains("no-such.toml"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
 /// `report reservations` on a demo's ledger: every family that ran is listed with what it spent

@@ -954,6 +954,88 @@ async fn budget_reports_come_in_every_format_and_agree() {
     }
 }
 
+/// A reservation the configuration names is paid whether used or not: over the five minutes
+/// the engine ran, the report counts its two nodes' time as used or idle, the idle part as
+/// spend, and FOCUS writes that part as `Unused` rows that keep its sum equal to the spend.
+#[tokio::test]
+async fn budget_reports_count_a_configured_reservation_s_idle_hours_as_spend() {
+    let reserved = "[[offerings]]\nid = \"use1-g6-reserved\"\nprovider = \"sim\"\nregion = \"us-east-1\"\nzone = \"use1-az1\"\ninstance_type = \"g6.xlarge\"\nmarket = \"reserved\"\nprice_usd_per_hour = \"0.50\"\ngpus = 1\nreserved_nodes = 2\nreservation_starts = \"2026-11-30T09:00:00Z\"\n\n";
+    let text = config().replacen("[[offerings]]", &format!("{reserved}[[offerings]]"), 1);
+    let text = text.replace(
+        "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\"]",
+        "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\", \"use1-g6-reserved\"]",
+    );
+    let rig = Rig::new(&text).await;
+    let engine = rig.engine(rig.sim_cloud());
+    let router = app(AppState::new(
+        engine.clone(),
+        false,
+        headroom_api::Limits::default(),
+    ));
+    for _ in 0..60 {
+        engine.tick().await.unwrap();
+        rig.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let get = |uri: String| {
+        let router = router.clone();
+        async move {
+            let response = router
+                .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        }
+    };
+    let range = "from=2026-11-30T00:00:00Z&to=2026-12-01T00:00:00Z";
+    let json: Value = serde_json::from_str(
+        &get(format!(
+            "/v1/reports/budget?{range}&group_by=market&format=json"
+        ))
+        .await,
+    )
+    .unwrap();
+    let totals = &json["totals"];
+    let hours = |field: &str| totals[field].as_f64().unwrap();
+    // Two reserved nodes from 09:00 to the engine's now (five minutes on): 1/6 node-hour.
+    let reserved_hours = hours("reserved_used_node_hours") + hours("reserved_idle_node_hours");
+    assert!(
+        (reserved_hours - 2.0 * 300.0 / 3600.0).abs() < 1e-6,
+        "{totals}"
+    );
+    let money = |v: &Value| v.as_str().unwrap().parse::<headroom_core::Money>().unwrap();
+    let idle = money(&totals["reserved_idle"]);
+    assert!(idle > headroom_core::Money::ZERO, "{totals}");
+    let parts =
+        money(&totals["on_demand"]) + money(&totals["spot"]) + money(&totals["reserved"]) + idle;
+    assert_eq!(
+        money(&totals["spend"]),
+        parts,
+        "spend is every market plus idle"
+    );
+
+    let focus = get(format!("/v1/reports/budget?{range}&format=focus")).await;
+    let mut reader = csv::Reader::from_reader(focus.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let column = |name| headers.iter().position(|h| h == name).unwrap();
+    let (billed, status) = (column("BilledCost"), column("CommitmentDiscountStatus"));
+    let mut sum = headroom_core::Money::ZERO;
+    let mut unused = headroom_core::Money::ZERO;
+    for row in reader.records() {
+        let row = row.unwrap();
+        let cost: headroom_core::Money = row[billed].parse().unwrap();
+        sum += cost;
+        if &row[status] == "Unused" {
+            unused += cost;
+        }
+    }
+    assert_eq!(sum, money(&totals["spend"]), "FOCUS sums to the spend");
+    assert_eq!(unused, idle, "the Unused rows are the idle part");
+}
+
 /// One figure of spend, at the engine's instant, whoever asks: the budget endpoint, `/metrics`,
 /// the report and the ledger's summary, on a clock far from the wall clock.
 #[tokio::test]

@@ -27,7 +27,7 @@ pub use error::CoreError;
 pub use money::Money;
 pub use names::{AccountName, OfferingId, PoolName};
 pub use node::{LadderRung, NodeId, NodeState};
-pub use offering::{Market, Offering, ProviderKind};
+pub use offering::{Market, Offering, ProviderKind, ReservedCapacity};
 pub use pool::{ColdStartLadder, PoolSpec, SupplyPolicy, WarmMode};
 pub use quota::{QuotaDraw, QuotaHeadroom, QuotaUnit};
 pub use refusal::{ErrorClass, RefusalReason};

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Money, OfferingId};
+use crate::{AccountName, Money, OfferingId, PoolName, Timestamp};
 
 /// Which cloud an offering lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -81,4 +81,23 @@ pub struct Offering {
     pub price_usd_per_hour: Money,
     /// Accelerators per node, e.g. 8 for a p5.48xlarge.
     pub gpus_per_node: u32,
+}
+
+/// A reservation the deployment pays for: `nodes` instances of one offering at its hourly
+/// price, from `starts_at` (or always) until `ends_at` (or always).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservedCapacity {
+    pub offering: OfferingId,
+    pub provider: ProviderKind,
+    pub region: String,
+    pub zone: String,
+    pub instance_type: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    /// What one reserved node costs per hour, used or not.
+    pub price_usd_per_hour: Money,
+    pub starts_at: Option<Timestamp>,
+    pub ends_at: Option<Timestamp>,
+    /// The pools that list the offering, with their accounts: who its idle part is charged to.
+    pub pools: Vec<(PoolName, AccountName)>,
 }

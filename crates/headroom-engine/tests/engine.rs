@@ -1675,6 +1675,22 @@ async fn an_idle_reservation_and_one_nearing_its_end_alert() {
         "{:?}",
         names(&h)
     );
+    // It says what the idle time has cost: two nodes at 30.00/h for the half hour or so.
+    let idle = h
+        .engine
+        .active_alerts()
+        .into_iter()
+        .find(|a| a.alert.name == "ReservationIdle")
+        .unwrap();
+    let summary = &idle.alert.summary;
+    assert!(summary.contains("(60.000000/h)"), "{summary}");
+    let so_far: f64 = summary
+        .split(": ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|cost| cost.parse().ok())
+        .unwrap_or_else(|| panic!("no cost in {summary}"));
+    assert!((30.0..=32.0).contains(&so_far), "{summary}");
 
     // Putting it to use clears the idle alert.
     h.request(1).await;

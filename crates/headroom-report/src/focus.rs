@@ -6,6 +6,7 @@ use chrono::{Datelike, TimeZone, Utc};
 use headroom_core::{Market, ProviderKind, Timestamp};
 use headroom_ledger::NodeEvent;
 
+use crate::reserved::{IdleStretch, ReservedCapacity, idle_stretches};
 use crate::{ReportError, spans};
 
 /// The FOCUS columns written, in order; Headroom's own columns carry the `x_` prefix. The
@@ -124,9 +125,11 @@ fn commitment(e: &NodeEvent, hours: &str) -> [String; 7] {
     }
 }
 
-/// FOCUS rows for every billable span in `[from, until)`.
+/// FOCUS rows for every billable span in `[from, until)`, and for every stretch in which a
+/// reservation's nodes ran nothing (status `Unused`: paid, not consumed).
 pub fn to_focus_csv(
     events: &[NodeEvent],
+    reservations: &[ReservedCapacity],
     from: Timestamp,
     until: Timestamp,
 ) -> Result<String, ReportError> {
@@ -218,8 +221,89 @@ pub fn to_focus_csv(
             ])?;
         }
     }
+    if until > from {
+        for idle in idle_stretches(reservations, events, from, until) {
+            w.write_record(unused_row(&idle))?;
+        }
+    }
     let bytes = w
         .into_inner()
         .map_err(|e| ReportError::Io(e.into_error()))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The row of a reservation's unused nodes over one stretch: billed, consumed by nothing, so
+/// the consumed columns are null and the commitment's status is `Unused`.
+fn unused_row(idle: &IdleStretch<'_>) -> Vec<String> {
+    let r = idle.reservation;
+    let cost = idle.cost().to_string();
+    let node_hours = format!("{:.6}", idle.node_hours());
+    let (billing_start, billing_end) = month_of(idle.start);
+    let (provider, service) = provider_names(r.provider);
+    let price = r.price_usd_per_hour.to_string();
+    let account = r.pools.first().map_or_else(
+        || format!("reservation {}", r.offering),
+        |(_, a)| a.to_string(),
+    );
+    let pools: Vec<&str> = r.pools.iter().map(|(p, _)| p.as_str()).collect();
+    let tags = serde_json::json!({
+        "headroom-offering": r.offering.as_str(),
+        "headroom-pools": pools.join(","),
+    })
+    .to_string();
+    let name = format!("{} {} in {}", r.instance_type, Market::Reserved, r.zone);
+    vec![
+        cost.clone(),
+        cost.clone(),
+        cost.clone(),
+        cost,
+        "USD".into(),
+        account.clone(),
+        account,
+        iso(billing_start),
+        iso(billing_end),
+        iso(idle.start),
+        iso(idle.end),
+        "Usage".into(),
+        String::new(),
+        format!(
+            "{} of {} reserved {} unused in {}",
+            idle.idle_nodes, r.nodes, r.instance_type, r.zone
+        ),
+        "Committed".into(),
+        node_hours.clone(),
+        "Hours".into(),
+        price.clone(),
+        price.clone(),
+        // Nothing consumed the unused part: FOCUS leaves the consumed columns null.
+        String::new(),
+        String::new(),
+        provider.into(),
+        provider.into(),
+        provider.into(),
+        service.into(),
+        "Compute".into(),
+        r.offering.to_string(),
+        format!("reservation {}", r.offering),
+        "Capacity Reservation".into(),
+        r.region.clone(),
+        region_name(r.provider, &r.region),
+        r.zone.clone(),
+        pools.join(","),
+        pools.join(","),
+        r.instance_type.clone(),
+        format!("{}@{price}", r.offering),
+        r.offering.to_string(),
+        name,
+        "Reservation".into(),
+        "Usage".into(),
+        "Unused".into(),
+        node_hours,
+        "Hours".into(),
+        tags,
+        pools.join(","),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]
 }

@@ -10,6 +10,7 @@
 pub mod focus;
 pub mod html;
 pub mod reservations;
+pub mod reserved;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,6 +20,7 @@ use headroom_core::planner::Destination;
 use headroom_core::{Budget, BudgetPeriod, Market, Money, NodeState, Timestamp};
 use headroom_ledger::derive::{histories, standing};
 use headroom_ledger::{NodeEvent, RefusalRecord};
+use reserved::{IdleStretch, ReservedCapacity};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -120,7 +122,14 @@ pub struct ReportRow {
     pub spend: Money,
     pub on_demand: Money,
     pub spot: Money,
+    /// Spend on nodes that ran on a reservation.
     pub reserved: Money,
+    /// What the reservations' unused nodes cost: paid whether a node ran or not.
+    pub reserved_idle: Money,
+    /// Node-hours run on reservations.
+    pub reserved_used_node_hours: f64,
+    /// Node-hours of reservations that ran no node.
+    pub reserved_idle_node_hours: f64,
     /// Spend on nodes climbing the ladder to wait warm: the insurance premium of warm pools.
     pub warm_idle_premium: Money,
     /// GPU-hours from each launch or wake toward serving until the node left service.
@@ -140,6 +149,9 @@ impl ReportRow {
             on_demand: Money::ZERO,
             spot: Money::ZERO,
             reserved: Money::ZERO,
+            reserved_idle: Money::ZERO,
+            reserved_used_node_hours: 0.0,
+            reserved_idle_node_hours: 0.0,
             warm_idle_premium: Money::ZERO,
             requested_gpu_hours: 0.0,
             delivered_gpu_hours: 0.0,
@@ -153,6 +165,9 @@ impl ReportRow {
         self.on_demand += other.on_demand;
         self.spot += other.spot;
         self.reserved += other.reserved;
+        self.reserved_idle += other.reserved_idle;
+        self.reserved_used_node_hours += other.reserved_used_node_hours;
+        self.reserved_idle_node_hours += other.reserved_idle_node_hours;
         self.warm_idle_premium += other.warm_idle_premium;
         self.requested_gpu_hours += other.requested_gpu_hours;
         self.delivered_gpu_hours += other.delivered_gpu_hours;
@@ -221,6 +236,8 @@ pub struct ReportInput<'a> {
     pub events: &'a [NodeEvent],
     pub refusals: &'a [RefusalRecord],
     pub budgets: &'a [Budget],
+    /// The reservations configured: their unused hours are spend too.
+    pub reservations: &'a [reserved::ReservedCapacity],
     pub from: Timestamp,
     pub to: Timestamp,
     /// Spend is counted up to `min(to, now)`; budgets stand at `now`.
@@ -297,7 +314,10 @@ pub fn budget_report(input: &ReportInput<'_>) -> Result<BudgetReport, ReportErro
             match e.market {
                 Market::OnDemand => row.on_demand += cost,
                 Market::Spot => row.spot += cost,
-                Market::Reserved => row.reserved += cost,
+                Market::Reserved => {
+                    row.reserved += cost;
+                    row.reserved_used_node_hours += span.millis() as f64 / 3_600_000.0;
+                }
             }
             if e.destination == Destination::Warm {
                 row.warm_idle_premium += cost;
@@ -312,6 +332,17 @@ pub fn budget_report(input: &ReportInput<'_>) -> Result<BudgetReport, ReportErro
                 row.delivered_gpu_hours += span.gpu_hours();
             }
         }
+    }
+    let idle_stretches =
+        reserved::idle_stretches(input.reservations, input.events, input.from, until);
+    for idle in &idle_stretches {
+        let row = rows
+            .entry(reserved::owner(idle.reservation, input.group_by))
+            .or_insert_with_key(|k| ReportRow::new(k.clone()));
+        let cost = idle.cost();
+        row.spend += cost;
+        row.reserved_idle += cost;
+        row.reserved_idle_node_hours += idle.node_hours();
     }
     for r in input
         .refusals
@@ -355,7 +386,7 @@ pub fn budget_report(input: &ReportInput<'_>) -> Result<BudgetReport, ReportErro
         rows,
         totals,
         budgets,
-        spend_series: spend_series(input.events, input.from, until),
+        spend_series: spend_series(input.events, &idle_stretches, input.from, until),
     })
 }
 
@@ -388,7 +419,12 @@ fn budget_line(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> BudgetL
 }
 
 /// Cumulative spend at up to 100 evenly spaced instants (at least a minute apart).
-fn spend_series(events: &[NodeEvent], from: Timestamp, until: Timestamp) -> Vec<SpendPoint> {
+fn spend_series(
+    events: &[NodeEvent],
+    idle: &[reserved::IdleStretch<'_>],
+    from: Timestamp,
+    until: Timestamp,
+) -> Vec<SpendPoint> {
     let range_ms = (until - from).num_milliseconds().max(0);
     if range_ms == 0 {
         return Vec::new();
@@ -409,7 +445,18 @@ fn spend_series(events: &[NodeEvent], from: Timestamp, until: Timestamp) -> Vec<
                 }
                 .cost()
             })
-            .sum();
+            .sum::<Money>()
+            + idle
+                .iter()
+                .filter(|i| i.start < t)
+                .map(|i| {
+                    IdleStretch {
+                        end: i.end.min(t),
+                        ..i.clone()
+                    }
+                    .cost()
+                })
+                .sum::<Money>();
         points.push(SpendPoint {
             at: t,
             cumulative_spend: cumulative,
@@ -433,6 +480,9 @@ pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
         "on_demand",
         "spot",
         "reserved",
+        "reserved_idle",
+        "reserved_used_node_hours",
+        "reserved_idle_node_hours",
         "warm_idle_premium",
         "requested_gpu_hours",
         "delivered_gpu_hours",
@@ -456,6 +506,9 @@ pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
             row.on_demand.to_string(),
             row.spot.to_string(),
             row.reserved.to_string(),
+            row.reserved_idle.to_string(),
+            format!("{:.4}", row.reserved_used_node_hours),
+            format!("{:.4}", row.reserved_idle_node_hours),
             row.warm_idle_premium.to_string(),
             format!("{:.4}", row.requested_gpu_hours),
             format!("{:.4}", row.delivered_gpu_hours),
@@ -479,6 +532,7 @@ pub async fn from_ledger(
     group_by: GroupBy,
     now: Timestamp,
     accounts: Option<&std::collections::BTreeSet<String>>,
+    reservations: &[ReservedCapacity],
 ) -> Result<(BudgetReport, Vec<NodeEvent>), ReportError> {
     if from >= to {
         return Err(ReportError::InvalidArgument(
@@ -506,11 +560,13 @@ pub async fn from_ledger(
         .into_iter()
         .filter(|b| visible(b.account.as_str()))
         .collect();
+    let visible_reservations = reserved::visible_to(reservations, accounts);
     let now = headroom_ledger::derive::as_of(&events, now);
     let report = budget_report(&ReportInput {
         events: &events,
         refusals: &refusals,
         budgets: &budgets,
+        reservations: &visible_reservations,
         from,
         to,
         now,
@@ -523,14 +579,18 @@ pub async fn from_ledger(
 pub fn render(
     report: &BudgetReport,
     events: &[NodeEvent],
+    reservations: &[ReservedCapacity],
     format: Format,
 ) -> Result<String, ReportError> {
     match format {
         Format::Json => serde_json::to_string_pretty(report).map_err(|e| ReportError::Io(e.into())),
         Format::Csv => to_csv(report),
-        Format::Focus => {
-            focus::to_focus_csv(events, report.from, report.to.min(report.generated_at))
-        }
+        Format::Focus => focus::to_focus_csv(
+            events,
+            reservations,
+            report.from,
+            report.to.min(report.generated_at),
+        ),
         Format::Html => Ok(html::to_html(report)),
     }
 }

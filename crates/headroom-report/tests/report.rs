@@ -3,7 +3,7 @@
 use headroom_core::planner::Destination;
 use headroom_core::{
     Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, ProviderKind,
-    RefusalReason, Timestamp,
+    RefusalReason, ReservedCapacity, Timestamp,
 };
 use headroom_ledger::derive::spend;
 use headroom_ledger::{NodeEvent, RefusalRecord};
@@ -108,6 +108,44 @@ fn history() -> Vec<NodeEvent> {
     ]
 }
 
+/// One p4d node on the reservation `use1-p4d-reserved`, serving 09:00-09:40.
+fn reserved_node_09_00_to_09_40() -> [NodeEvent; 2] {
+    let reserved = |state, at| {
+        let mut e = event(
+            "r",
+            Market::Reserved,
+            Destination::Serve,
+            state,
+            at,
+            "18.5",
+            8,
+        );
+        e.offering = "use1-p4d-reserved".parse().unwrap();
+        e
+    };
+    [
+        reserved(NodeState::Serving, "2026-11-30T09:00:00Z"),
+        reserved(NodeState::Terminated, "2026-11-30T09:40:00Z"),
+    ]
+}
+
+/// Two p4d nodes reserved at 18.50/h for pool `llama` (account `ml`).
+fn p4d_reservation(starts_at: Option<Timestamp>, ends_at: Option<Timestamp>) -> ReservedCapacity {
+    ReservedCapacity {
+        offering: "use1-p4d-reserved".parse().unwrap(),
+        provider: ProviderKind::Aws,
+        region: "us-east-1".into(),
+        zone: "us-east-1a".into(),
+        instance_type: "p4d.24xlarge".into(),
+        nodes: 2,
+        gpus_per_node: 8,
+        price_usd_per_hour: "18.5".parse().unwrap(),
+        starts_at,
+        ends_at,
+        pools: vec![("llama".parse().unwrap(), "ml".parse().unwrap())],
+    }
+}
+
 fn input<'a>(
     events: &'a [NodeEvent],
     refusals: &'a [RefusalRecord],
@@ -118,6 +156,7 @@ fn input<'a>(
         events,
         refusals,
         budgets,
+        reservations: &[],
         from: t("2026-11-30T00:00:00Z"),
         to: t("2026-12-01T00:00:00Z"),
         now: t("2026-11-30T12:00:00Z"),
@@ -162,7 +201,7 @@ fn spend_splits_by_market_and_counts_the_warm_premium() {
 fn focus_rows_sum_to_the_ledger_spend_exactly() {
     let events = history();
     let (from, until) = (t("2026-11-30T09:03:00Z"), t("2026-11-30T09:45:00Z"));
-    let text = focus::to_focus_csv(&events, from, until).unwrap();
+    let text = focus::to_focus_csv(&events, &[], from, until).unwrap();
     let mut reader = csv::Reader::from_reader(text.as_bytes());
     let headers = reader.headers().unwrap().clone();
     for column in [
@@ -236,24 +275,13 @@ fn csv_and_html_carry_the_same_figures() {
 #[test]
 fn focus_conditional_columns_follow_the_spec_s_rules() {
     let mut events = history();
-    use NodeState::{Serving, Terminated};
-    let reserved = |state, at| {
-        let mut e = event(
-            "r",
-            Market::Reserved,
-            Destination::Serve,
-            state,
-            at,
-            "18.5",
-            8,
-        );
-        e.offering = "use1-p4d-reserved".parse().unwrap();
-        e
-    };
-    events.push(reserved(Serving, "2026-11-30T09:00:00Z"));
-    events.push(reserved(Terminated, "2026-11-30T09:40:00Z"));
+    events.extend(reserved_node_09_00_to_09_40());
+    // Two nodes reserved from 08:00: both idle 08:00-09:00 and 09:40-12:00, one while the
+    // reserved node serves.
+    let reservation = p4d_reservation(Some(t("2026-11-30T08:00:00Z")), None);
     let text = focus::to_focus_csv(
         &events,
+        &[reservation],
         t("2026-11-30T00:00:00Z"),
         t("2026-11-30T12:00:00Z"),
     )
@@ -285,7 +313,7 @@ fn focus_conditional_columns_follow_the_spec_s_rules() {
     ] {
         assert!(headers.iter().any(|h| h == column), "{column} missing");
     }
-    let mut committed_rows = 0;
+    let (mut used_rows, mut unused_rows) = (0, 0);
     for row in reader.deserialize::<std::collections::BTreeMap<String, String>>() {
         let row = row.unwrap();
         let v = |c: &str| row[c].as_str();
@@ -327,12 +355,22 @@ fn focus_conditional_columns_follow_the_spec_s_rules() {
             "CommitmentDiscountUnit",
         ];
         if committed {
-            committed_rows += 1;
             assert_eq!(v("CommitmentDiscountCategory"), "Usage");
-            assert_eq!(v("CommitmentDiscountStatus"), "Used");
             assert_eq!(v("CommitmentDiscountUnit"), "Hours");
             assert_eq!(v("CommitmentDiscountQuantity"), v("PricingQuantity"));
             assert_eq!(v("CommitmentDiscountId"), "use1-p4d-reserved");
+            // Consumed columns are null exactly on the unused part of the commitment.
+            match v("CommitmentDiscountStatus") {
+                "Used" => {
+                    used_rows += 1;
+                    assert_eq!(v("ConsumedQuantity"), v("PricingQuantity"));
+                }
+                "Unused" => {
+                    unused_rows += 1;
+                    assert!(null("ConsumedQuantity") && null("ConsumedUnit"), "{row:?}");
+                }
+                other => panic!("CommitmentDiscountStatus {other:?}: {row:?}"),
+            }
         } else {
             for c in cd {
                 assert!(null(c), "{c} on a row without a commitment: {row:?}");
@@ -341,5 +379,91 @@ fn focus_conditional_columns_follow_the_spec_s_rules() {
         assert_eq!(v("RegionName"), "US East (N. Virginia)");
         assert_eq!(v("SubAccountName"), v("SubAccountId"));
     }
-    assert_eq!(committed_rows, 1, "the reserved node's serving span");
+    assert_eq!(used_rows, 1, "the reserved node's serving span");
+    // 08:00-09:00 two idle, 09:00-09:40 one, 09:40-12:00 two.
+    assert_eq!(unused_rows, 3);
+}
+
+/// A reservation of two p4d nodes for the day, on which one node served 09:00-09:40: the
+/// report charges the 23 h 20 min of unused node time to the one pool that can use it, in
+/// spend, in every grouping, in the chart's last point and in FOCUS to the micro-dollar.
+#[test]
+fn a_reservation_s_idle_hours_are_spend_in_every_grouping_and_format() {
+    let mut events = history();
+    events.extend(reserved_node_09_00_to_09_40());
+    let reservation = p4d_reservation(None, Some(t("2026-12-01T00:00:00Z")));
+    let reservations = [reservation];
+    let mut day = input(&events, &[], &[], GroupBy::Pool);
+    day.now = t("2026-12-01T00:00:00Z");
+    day.reservations = &reservations;
+    let without = budget_report(&ReportInput {
+        reservations: &[],
+        ..day
+    })
+    .unwrap();
+    let report = budget_report(&day).unwrap();
+    // 48 reserved node-hours, 40 minutes used.
+    let idle_hours = 48.0 - 40.0 / 60.0;
+    assert!((report.totals.reserved_idle_node_hours - idle_hours).abs() < 1e-9);
+    assert!((report.totals.reserved_used_node_hours - 40.0 / 60.0).abs() < 1e-9);
+    let idle_cost = report.totals.reserved_idle;
+    assert!((idle_cost.as_f64_lossy() - idle_hours * 18.5).abs() < 1e-5);
+    assert_eq!(report.totals.spend, without.totals.spend + idle_cost);
+    assert_eq!(
+        report.spend_series.last().unwrap().cumulative_spend,
+        report.totals.spend
+    );
+    let pool = |r: &headroom_report::BudgetReport, name: &str| {
+        r.rows.iter().find(|row| row.group == name).unwrap().clone()
+    };
+    let llama = pool(&report, "llama");
+    assert_eq!(
+        llama.reserved_idle, idle_cost,
+        "the only pool listing it pays"
+    );
+    for by in [
+        GroupBy::Account,
+        GroupBy::Provider,
+        GroupBy::Region,
+        GroupBy::Market,
+    ] {
+        let grouped = budget_report(&ReportInput {
+            group_by: by,
+            ..day
+        })
+        .unwrap();
+        assert_eq!(grouped.totals.spend, report.totals.spend, "{by}");
+        assert_eq!(grouped.totals.reserved_idle, idle_cost, "{by}");
+    }
+    let by_market = budget_report(&ReportInput {
+        group_by: GroupBy::Market,
+        ..day
+    })
+    .unwrap();
+    assert_eq!(pool(&by_market, "reserved").reserved_idle, idle_cost);
+
+    let csv_text = to_csv(&report).unwrap();
+    let mut reader = csv::Reader::from_reader(csv_text.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let column = headers.iter().position(|h| h == "reserved_idle").unwrap();
+    let total = reader.records().last().unwrap().unwrap();
+    assert_eq!(&total[column], idle_cost.to_string());
+    let page = html::to_html(&report);
+    assert!(
+        page.contains("reserved idle"),
+        "the finance page shows the column"
+    );
+
+    let focus_text = focus::to_focus_csv(&events, &reservations, day.from, day.now).unwrap();
+    let mut reader = csv::Reader::from_reader(focus_text.as_bytes());
+    let billed: i64 = reader
+        .deserialize::<std::collections::BTreeMap<String, String>>()
+        .map(|row| {
+            row.unwrap()["BilledCost"]
+                .parse::<Money>()
+                .unwrap()
+                .micros()
+        })
+        .sum();
+    assert_eq!(billed, report.totals.spend.micros(), "FOCUS reconciles");
 }

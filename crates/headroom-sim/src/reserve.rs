@@ -158,6 +158,7 @@ pub fn reserve(sc: &mut Scenario, spec: &ReserveSpec) -> Result<(), SimError> {
     reserved.sim_spot_interruptions_per_hour = 0.0;
     reserved.reservation = Some(Reservation {
         nodes: spec.nodes,
+        starts_at: None,
         ends_at: None,
     });
     sc.config.offerings.push(reserved);
@@ -188,4 +189,42 @@ pub fn reserve(sc: &mut Scenario, spec: &ReserveSpec) -> Result<(), SimError> {
         ends_s: spec.period_s,
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_is_written_offering_nodes_period_and_rate() {
+        let spec: ReserveSpec = "h100-od=2:6h@55.04".parse().unwrap();
+        assert_eq!(spec.offering.as_str(), "h100-od");
+        assert_eq!(spec.nodes, 2);
+        assert_eq!(spec.period_s, Some(6.0 * 3600.0));
+        assert_eq!(spec.usd_per_node_hour, Some("55.04".parse().unwrap()));
+        let plain: ReserveSpec = "h100-od=3".parse().unwrap();
+        assert_eq!(
+            (plain.nodes, plain.period_s, plain.usd_per_node_hour),
+            (3, None, None)
+        );
+    }
+
+    #[test]
+    fn a_mistyped_reservation_names_the_part_and_the_form() {
+        for (text, part) in [
+            ("h100-od", "names no node count"),
+            ("h100-od=0", "reserve 1 to 10000"),
+            ("h100-od=two", "reserve 1 to 10000"),
+            ("h100-od=2:soon", "is not a duration"),
+            ("h100-od=2:0s", "is not a duration"),
+            ("h100-od=2@free", "not dollars per node-hour"),
+            ("h100-od=2@0", "not dollars per node-hour"),
+        ] {
+            let error = text.parse::<ReserveSpec>().unwrap_err();
+            assert!(
+                error.contains(part) && error.contains("OFFERING=N[:PERIOD][@USD]"),
+                "{text}: {error}"
+            );
+        }
+    }
 }

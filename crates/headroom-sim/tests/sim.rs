@@ -135,6 +135,97 @@ async fn a_stockout_makes_every_policy_fall_back() {
     }
 }
 
+/// `--reserve` on the stockout: eight p4d nodes reserved at 10.00/h (under the 21.96 on-demand
+/// rate) carry every policy's floor for less; 24 reserved at the on-demand rate end the
+/// refusals (the reservation is untouched by the stockout) and bill the nodes no one ran.
+#[tokio::test]
+async fn a_reservation_replayed_on_a_stockout_changes_cost_and_refusals_as_priced() {
+    let mut sc = scenario::load("stockout-fallback").unwrap();
+    sc.duration_s = 6.0 * 60.0;
+    let policies = [Policy::Headroom, Policy::Static];
+    let with = |spec: &str| {
+        let mut reserved = sc.clone();
+        headroom_sim::reserve::reserve(&mut reserved, &spec.parse().unwrap()).unwrap();
+        reserved
+    };
+    let without = headroom_sim::run(&sc, None, &policies, None).await.unwrap();
+    let cheap = headroom_sim::run(&with("use1-p4d-od=8@10"), None, &policies, None)
+        .await
+        .unwrap();
+    let ample = headroom_sim::run(&with("use1-p4d-od=24"), None, &policies, None)
+        .await
+        .unwrap();
+    for name in ["headroom", "static"] {
+        let (before, after) = (policy(&without, name), policy(&cheap, name));
+        assert!(
+            after.cost_usd < before.cost_usd,
+            "{name}: {} with the cheap floor, {} without",
+            after.cost_usd,
+            before.cost_usd
+        );
+        assert_eq!(before.reservation_idle_usd, 0.0);
+    }
+    let refused = |r: &Report| {
+        policy(r, "headroom")
+            .refusals
+            .get("cloud_capacity")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert!(refused(&without) > 0, "the stockout refuses without it");
+    assert_eq!(refused(&ample), 0, "the reservation is not stocked out");
+    // Static runs its floor of 8: the other 16 reserved nodes idle the whole run at 21.957642/h.
+    let idle = policy(&ample, "static").reservation_idle_usd;
+    let sixteen_idle = 16.0 * 21.957642 * 0.1;
+    assert!(
+        idle >= sixteen_idle - 1e-6 && idle <= 24.0 * 21.957642 * 0.1,
+        "idle {idle}, at least {sixteen_idle}"
+    );
+    assert!(
+        policy(&ample, "static").cost_usd
+            >= policy(&without, "static").cost_usd + sixteen_idle - 0.01,
+        "the idle part is on the bill"
+    );
+}
+
+/// `--ledger` keeps Headroom's ledger of a run, ended as the run ends: no node is left live
+/// (a report read later stops at the run's end, not at the wall clock), every node's last entry
+/// is at one instant, and the refusals the run counted are in it.
+#[tokio::test]
+async fn a_kept_ledger_ends_with_the_run() {
+    let mut sc = scenario::load("stockout-fallback").unwrap();
+    sc.duration_s = 4.0 * 60.0;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.db");
+    let report =
+        headroom_sim::run_keeping_ledger(&sc, None, &[Policy::Headroom], None, Some(&path))
+            .await
+            .unwrap();
+    let ledger = headroom_ledger::SqliteLedger::open_path(&path)
+        .await
+        .unwrap();
+    use headroom_ledger::Ledger;
+    assert!(ledger.live_nodes().await.unwrap().is_empty());
+    let events = ledger.node_events().await.unwrap();
+    let ended: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("simulation_ended"))
+        .collect();
+    assert!(!ended.is_empty(), "the floor was still running at the end");
+    assert!(ended.iter().all(|e| e.at == ended[0].at));
+    assert_eq!(events.iter().map(|e| e.at).max(), Some(ended[0].at));
+    let refused: u64 = policy(&report, "headroom").refusals.values().sum();
+    let far = ended[0].at + chrono::Duration::days(1);
+    let in_ledger: u64 = ledger
+        .refusals_between(ended[0].at - chrono::Duration::days(1), far)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| u64::from(r.replicas))
+        .sum();
+    assert_eq!(in_ledger, refused);
+}
+
 #[tokio::test]
 async fn a_spot_market_above_the_maximum_costs_headroom_no_refused_launch() {
     let r = run(

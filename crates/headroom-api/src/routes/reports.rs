@@ -76,6 +76,11 @@ async fn budget_report(
         .map_err(|e: headroom_report::ReportError| {
             ApiError::bad("invalid-report", e.to_string())
         })?;
+    // Reservations are paid for whether used or not: their idle hours are spend too.
+    let reservations = headroom_report::reserved::visible_to(
+        &state.engine.config().reserved_capacity(),
+        principal.accounts.as_ref(),
+    );
     let (report, events) = headroom_report::from_ledger(
         state.engine.ledger().as_ref(),
         from,
@@ -83,13 +88,14 @@ async fn budget_report(
         group_by,
         now,
         principal.accounts.as_ref(),
+        &reservations,
     )
     .await
     .map_err(|e| match e {
         headroom_report::ReportError::Ledger(l) => ApiError::from(l),
         other => ApiError::bad("invalid-report", other.to_string()),
     })?;
-    let body = headroom_report::render(&report, &events, format)
+    let body = headroom_report::render(&report, &events, &reservations, format)
         .map_err(|e| ApiError::bad("invalid-report", e.to_string()))?;
     let mut response = body.into_response();
     response.headers_mut().insert(

@@ -8,7 +8,7 @@ use headroom_cloud::InstanceId;
 use headroom_core::budget::BudgetStanding;
 use headroom_core::controller::ScalingHold;
 use headroom_core::{
-    Budget, ErrorClass, OfferingId, PoolName, QuotaHeadroom, RefusalReason, Timestamp,
+    Budget, ErrorClass, Money, OfferingId, PoolName, QuotaHeadroom, RefusalReason, Timestamp,
 };
 use headroom_ledger::RefusalRecord;
 
@@ -80,6 +80,8 @@ pub struct ReservationUse {
     pub offering: OfferingId,
     pub nodes: u32,
     pub used: u32,
+    /// What one reserved node costs per hour, used or not.
+    pub price_usd_per_hour: Money,
     /// Since when no node has been on it, if none is.
     pub idle_since: Option<Timestamp>,
     pub ends_at: Option<Timestamp>,
@@ -302,7 +304,15 @@ fn reservation_conditions(r: &ReservationUse, now: Timestamp) -> Vec<Alert> {
             "ReservationIdle",
             "warning",
             &labels,
-            format!("reservation {} ({} nodes) has been unused since {since}: it is paid for either way; route a pool to it or release it", r.offering, r.nodes),
+            format!(
+                "reservation {} ({} nodes) has been unused since {since}: {} paid for nothing so far ({}/h); route a pool to it or release it",
+                r.offering,
+                r.nodes,
+                r.price_usd_per_hour
+                    .times(r.nodes)
+                    .per_hour_for_millis((now - since).num_milliseconds()),
+                r.price_usd_per_hour.times(r.nodes),
+            ),
         ));
     }
     if let Some(ends) = r.ends_at

@@ -188,6 +188,8 @@ pub struct OfferingConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
     pub nodes: u32,
+    /// When it began to be paid for, if after the history a report covers.
+    pub starts_at: Option<headroom_core::Timestamp>,
     /// When it ends, if it does: alerts warn before.
     pub ends_at: Option<headroom_core::Timestamp>,
 }
@@ -202,6 +204,33 @@ impl Config {
             .iter()
             .map(|o| &o.offering)
             .find(|o| &o.id == id)
+    }
+
+    /// Every reservation as the books price it: its nodes at the offering's price, and the
+    /// pools (with their accounts) that list it.
+    pub fn reserved_capacity(&self) -> Vec<headroom_core::ReservedCapacity> {
+        self.offerings
+            .iter()
+            .filter_map(|o| Some((&o.offering, o.reservation?)))
+            .map(|(o, r)| headroom_core::ReservedCapacity {
+                offering: o.id.clone(),
+                provider: o.provider,
+                region: o.region.clone(),
+                zone: o.zone.clone(),
+                instance_type: o.instance_type.clone(),
+                nodes: r.nodes,
+                gpus_per_node: o.gpus_per_node,
+                price_usd_per_hour: o.price_usd_per_hour,
+                starts_at: r.starts_at,
+                ends_at: r.ends_at,
+                pools: self
+                    .pools
+                    .iter()
+                    .filter(|p| p.offerings.contains(&o.id))
+                    .map(|p| (p.name.clone(), p.account.clone()))
+                    .collect(),
+            })
+            .collect()
     }
 
     /// The clouds the offerings name, each once, in a stable order.

@@ -83,25 +83,48 @@ fn offering(key: &str, o: RawOffering, p: &mut Problems) -> OfferingConfig {
     }
 }
 
+/// An optional RFC 3339 instant of a reservation.
+fn instant(key: &str, field: &str, text: Option<&str>, p: &mut Problems) -> Option<Timestamp> {
+    let text = text?;
+    match text.parse::<Timestamp>() {
+        Ok(t) => Some(t),
+        Err(_) => {
+            p.add(
+                &format!("{key}.{field}"),
+                format!("{text:?} is not a timestamp"),
+                "write RFC 3339, e.g. \"2026-12-31T00:00:00Z\"",
+            );
+            None
+        }
+    }
+}
+
 /// A reserved offering has its reserved nodes (and maybe an end); no other offering has any.
 fn reservation(key: &str, o: &RawOffering, p: &mut Problems) -> Option<Reservation> {
     match (o.market, o.reserved_nodes) {
-        (Market::Reserved, Some(nodes)) if nodes > 0 => Some(Reservation {
-            nodes,
-            ends_at: o.reservation_ends.as_deref().and_then(|text| {
-                match text.parse::<Timestamp>() {
-                    Ok(t) => Some(t),
-                    Err(_) => {
-                        p.add(
-                            &format!("{key}.reservation_ends"),
-                            format!("{text:?} is not a timestamp"),
-                            "write RFC 3339, e.g. \"2026-12-31T00:00:00Z\"",
-                        );
-                        None
-                    }
-                }
-            }),
-        }),
+        (Market::Reserved, Some(nodes)) if nodes > 0 => {
+            let starts_at = instant(
+                key,
+                "reservation_starts",
+                o.reservation_starts.as_deref(),
+                p,
+            );
+            let ends_at = instant(key, "reservation_ends", o.reservation_ends.as_deref(), p);
+            if let (Some(start), Some(end)) = (starts_at, ends_at)
+                && start >= end
+            {
+                p.add(
+                    &format!("{key}.reservation_ends"),
+                    "the reservation ends before it starts",
+                    "set reservation_ends after reservation_starts",
+                );
+            }
+            Some(Reservation {
+                nodes,
+                starts_at,
+                ends_at,
+            })
+        }
         (Market::Reserved, _) => {
             p.add(
                 &format!("{key}.reserved_nodes"),

@@ -194,6 +194,7 @@ pub(super) struct RawOffering {
     #[serde(default)]
     pub(super) sim_spot_interruptions_per_hour: f64,
     pub(super) reserved_nodes: Option<u32>,
+    pub(super) reservation_starts: Option<String>,
     pub(super) reservation_ends: Option<String>,
 }
 

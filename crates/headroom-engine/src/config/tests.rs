@@ -75,6 +75,21 @@ fn supply_mistakes_name_the_key_and_the_fix() {
     )
     .unwrap();
     assert_eq!(ok.offerings[0].reservation.map(|r| r.nodes), Some(4));
+    // The books price it for the pools that list it, from when it starts.
+    let books = ok.reserved_capacity();
+    assert_eq!(books.len(), 1);
+    assert_eq!(books[0].nodes, 4);
+    assert!(!books[0].pools.is_empty(), "{books:?}");
+    let backwards = reserved.replacen(
+        "gpus = 8",
+        "gpus = 8\nreserved_nodes = 4\nreservation_starts = \"2027-02-01T00:00:00Z\"\nreservation_ends = \"2027-01-01T00:00:00Z\"",
+        1,
+    );
+    let e = errors(&backwards);
+    assert!(
+        e[0].contains("offerings[0].reservation_ends") && e[0].contains("before it starts"),
+        "{e:?}"
+    );
 }
 
 #[test]

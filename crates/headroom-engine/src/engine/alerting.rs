@@ -180,6 +180,7 @@ impl Engine {
                     offering: id.clone(),
                     nodes: reservation.nodes,
                     used,
+                    price_usd_per_hour: o.offering.price_usd_per_hour,
                     idle_since,
                     ends_at: reservation.ends_at,
                 }

@@ -790,8 +790,9 @@ fn recommendation(
 }
 
 /// Reads the history from `ledger` and advises on it: `[from, to)`, by default the whole
-/// ledger, ending at `now` or at the ledger's last instant when it runs ahead (the demo's, the
-/// simulator's virtual time).
+/// ledger: to `now` (or the ledger's last instant when it runs ahead, the demo's virtual time)
+/// while nodes run, and to its last entry when none does (a finished history: the simulator's,
+/// the demo's), so the hours after a run are not read as hours without demand.
 pub async fn from_ledger(
     ledger: &dyn headroom_ledger::Ledger,
     from: Option<Timestamp>,
@@ -800,7 +801,13 @@ pub async fn from_ledger(
     terms: &[CommitmentTerm],
 ) -> Result<ReservationReport, ReportError> {
     let events = ledger.node_events().await?;
-    let end = to.unwrap_or_else(|| headroom_ledger::derive::as_of(&events, now));
+    let finished = ledger.live_nodes().await?.is_empty();
+    let last = events.iter().map(|e| e.at).max();
+    let end = match (to, last) {
+        (Some(to), _) => to,
+        (None, Some(last)) if finished => last,
+        _ => headroom_ledger::derive::as_of(&events, now),
+    };
     let first = events.iter().map(|e| e.at).min().unwrap_or(end);
     let from = from.unwrap_or(first);
     if from >= end {

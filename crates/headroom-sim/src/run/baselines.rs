@@ -2,7 +2,7 @@
 //! an external metric) over a cluster autoscaler, static capacity, and what a careful team runs:
 //! KEDA on queue depth over Karpenter with an overprovisioning buffer, and EC2 Auto Scaling's
 //! predictive scaling under a reactive HPA. They drive [`SimCloud`] directly as a cluster
-//! autoscaler would: one node per replica, the cheapest allowed offering first, the next one
+//! autoscaler would: one node per replica, reserved capacity then the cheapest allowed offering first, the next one
 //! after a refusal.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -13,7 +13,7 @@ use headroom_cloud::{
     CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec, ManualClock,
     OwnershipTags, SimCloud,
 };
-use headroom_core::{Offering, OfferingId};
+use headroom_core::{Market, Offering, OfferingId};
 
 use super::Policy;
 use super::driver::{Books, Control, PolicyDriver, cloud_paying, ready_replicas};
@@ -76,7 +76,9 @@ impl Fleet {
             .iter()
             .filter_map(|id| sc.config.offering(id).cloned())
             .collect();
-        order.sort_by_key(|o| o.price_usd_per_hour);
+        // Reserved capacity first, as Karpenter and an open EC2 capacity reservation do: it is
+        // paid for whether used or not. Then the cheapest.
+        order.sort_by_key(|o| (o.market != Market::Reserved, o.price_usd_per_hour));
         let karpenter = (policy == Policy::KedaKarpenter).then_some(Karpenter {
             buffer: sc.hpa.overprovision,
             consolidate_after_s: KARPENTER_CONSOLIDATE_AFTER_S,

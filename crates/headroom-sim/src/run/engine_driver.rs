@@ -255,7 +255,21 @@ impl PolicyDriver for EngineDriver<'_> {
     /// Refusals by reason from the ledger for the run's window; fallbacks as the planner named
     /// them.
     async fn books(&self, end_s: f64) -> Result<Books, SimError> {
-        let to = self.start + super::duration(end_s) + chrono::Duration::seconds(1);
+        // The simulated cloud ends with the run: every node still live ends at the run's end, so
+        // a kept ledger (`--ledger`) is reported up to there, as `headroom demo`'s is.
+        let end = self.start + super::duration(end_s);
+        for last in self.ledger.live_nodes().await.map_err(engine_err)? {
+            let ended = last.next(
+                headroom_core::NodeState::Terminated,
+                "simulation_ended",
+                end,
+            );
+            self.ledger
+                .append_node_event(&ended)
+                .await
+                .map_err(engine_err)?;
+        }
+        let to = end + chrono::Duration::seconds(1);
         let mut refusals = BTreeMap::new();
         for r in self
             .ledger
