@@ -203,7 +203,7 @@ pub async fn reservations(args: ReservationsReportArgs) -> anyhow::Result<ExitCo
     let terms = reservations::parse_terms(&terms_text).map_err(|e| BadInput(format!("--{e}")))?;
     let now = SystemClock::new().now();
     let ledger = crate::open_existing_ledger(&args.database_url).await?;
-    let advice = reservations::from_ledger(ledger.as_ref(), from, to, now, &terms)
+    let advice = reservations::from_ledger(ledger.as_ref(), from, to, now, &terms, None)
         .await
         .map_err(|e| match e {
             headroom_report::ReportError::InvalidArgument(line) => {

@@ -1036,6 +1036,65 @@ async fn budget_reports_count_a_configured_reservation_s_idle_hours_as_spend() {
     assert_eq!(unused, idle, "the Unused rows are the idle part");
 }
 
+/// Reservations advice over the API: per pool and family, in JSON, CSV and HTML, from the same
+/// history; a history of minutes is too short for a term commitment, and bad input is a problem.
+#[tokio::test]
+async fn reservations_are_advised_over_the_api_in_every_format() {
+    let api = api().await;
+    for _ in 0..=60 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let json = api.get("/v1/reports/reservations").await;
+    assert_eq!(json.status, StatusCode::OK, "{:?}", json.body);
+    assert!(json.content_type.starts_with("application/json"));
+    let families = json.body["families"].as_array().unwrap();
+    let pools: std::collections::BTreeSet<&str> = families
+        .iter()
+        .map(|f| f["pool"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pools.into_iter().collect::<Vec<_>>(),
+        ["llama-70b-interactive", "mistral-7b-batch"]
+    );
+    // The default range reaches back 90 days, but the history starts with the ledger.
+    let hours = json.body["hours"].as_f64().unwrap();
+    assert!(hours > 0.0 && hours < 1.0, "{hours}");
+    for family in families {
+        assert!(
+            family["recommendations"].as_array().unwrap().is_empty()
+                && family["why"].as_str().unwrap().contains("a week at least"),
+            "{family}"
+        );
+    }
+    let csv = api.get("/v1/reports/reservations?format=csv").await;
+    assert!(csv.content_type.starts_with("text/csv"));
+    let text = csv.body.as_str().unwrap();
+    for family in families {
+        assert!(
+            text.contains(family["instance_type"].as_str().unwrap()),
+            "{text}"
+        );
+    }
+    let html = api.get("/v1/reports/reservations?format=html").await;
+    assert!(html.content_type.starts_with("text/html"));
+    assert!(html.body.as_str().unwrap().contains("heat-map"));
+    for (query, detail) in [
+        ("format=pdf", "format"),
+        (
+            "from=2026-12-01T00:00:00Z&to=2026-11-30T00:00:00Z",
+            "before to",
+        ),
+        ("group_by=pool", "unknown query parameter"),
+    ] {
+        assert_problem(
+            &api.get(&format!("/v1/reports/reservations?{query}")).await,
+            StatusCode::BAD_REQUEST,
+            detail,
+        );
+    }
+}
+
 /// One figure of spend, at the engine's instant, whoever asks: the budget endpoint, `/metrics`,
 /// the report and the ledger's summary, on a clock far from the wall clock.
 #[tokio::test]
@@ -1469,6 +1528,24 @@ async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
             .iter()
             .all(|r| r["group"] == "research")
     );
+    let advice = send_as(
+        &router,
+        Some(&research),
+        "GET",
+        "/v1/reports/reservations",
+        None,
+    )
+    .await;
+    assert_eq!(advice.status, StatusCode::OK, "{:?}", advice.body);
+    assert!(
+        advice.body["families"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["pool"] == "mistral-7b-batch"),
+        "advice reads only the token's pools: {}",
+        advice.body
+    );
     // The admin sees everything.
     let read = send_as(
         &router,
@@ -1812,7 +1889,7 @@ async fn every_documented_operation_is_routed_and_shares_its_problem_answers() {
             );
         }
     }
-    assert_eq!(operations, 25);
+    assert_eq!(operations, 26);
     let limited = &components["RateLimited"];
     assert!(limited["headers"]["Retry-After"].is_object(), "{limited}");
 }

@@ -522,6 +522,37 @@ pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Every node event of the accounts a reader acts for (all, when `None`).
+pub(crate) async fn visible_events(
+    ledger: &dyn headroom_ledger::Ledger,
+    accounts: Option<&std::collections::BTreeSet<String>>,
+) -> Result<Vec<NodeEvent>, ReportError> {
+    Ok(ledger
+        .node_events()
+        .await?
+        .into_iter()
+        .filter(|e| accounts.is_none_or(|a| a.contains(e.account.as_str())))
+        .collect())
+}
+
+/// The refusals in `[from, to)` a reader sees: a refusal names its pool, and is shown when the
+/// pool's nodes are (`events`, already cut to the reader's accounts), or to a reader of all.
+pub(crate) async fn visible_refusals(
+    ledger: &dyn headroom_ledger::Ledger,
+    events: &[NodeEvent],
+    from: Timestamp,
+    to: Timestamp,
+    accounts: Option<&std::collections::BTreeSet<String>>,
+) -> Result<Vec<RefusalRecord>, ReportError> {
+    let pools: std::collections::BTreeSet<&str> = events.iter().map(|e| e.pool.as_str()).collect();
+    Ok(ledger
+        .refusals_between(from, to)
+        .await?
+        .into_iter()
+        .filter(|r| accounts.is_none() || pools.contains(r.pool.as_str()))
+        .collect())
+}
+
 /// Reads what a report needs from `ledger` and builds it, for `accounts` only when given. A ledger written in virtual time (the
 /// demo's, the simulator's) may run ahead of the wall clock: it is reported up to its last
 /// event.
@@ -540,20 +571,8 @@ pub async fn from_ledger(
         ));
     }
     let visible = |account: &str| accounts.is_none_or(|a| a.contains(account));
-    let events: Vec<NodeEvent> = ledger
-        .node_events()
-        .await?
-        .into_iter()
-        .filter(|e| visible(e.account.as_str()))
-        .collect();
-    // A refusal names its pool; it is shown when the pool's nodes are.
-    let pools: std::collections::BTreeSet<&str> = events.iter().map(|e| e.pool.as_str()).collect();
-    let refusals: Vec<RefusalRecord> = ledger
-        .refusals_between(from, to)
-        .await?
-        .into_iter()
-        .filter(|r| accounts.is_none() || pools.contains(r.pool.as_str()))
-        .collect();
+    let events = visible_events(ledger, accounts).await?;
+    let refusals = visible_refusals(ledger, &events, from, to, accounts).await?;
     let budgets: Vec<Budget> = ledger
         .budgets()
         .await?

@@ -12,9 +12,12 @@ use super::responses::{Authenticated, Forbidden, InvalidInput};
 use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
+use headroom_core::Timestamp;
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::default().routes(routes!(budget_report))
+    OpenApiRouter::default()
+        .routes(routes!(budget_report))
+        .routes(routes!(reservations_report))
 }
 
 // The report covers only the accounts the token acts for, so it has nothing to answer 404 for.
@@ -51,16 +54,12 @@ async fn budget_report(
     axum::Extension(principal): axum::Extension<Principal>,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Reports)?;
-    let axum::extract::Query(params) =
-        query.map_err(|_| ApiError::bad("invalid-report", "the query string is malformed"))?;
-    let now = state.engine.clock().now();
-    let (from, to) = range(
-        &params,
+    let (params, now, from, to) = read_range(
+        &state,
+        &principal,
+        query,
         &["from", "to", "group_by", "format"],
-        "invalid-report",
-        chrono::Duration::days(30),
-        now,
+        30,
     )?;
     let group_by: headroom_report::GroupBy = params
         .get("group_by")
@@ -91,16 +90,134 @@ async fn budget_report(
         &reservations,
     )
     .await
-    .map_err(|e| match e {
+    .map_err(report_error)?;
+    let body =
+        headroom_report::render(&report, &events, &reservations, format).map_err(report_error)?;
+    Ok(with_content_type(body, format.content_type()))
+}
+
+/// The history advice reads when no range is given: long enough for a term commitment.
+const RESERVATIONS_DEFAULT_DAYS: i64 = 90;
+
+// Advice reads only the nodes and refusals of the accounts the token acts for.
+#[utoipa::path(
+    get,
+    path = "/v1/reports/reservations",
+    params(
+        (
+            "from" = Option<String>,
+            Query,
+            description = "start of the history; default 90 days before `to` (never before the ledger's first entry)"
+        ),
+        ("to" = Option<String>, Query, description = "end of the history; default now"),
+        ("format" = Option<String>, Query, description = "json, csv or html")
+    ),
+    responses(
+        (
+            status = 200,
+            description = "Per pool and instance family: the demand profile, the refusals a reservation would have avoided, and the commitments advised with their savings",
+            content(
+                (headroom_report::reservations::ReservationReport = "application/json"),
+                (String = "text/csv; charset=utf-8"),
+                (String = "text/html; charset=utf-8")
+            )
+        ),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        Authenticated,
+    )
+)]
+async fn reservations_report(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    use headroom_report::reservations;
+    let (params, now, from, to) = read_range(
+        &state,
+        &principal,
+        query,
+        &["from", "to", "format"],
+        RESERVATIONS_DEFAULT_DAYS,
+    )?;
+    let format = params.get("format").map_or("json", String::as_str);
+    let content_type = match format {
+        "json" => "application/json",
+        "csv" => "text/csv; charset=utf-8",
+        "html" => "text/html; charset=utf-8",
+        other => {
+            return Err(ApiError::bad(
+                "invalid-report",
+                format!("format: {other:?} is not one of json, csv, html"),
+            ));
+        }
+    };
+    let terms = reservations::parse_terms(reservations::DEFAULT_TERMS)
+        .map_err(|e| ApiError::bad("invalid-report", e.to_string()))?;
+    let advice = reservations::from_ledger(
+        state.engine.ledger().as_ref(),
+        Some(from),
+        Some(to),
+        now,
+        &terms,
+        principal.accounts.as_ref(),
+    )
+    .await
+    .map_err(report_error)?;
+    let body = match format {
+        "csv" => reservations::to_csv(&advice).map_err(report_error)?,
+        "html" => reservations::to_html(&advice),
+        _ => serde_json::to_string_pretty(&advice)
+            .map_err(|e| report_error(headroom_report::ReportError::Io(e.into())))?,
+    };
+    Ok(with_content_type(body, content_type))
+}
+
+/// A report's query: the token may read reports, the query string parses, and its range
+/// (`default_days` back from now when `from` is absent) is valid. Returns the parameters, the
+/// engine's now and the range.
+fn read_range(
+    state: &AppState,
+    principal: &Principal,
+    query: QueryParams,
+    known: &[&str],
+    default_days: i64,
+) -> Result<
+    (
+        std::collections::BTreeMap<String, String>,
+        Timestamp,
+        Timestamp,
+        Timestamp,
+    ),
+    ApiError,
+> {
+    principal.require(Scope::Reports)?;
+    let axum::extract::Query(params) =
+        query.map_err(|_| ApiError::bad("invalid-report", "the query string is malformed"))?;
+    let now = state.engine.clock().now();
+    let (from, to) = range(
+        &params,
+        known,
+        "invalid-report",
+        chrono::Duration::days(default_days),
+        now,
+    )?;
+    Ok((params, now, from, to))
+}
+
+/// A ledger that cannot be read answers as the ledger's errors do; anything else is the
+/// request's fault.
+fn report_error(e: headroom_report::ReportError) -> ApiError {
+    match e {
         headroom_report::ReportError::Ledger(l) => ApiError::from(l),
         other => ApiError::bad("invalid-report", other.to_string()),
-    })?;
-    let body = headroom_report::render(&report, &events, &reservations, format)
-        .map_err(|e| ApiError::bad("invalid-report", e.to_string()))?;
+    }
+}
+
+fn with_content_type(body: String, content_type: &'static str) -> Response {
     let mut response = body.into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(format.content_type()),
-    );
-    Ok(response)
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }

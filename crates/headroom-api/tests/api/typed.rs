@@ -218,6 +218,8 @@ async fn every_json_answer_matches_the_schema_the_document_gives_it() {
     check("/v1/alerts", "get", &alerts);
     let report = api.get("/v1/reports/budget?group_by=pool").await;
     check("/v1/reports/budget", "get", &report);
+    let advice = api.get("/v1/reports/reservations").await;
+    check("/v1/reports/reservations", "get", &advice);
     check(
         "/apis/external.metrics.k8s.io/v1beta1",
         "get",

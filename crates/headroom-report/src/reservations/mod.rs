@@ -799,23 +799,41 @@ pub async fn from_ledger(
     to: Option<Timestamp>,
     now: Timestamp,
     terms: &[CommitmentTerm],
+    accounts: Option<&BTreeSet<String>>,
 ) -> Result<ReservationReport, ReportError> {
-    let events = ledger.node_events().await?;
-    let finished = ledger.live_nodes().await?.is_empty();
+    let events = crate::visible_events(ledger, accounts).await?;
+    let finished = !ledger
+        .live_nodes()
+        .await?
+        .iter()
+        .any(|e| accounts.is_none_or(|a| a.contains(e.account.as_str())));
     let last = events.iter().map(|e| e.at).max();
     let end = match (to, last) {
         (Some(to), _) => to,
         (None, Some(last)) if finished => last,
         _ => headroom_ledger::derive::as_of(&events, now),
     };
+    if events.is_empty() {
+        // Nothing ran (for these accounts): nothing to size a commitment on.
+        return Ok(ReservationReport {
+            from: end,
+            until: end,
+            hours: 0.0,
+            currency: "USD",
+            families: Vec::new(),
+            pools_without_history: Vec::new(),
+            terms: terms.to_vec(),
+        });
+    }
+    // Before its first entry the ledger knows nothing: those hours are not hours without demand.
     let first = events.iter().map(|e| e.at).min().unwrap_or(end);
-    let from = from.unwrap_or(first);
+    let from = from.map_or(first, |f| f.max(first));
     if from >= end {
         return Err(ReportError::InvalidArgument(
             "from: must be before to (and before the ledger's last instant)".into(),
         ));
     }
-    let refusals = ledger.refusals_between(from, end).await?;
+    let refusals = crate::visible_refusals(ledger, &events, from, end, accounts).await?;
     advise(&ReservationInput {
         events: &events,
         refusals: &refusals,
