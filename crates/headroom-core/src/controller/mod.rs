@@ -29,6 +29,10 @@ use serde::{Deserialize, Serialize};
 use crate::Timestamp;
 use crate::pool::{PoolSpec, ScalingPolicy};
 
+/// Batch occupancy or GPU utilisation at or above which the ready replicas count as working:
+/// nothing departing then means long requests, not a dispatch failure.
+const DISPATCH_BUSY_SHARE: f64 = 0.5;
+
 /// What a pool's serving layer reports at one instant. Only the queue depth is required.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -645,11 +649,18 @@ impl Activation<'_> {
         Ok(s)
     }
 
-    /// Why more replicas would not help, if work waits but (almost) nothing departs.
+    /// Why more replicas would not help, if work waits but (almost) nothing departs while the
+    /// ready replicas sit idle. Replicas busy with long requests may finish none within the
+    /// exporter's rate window: that is load, and more replicas do help.
     fn dispatch_failure(&self, s: &Signals, counts: ReplicaCounts) -> Option<String> {
         let departures = s.departure_rate_rps?;
         let expected_rps = counts.ready as f64 * self.policy.replica_throughput_rps;
-        (s.queue_depth > 0 && counts.ready > 0 && departures < 0.05 * expected_rps).then(|| {
+        let busy = [s.batch_occupancy, s.gpu_utilization]
+            .into_iter()
+            .flatten()
+            .any(|use_share| use_share >= DISPATCH_BUSY_SHARE);
+        let stalled = s.queue_depth > 0 && counts.ready > 0 && departures < 0.05 * expected_rps;
+        (stalled && !busy).then(|| {
             format!(
                 "{} requests wait but only {departures:.2}/s depart from {} ready replicas; more replicas would not help, look at dispatch",
                 s.queue_depth, counts.ready

@@ -442,6 +442,33 @@ fn work_waiting_with_nothing_departing_is_a_failure_not_a_scale_up() {
     assert_eq!(d.classification, Some(Classification::DispatchOrDependency));
 }
 
+/// Replicas with full batches of long requests (25 s each) finish none within a 10 s window:
+/// that is load, not a broken dispatch, and the backlog scales the pool out.
+#[test]
+fn busy_replicas_that_finish_nothing_in_the_window_are_load_not_a_failure() {
+    let p = pool(
+        1,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 0.04,
+            ..base()
+        }),
+    );
+    let s = Signals {
+        departure_rate_rps: Some(0.0),
+        batch_occupancy: Some(1.0),
+        ..Signals::queue(40, 0.2, t0())
+    };
+    let d = decide(&p, Some(&s), ready(2), memory(2), t0());
+    assert_ne!(d.scaling_hold, Some(ScalingHold::DispatchFailure), "{}", d.reason);
+    let s = Signals {
+        received_at: secs(10),
+        ..s
+    };
+    let later = decide(&p, Some(&s), ready(2), d.memory, secs(10));
+    assert!(later.target > 2, "{}", later.reason);
+}
+
 #[test]
 fn classification_reads_age_against_utilisation() {
     let p = pool(
