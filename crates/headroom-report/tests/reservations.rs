@@ -183,6 +183,36 @@ fn refusals_within_a_few_days_of_a_long_history_buy_a_block_not_a_standing_reser
     assert_eq!(block.usd_per_node_hour, "14.75".parse().unwrap());
 }
 
+/// The same refusals on Compute Engine: a future reservation over the refused window, at the
+/// on-demand rate (what the reservations it creates are charged), not a standing reservation.
+#[test]
+fn refusals_within_a_few_days_on_compute_engine_buy_a_future_reservation() {
+    let mut refusals = Vec::new();
+    for d in 3..6 {
+        refusals.push(capacity_refusal(d as f64 * 24.0 + 14.0, 4));
+    }
+    let events: Vec<NodeEvent> = base_and_peaks(28, 1, 0)
+        .into_iter()
+        .map(|e| NodeEvent {
+            provider: ProviderKind::Gcp,
+            region: "us-central1".into(),
+            zone: "us-central1-a".into(),
+            instance_type: "a2-highgpu-8g".into(),
+            ..e
+        })
+        .collect();
+    let report = advise_over(28.0, &events, &refusals);
+    let family = &report.families[0];
+    let window = &family.recommendations[0];
+    assert_eq!(
+        window.product, "Compute Engine future reservation",
+        "{family:#?}"
+    );
+    assert_eq!(window.kind, CommitmentKind::Block);
+    assert_eq!(window.starts_at, Some(at(72.0)));
+    assert_eq!(window.usd_per_node_hour, P4D_ON_DEMAND.parse().unwrap());
+}
+
 #[test]
 fn a_single_refusal_is_reported_but_not_reserved_for() {
     let report = advise_over(
@@ -284,4 +314,12 @@ fn a_terms_file_without_a_source_or_with_a_discount_past_100_is_refused() {
     );
     let err = parse_terms(&bad).unwrap_err().to_string();
     assert!(err.contains(".source: name the public page"), "{err}");
+    // Only a block has its own rate.
+    let bad = DEFAULT_TERMS.replacen(
+        "discount_percent = 72\n",
+        "discount_percent = 72\nusd_per_node_hour = 9.5\n",
+        1,
+    );
+    let err = parse_terms(&bad).unwrap_err().to_string();
+    assert!(err.contains("only a block has its own rate"), "{err}");
 }

@@ -460,7 +460,12 @@ fn busy_replicas_that_finish_nothing_in_the_window_are_load_not_a_failure() {
         ..Signals::queue(40, 0.2, t0())
     };
     let d = decide(&p, Some(&s), ready(2), memory(2), t0());
-    assert_ne!(d.scaling_hold, Some(ScalingHold::DispatchFailure), "{}", d.reason);
+    assert_ne!(
+        d.scaling_hold,
+        Some(ScalingHold::DispatchFailure),
+        "{}",
+        d.reason
+    );
     let s = Signals {
         received_at: secs(10),
         ..s

@@ -85,9 +85,11 @@ pub fn parse_terms(text: &str) -> Result<Vec<CommitmentTerm>, ReportError> {
         let rate_ok = term
             .usd_per_node_hour
             .is_some_and(|r| r.is_finite() && r > 0.0);
-        if (term.kind == CommitmentKind::Block) != rate_ok {
+        // A block sells at its own rate (an EC2 Capacity Block) or at on-demand less its
+        // discount (a GCE future reservation, billed as the reservations it creates).
+        if term.usd_per_node_hour.is_some() && (term.kind != CommitmentKind::Block || !rate_ok) {
             return Err(ReportError::InvalidArgument(format!(
-                "{at}.usd_per_node_hour: a block needs its rate (a positive number) and only a block has one"
+                "{at}.usd_per_node_hour: only a block has its own rate, a positive number"
             )));
         }
         if !term.source.starts_with("https://") {
