@@ -12,8 +12,9 @@ use crate::{ReportError, spans};
 /// The FOCUS columns written, in order; Headroom's own columns carry the `x_` prefix. The
 /// conditional ones are those the ledger's data supports: region and sub-account names, the
 /// resource's name, the SKU and its price, the contracted price, and the commitment discount
-/// columns for reserved capacity (null on other rows, as FOCUS requires).
-pub const COLUMNS: [&str; 48] = [
+/// and capacity reservation columns for reserved capacity (null on other rows, as FOCUS
+/// requires).
+pub const COLUMNS: [&str; 50] = [
     "BilledCost",
     "EffectiveCost",
     "ListCost",
@@ -57,6 +58,8 @@ pub const COLUMNS: [&str; 48] = [
     "CommitmentDiscountStatus",
     "CommitmentDiscountQuantity",
     "CommitmentDiscountUnit",
+    "CapacityReservationId",
+    "CapacityReservationStatus",
     "Tags",
     "x_Pool",
     "x_CapacityRequestId",
@@ -122,6 +125,14 @@ fn commitment(e: &NodeEvent, hours: &str) -> [String; 7] {
             "Hours".to_string(),
         ],
         _ => Default::default(),
+    }
+}
+
+/// The reservation a node ran on (its offering), for `CapacityReservationId`; null off it.
+fn capacity_reservation_id(e: &NodeEvent) -> &str {
+    match e.market {
+        Market::Reserved => e.offering.as_str(),
+        _ => "",
     }
 }
 
@@ -213,6 +224,12 @@ pub fn to_focus_csv(
                 &cd_status,
                 &cd_quantity,
                 &cd_unit,
+                capacity_reservation_id(e),
+                if e.market == Market::Reserved {
+                    "Used"
+                } else {
+                    ""
+                },
                 &tags,
                 e.pool.as_str(),
                 e.request.as_ref().map_or("", |r| r.0.as_str()),
@@ -300,6 +317,8 @@ fn unused_row(idle: &IdleStretch<'_>) -> Vec<String> {
         "Unused".into(),
         node_hours,
         "Hours".into(),
+        r.offering.to_string(),
+        "Unused".into(),
         tags,
         pools.join(","),
         String::new(),

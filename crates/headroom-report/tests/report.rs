@@ -359,6 +359,12 @@ fn focus_conditional_columns_follow_the_spec_s_rules() {
             assert_eq!(v("CommitmentDiscountUnit"), "Hours");
             assert_eq!(v("CommitmentDiscountQuantity"), v("PricingQuantity"));
             assert_eq!(v("CommitmentDiscountId"), "use1-p4d-reserved");
+            // The capacity reservation's columns match the commitment's.
+            assert_eq!(v("CapacityReservationId"), v("CommitmentDiscountId"));
+            assert_eq!(
+                v("CapacityReservationStatus"),
+                v("CommitmentDiscountStatus")
+            );
             // Consumed columns are null exactly on the unused part of the commitment.
             match v("CommitmentDiscountStatus") {
                 "Used" => {
@@ -372,7 +378,10 @@ fn focus_conditional_columns_follow_the_spec_s_rules() {
                 other => panic!("CommitmentDiscountStatus {other:?}: {row:?}"),
             }
         } else {
-            for c in cd {
+            for c in cd
+                .into_iter()
+                .chain(["CapacityReservationId", "CapacityReservationStatus"])
+            {
                 assert!(null(c), "{c} on a row without a commitment: {row:?}");
             }
         }
