@@ -1128,13 +1128,10 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         "/config/headroom.example.toml"
     ))
     .unwrap();
-    let reserved = "[[offerings]]\nid = \"use1-g6-reserved\"\nprovider = \"sim\"\nregion = \"us-east-1\"\nzone = \"use1-az1\"\ninstance_type = \"g6.xlarge\"\nmarket = \"reserved\"\nprice_usd_per_hour = \"0.50\"\ngpus = 1\nreserved_nodes = 2\nreservation_starts = \"2001-01-01T00:00:00Z\"\nreservation_ends = \"2001-01-02T00:00:00Z\"\n\n";
-    let config = example
-        .replacen("[[offerings]]", &format!("{reserved}[[offerings]]"), 1)
-        .replace(
-            "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\"]",
-            "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\", \"use1-g6-reserved\"]",
-        );
+    let config = headroom_testkit::with_reserved_g6(
+        &example,
+        "reservation_starts = \"2001-01-01T00:00:00Z\"\nreservation_ends = \"2001-01-02T00:00:00Z\"",
+    );
     let config_path = dir.path().join("reserved.toml");
     std::fs::write(&config_path, config).unwrap();
     let with_config = Command::new(BIN)

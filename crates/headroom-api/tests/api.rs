@@ -959,11 +959,9 @@ async fn budget_reports_come_in_every_format_and_agree() {
 /// spend, and FOCUS writes that part as `Unused` rows that keep its sum equal to the spend.
 #[tokio::test]
 async fn budget_reports_count_a_configured_reservation_s_idle_hours_as_spend() {
-    let reserved = "[[offerings]]\nid = \"use1-g6-reserved\"\nprovider = \"sim\"\nregion = \"us-east-1\"\nzone = \"use1-az1\"\ninstance_type = \"g6.xlarge\"\nmarket = \"reserved\"\nprice_usd_per_hour = \"0.50\"\ngpus = 1\nreserved_nodes = 2\nreservation_starts = \"2026-11-30T09:00:00Z\"\n\n";
-    let text = config().replacen("[[offerings]]", &format!("{reserved}[[offerings]]"), 1);
-    let text = text.replace(
-        "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\"]",
-        "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\", \"use1-g6-reserved\"]",
+    let text = headroom_testkit::with_reserved_g6(
+        &config(),
+        "reservation_starts = \"2026-11-30T09:00:00Z\"",
     );
     let rig = Rig::new(&text).await;
     let engine = rig.engine(rig.sim_cloud());

@@ -111,9 +111,10 @@ pub fn region_name(provider: ProviderKind, region: &str) -> String {
     known.to_string()
 }
 
-/// The commitment discount columns, from CommitmentDiscountId to CommitmentDiscountUnit: the
-/// reservation a reserved node runs on, used for the span's hours; null on other markets.
-fn commitment(e: &NodeEvent, hours: &str) -> [String; 7] {
+/// The commitment discount columns, from CommitmentDiscountId to CommitmentDiscountUnit, then
+/// CapacityReservationId and CapacityReservationStatus: the reservation a reserved node runs on,
+/// used for the span's hours; null on other markets.
+fn commitment(e: &NodeEvent, hours: &str) -> [String; 9] {
     match e.market {
         Market::Reserved => [
             e.offering.to_string(),
@@ -123,16 +124,10 @@ fn commitment(e: &NodeEvent, hours: &str) -> [String; 7] {
             "Used".to_string(),
             hours.to_string(),
             "Hours".to_string(),
+            e.offering.to_string(),
+            "Used".to_string(),
         ],
         _ => Default::default(),
-    }
-}
-
-/// The reservation a node ran on (its offering), for `CapacityReservationId`; null off it.
-fn capacity_reservation_id(e: &NodeEvent) -> &str {
-    match e.market {
-        Market::Reserved => e.offering.as_str(),
-        _ => "",
     }
 }
 
@@ -176,6 +171,8 @@ pub fn to_focus_csv(
                 cd_status,
                 cd_quantity,
                 cd_unit,
+                capacity_reservation_id,
+                capacity_reservation_status,
             ] = commitment(e, &hours);
             w.write_record([
                 cost.as_str(),
@@ -224,12 +221,8 @@ pub fn to_focus_csv(
                 &cd_status,
                 &cd_quantity,
                 &cd_unit,
-                capacity_reservation_id(e),
-                if e.market == Market::Reserved {
-                    "Used"
-                } else {
-                    ""
-                },
+                &capacity_reservation_id,
+                &capacity_reservation_status,
                 &tags,
                 e.pool.as_str(),
                 e.request.as_ref().map_or("", |r| r.0.as_str()),

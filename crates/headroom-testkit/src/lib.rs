@@ -23,6 +23,21 @@ use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
 /// The instant every rig's clock starts at, unless a test asks for another.
 pub const EPOCH: &str = "2026-11-30T09:00:00Z";
 
+/// `config` (the example configuration, or one made from it) with two g6.xlarge nodes reserved
+/// at 0.50/h, offering `use1-g6-reserved`, listed last by the batch pool; `term` adds the
+/// reservation's keys (`reservation_starts = "…"`, `reservation_ends = "…"`).
+pub fn with_reserved_g6(config: &str, term: &str) -> String {
+    let reserved = format!(
+        "[[offerings]]\nid = \"use1-g6-reserved\"\nprovider = \"sim\"\nregion = \"us-east-1\"\nzone = \"use1-az1\"\ninstance_type = \"g6.xlarge\"\nmarket = \"reserved\"\nprice_usd_per_hour = \"0.50\"\ngpus = 1\nreserved_nodes = 2\n{term}\n\n[[offerings]]"
+    );
+    let batch = "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\"]";
+    assert!(config.contains(batch), "the example's batch pool moved");
+    config.replacen("[[offerings]]", &reserved, 1).replace(
+        batch,
+        "offerings = [\"use2-g6-spot\", \"use1-g6-spot\", \"use1-g6-od\", \"use1-g6-reserved\"]",
+    )
+}
+
 /// A configuration, a manual clock and a SQLite ledger file in a temporary directory: what one
 /// `headroom serve` process has, minus its cloud.
 #[derive(Debug)]

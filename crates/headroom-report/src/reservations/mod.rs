@@ -187,6 +187,13 @@ impl FamilyKey {
 
 /// Builds the advice.
 pub fn advise(input: &ReservationInput<'_>) -> Result<ReservationReport, ReportError> {
+    // Before its first entry the ledger knows nothing: those hours are not hours without demand.
+    let first = input.events.iter().map(|e| e.at).min();
+    let clamped = ReservationInput {
+        from: first.map_or(input.from, |first| input.from.max(first)),
+        ..*input
+    };
+    let input = &clamped;
     if input.from >= input.until {
         return Err(ReportError::InvalidArgument(
             "from: must be before the end of the history".into(),
@@ -825,9 +832,9 @@ pub async fn from_ledger(
             terms: terms.to_vec(),
         });
     }
-    // Before its first entry the ledger knows nothing: those hours are not hours without demand.
+    // `advise` starts the history at the first entry when `from` is earlier.
     let first = events.iter().map(|e| e.at).min().unwrap_or(end);
-    let from = from.map_or(first, |f| f.max(first));
+    let from = from.unwrap_or(first);
     if from >= end {
         return Err(ReportError::InvalidArgument(
             "from: must be before to (and before the ledger's last instant)".into(),

@@ -489,6 +489,10 @@ impl Run<'_> {
 /// What each reservation in force at `t` costs an hour for its nodes that no instance runs on,
 /// charged to the first pool that lists it.
 fn reservations_idle(sc: &Scenario, cloud: &SimCloud, t: f64) -> Vec<(usize, f64)> {
+    // Every tick of every run passes here: read the cloud only when there is something to price.
+    if sc.reservations.is_empty() {
+        return Vec::new();
+    }
     let live = cloud.all_instances();
     sc.reservations
         .iter()
