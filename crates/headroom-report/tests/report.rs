@@ -476,3 +476,117 @@ fn a_reservation_s_idle_hours_are_spend_in_every_grouping_and_format() {
         .sum();
     assert_eq!(billed, report.totals.spend.micros(), "FOCUS reconciles");
 }
+
+/// An exact decimal as written: `(units, decimals)`, so `"1.50"` is `(150, 2)`.
+fn exact(s: &str) -> (i128, u32) {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let units: i128 = format!("{whole}{frac}")
+        .parse()
+        .unwrap_or_else(|_| panic!("{s:?}"));
+    (units, frac.len() as u32)
+}
+
+/// `a` and `b` are the same number (at any number of decimals).
+fn same((a, da): (i128, u32), (b, db): (i128, u32)) -> bool {
+    let d = da.max(db);
+    a * 10i128.pow(d - da) == b * 10i128.pow(d - db)
+}
+
+fn times((a, da): (i128, u32), (b, db): (i128, u32)) -> (i128, u32) {
+    (a * b, da + db)
+}
+
+/// FOCUS 1.2's identities hold exactly as the strings are written, on every row of a report of
+/// many spans at awkward prices and millisecond-odd durations, with a reservation's unused rows:
+/// ListCost = ListUnitPrice × PricingQuantity, ContractedCost = ContractedUnitPrice ×
+/// PricingQuantity, EffectiveCost = BilledCost, and BilledCost is the list cost rounded half up
+/// to the micro-dollar (never above it), so the rows still sum to the ledger's spend exactly.
+#[test]
+fn focus_costs_are_exactly_unit_price_times_quantity_on_every_row() {
+    let mut events = Vec::new();
+    for i in 0..240u32 {
+        let name = format!("n{i}");
+        let market = [Market::OnDemand, Market::Spot, Market::Reserved][i as usize % 3];
+        // $3.670001/h upward in odd steps; starts and stops a few odd milliseconds apart.
+        let price = Money::from_micros(3_670_001 + i64::from(i) * 137_173);
+        let start =
+            t("2026-11-30T08:00:00Z") + chrono::Duration::milliseconds(i64::from(i) * 7_919);
+        let serving = start + chrono::Duration::milliseconds(61_001 + i64::from(i) * 13);
+        let end = serving + chrono::Duration::milliseconds(3_599_999 + i64::from(i) * 104_729);
+        for (state, at) in [
+            (NodeState::Booting, start),
+            (NodeState::Serving, serving),
+            (NodeState::Terminated, end),
+        ] {
+            let mut e = event(
+                &name,
+                market,
+                Destination::Serve,
+                state,
+                "2026-11-30T08:00:00Z",
+                "1",
+                8,
+            );
+            e.price_usd_per_hour = price;
+            e.at = at;
+            if market == Market::Reserved {
+                e.offering = "use1-p4d-reserved".parse().unwrap();
+            }
+            events.push(e);
+        }
+    }
+    let mut reservation = p4d_reservation(Some(t("2026-11-30T07:59:59.997Z")), None);
+    reservation.nodes = 120;
+    reservation.price_usd_per_hour = "18.333337".parse().unwrap();
+    let (from, until) = (t("2026-11-30T00:00:00Z"), t("2026-11-30T20:00:00.001Z"));
+    let reservations = [reservation];
+    let text = focus::to_focus_csv(&events, &reservations, from, until).unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let (mut rows, mut unused, mut billed_total) = (0, 0, Money::ZERO);
+    for row in reader.deserialize::<std::collections::BTreeMap<String, String>>() {
+        let row = row.unwrap();
+        let v = |c: &str| exact(&row[c]);
+        let quantity = v("PricingQuantity");
+        assert!(
+            same(v("ListCost"), times(v("ListUnitPrice"), quantity)),
+            "ListCost is not ListUnitPrice × PricingQuantity: {row:?}"
+        );
+        assert!(
+            same(
+                v("ContractedCost"),
+                times(v("ContractedUnitPrice"), quantity)
+            ),
+            "ContractedCost is not ContractedUnitPrice × PricingQuantity: {row:?}"
+        );
+        assert_eq!(row["BilledCost"], row["EffectiveCost"], "{row:?}");
+        // BilledCost is the list cost rounded half up to the micro-dollar, never above it.
+        let (list, d) = v("ListCost");
+        let (billed, _) = v("BilledCost");
+        assert!(d >= 6, "{row:?}");
+        let unit = 10i128.pow(d - 6);
+        assert_eq!(
+            (list + unit / 2).div_euclid(unit),
+            billed,
+            "BilledCost is not ListCost rounded: {row:?}"
+        );
+        assert!(billed * unit <= list, "BilledCost above ListCost: {row:?}");
+        billed_total += row["BilledCost"].parse::<Money>().unwrap();
+        if row["CommitmentDiscountStatus"] == "Unused" {
+            unused += 1;
+        }
+        rows += 1;
+    }
+    assert!(rows > 600 && unused > 100, "{rows} rows, {unused} unused");
+    let report = budget_report(&ReportInput {
+        events: &events,
+        refusals: &[],
+        budgets: &[],
+        reservations: &reservations,
+        from,
+        to: until,
+        now: until,
+        group_by: GroupBy::Account,
+    })
+    .unwrap();
+    assert_eq!(billed_total, report.totals.spend, "FOCUS reconciles");
+}
