@@ -934,9 +934,10 @@ fn serve_scrapes_vllm_metrics_into_signals() {
     assert!(seen, "the scraped queue depth never reached the pool");
 }
 
-/// Runs the demo for four seconds keeping its ledger in `dir`: its JSON summary and the ledger's URL.
+/// Runs the demo for four seconds keeping its ledger in `dir` (`--database-url`, as the reports
+/// read it): its JSON summary and the ledger's URL.
 fn demo_ledger(dir: &std::path::Path) -> (Value, String) {
-    let db = dir.join("demo.db");
+    let url = format!("sqlite://{}", dir.join("demo.db").display());
     let demo = Command::new(BIN)
         .args([
             "demo",
@@ -948,14 +949,13 @@ fn demo_ledger(dir: &std::path::Path) -> (Value, String) {
             "--listen",
         ])
         .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--database")
-        .arg(&db)
+        .args(["--database-url", &url])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&demo.stderr);
     assert!(demo.status.success(), "{stderr}");
     let summary = serde_json::from_slice(&demo.stdout).unwrap();
-    (summary, format!("sqlite://{}", db.display()))
+    (summary, url)
 }
 
 /// The finance report from a demo's ledger: FOCUS sums to the report's spend, and the HTML page,
@@ -2293,6 +2293,8 @@ fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
 mod corpus;
 #[path = "cli/decisions.rs"]
 mod decisions;
+#[path = "cli/messages.rs"]
+mod messages;
 #[path = "cli/external_metrics.rs"]
 mod external_metrics;
 #[path = "cli/roles.rs"]
