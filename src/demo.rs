@@ -21,14 +21,15 @@ use crate::EXAMPLE_CONFIG;
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Where the API listens.
-    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", value_parser = crate::listen_addr)]
     listen: SocketAddr,
-    /// Keep the SQLite ledger in this file (default: a temporary file, removed at exit).
-    #[arg(long, value_name = "PATH")]
-    database: Option<PathBuf>,
+    /// Keep the SQLite ledger here: sqlite://PATH, as every other command's --database-url
+    /// (default: a temporary file, removed at exit). `--database PATH` is the older spelling.
+    #[arg(long, value_name = "URL", alias = "database")]
+    database_url: Option<String>,
     /// Stop after this many real seconds (default: when the story is over — the bursts served,
     /// the backlog drained and the pools scaled back in — or at Ctrl-C).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = seconds)]
     seconds: Option<u64>,
     /// Print the summary as one JSON object on stdout (interval lines go to stderr).
     #[arg(long)]
@@ -102,6 +103,42 @@ struct Summary {
     pools: Vec<headroom_engine::PoolStatus>,
 }
 
+/// `--seconds`: a whole number of seconds, or a duration that is one (`90`, `90s`, `2m`).
+fn seconds(text: &str) -> Result<u64, String> {
+    let parsed = text.parse::<u64>().ok().or_else(|| {
+        humantime::parse_duration(text)
+            .ok()
+            .filter(|d| d.subsec_nanos() == 0)
+            .map(|d| d.as_secs())
+    });
+    match parsed {
+        Some(0) => Err("is zero; run for 1 second or more, e.g. 30 or 2m".into()),
+        Some(n) => Ok(n),
+        None => Err("is not a whole number of seconds; use e.g. 30, 30s or 2m".into()),
+    }
+}
+
+/// The SQLite file a `--database-url` names: `sqlite://PATH` (or `sqlite:PATH`), or a plain path
+/// (what `--database` took). The demo's ledger is SQLite only.
+fn demo_ledger_path(url: &str) -> Result<PathBuf, crate::BadInput> {
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        return Err(crate::BadInput(
+            "--database-url: the demo keeps its ledger in SQLite; pass sqlite://PATH (serve and migrate take PostgreSQL)".into(),
+        ));
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let path = path.split('?').next().unwrap_or(path);
+    if path.is_empty() || path.starts_with(':') {
+        return Err(crate::BadInput(format!(
+            "--database-url: {url:?} names no file; pass sqlite://PATH, e.g. sqlite://headroom-demo.db"
+        )));
+    }
+    Ok(PathBuf::from(path))
+}
+
 /// Virtual time at which the traffic starts, after the pools were filled.
 const BURST_START_S: f64 = 30.0;
 
@@ -111,14 +148,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     config.engine.tick = Duration::from_millis((1000 / args.speedup as u64).max(50));
     let config = Arc::new(config);
     let temp_dir = tempfile::tempdir().context("creating a temporary directory for the ledger")?;
-    let ledger_path = args
-        .database
-        .clone()
-        .unwrap_or_else(|| temp_dir.path().join("headroom-demo.db"));
+    let ledger_path = match &args.database_url {
+        Some(url) => demo_ledger_path(url)?,
+        None => temp_dir.path().join("headroom-demo.db"),
+    };
     let ledger = Arc::new(
         SqliteLedger::open_path(&ledger_path)
             .await
-            .with_context(|| format!("--database: cannot open {}", ledger_path.display()))?,
+            .with_context(|| format!("--database-url: cannot open {}", ledger_path.display()))?,
     );
     let clock = Arc::new(ScaledClock::new(SystemClock::new(), args.speedup));
     let dyn_clock: Arc<dyn Clock> = clock.clone();

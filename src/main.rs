@@ -48,8 +48,8 @@ enum Command {
         /// configuration is the text of the environment variable HEADROOM_CONFIG.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Overrides the file's `listen`.
-        #[arg(long, value_name = "ADDR")]
+        /// Overrides the file's `listen` (HOST:PORT).
+        #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
         listen: Option<SocketAddr>,
         /// Overrides the file's `database_url` (sqlite://PATH or postgres://…).
         #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
@@ -121,8 +121,69 @@ enum ConfigCommand {
 /// Exit code for bad input (configuration or arguments), as clap uses for usage errors.
 const EXIT_BAD_INPUT: u8 = 2;
 
+/// A listen address: `IP:PORT`, or `HOST:PORT` for a name that resolves (`localhost:8080`).
+pub(crate) fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let port = text
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    match port {
+        Some((host, Ok(_))) if !host.is_empty() => std::net::ToSocketAddrs::to_socket_addrs(text)
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .ok_or_else(|| {
+                format!("host {host:?} does not resolve; use an IP address, e.g. 127.0.0.1:8080")
+            }),
+        Some(_) => {
+            Err("is not HOST:PORT with a port from 0 to 65535; use e.g. 127.0.0.1:8080".to_string())
+        }
+        None => Err(format!(
+            "needs a port; use HOST:PORT, e.g. {}:8080",
+            text.trim_matches(['[', ']'])
+        )),
+    }
+}
+
+/// Parses the command line; a value clap refuses is one line naming the flag, exit code 2.
+fn parse_cli() -> Cli {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let e = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        e.exit();
+    }
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let flag = context(ContextKind::InvalidArg).unwrap_or_default();
+    let flag = flag.split_whitespace().next().unwrap_or("");
+    let value = context(ContextKind::InvalidValue).unwrap_or_default();
+    let why = match (e.kind(), std::error::Error::source(&e)) {
+        (ErrorKind::ValueValidation, Some(source)) => source.to_string(),
+        _ => match e.get(ContextKind::ValidValue) {
+            Some(ContextValue::Strings(valid)) => format!("use one of {}", valid.join(", ")),
+            _ => "is not accepted".to_string(),
+        },
+    };
+    // A parser's own message may start with the value (clap's ranges do): not twice.
+    if why.starts_with(&value) {
+        eprintln!("error: {flag}: {why}");
+    } else {
+        eprintln!("error: {flag}: {value:?} {why}");
+    }
+    std::process::exit(i32::from(EXIT_BAD_INPUT));
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     // The demo prints its own progress lines: its logs stay out of them (errors only) unless
     // RUST_LOG asks for more.
     let default_level = match cli.command {
@@ -209,10 +270,24 @@ fn main() -> ExitCode {
                 }
                 return ExitCode::from(EXIT_BAD_INPUT);
             }
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, a cause left out when the message before it already
+/// ends with it (an I/O error's text is repeated by the database error that wraps it).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain().map(|c| c.to_string().replace('\n', " ")) {
+        if line.is_empty() {
+            line = cause;
+        } else if !line.ends_with(&cause) {
+            line = format!("{line}: {cause}");
+        }
+    }
+    line
 }
 
 /// A mistake in what the user typed: reported as one line, exit code 2.
@@ -282,7 +357,7 @@ pub async fn open_existing_ledger(url: &str) -> anyhow::Result<Arc<dyn Ledger>> 
         && !Path::new(path).exists()
     {
         return Err(BadInput(format!(
-            "--database-url: no ledger at {path}; pass the SQLite file `serve` or `demo --database` wrote (only serve, migrate and demo create one)"
+            "--database-url: no ledger at {path}; pass the SQLite file `serve` or `demo --database-url` wrote (only serve, migrate and demo create one)"
         ))
         .into());
     }
@@ -346,7 +421,7 @@ fn database_password() -> anyhow::Result<Option<String>> {
 struct ExternalMetricsArgs {
     /// Also serve the Kubernetes External Metrics API here over HTTPS, to the kube-apiserver's
     /// aggregation layer (an APIService); needs --tls-cert, --tls-key and --client-ca.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     external_metrics_listen: Option<SocketAddr>,
     /// The serving certificate chain (PEM) for --external-metrics-listen.
     #[arg(long, value_name = "FILE")]

@@ -97,6 +97,31 @@ fn parse_time(flag: &str, text: &str) -> Result<Timestamp, BadInput> {
     })
 }
 
+/// A duration flag within `range`: a malformed value and one out of range are told apart, each
+/// in one line naming the flag and the form it takes.
+fn duration_flag(
+    flag: &str,
+    text: &str,
+    range: std::ops::RangeInclusive<Duration>,
+    example: &str,
+) -> Result<Duration, BadInput> {
+    let shown = |d: &Duration| humantime::format_duration(*d).to_string();
+    let bounds = if *range.end() == Duration::MAX {
+        format!("{} or more", shown(range.start()))
+    } else {
+        format!("{} to {}", shown(range.start()), shown(range.end()))
+    };
+    match humantime::parse_duration(text) {
+        Ok(d) if range.contains(&d) => Ok(d),
+        Ok(_) => Err(BadInput(format!(
+            "{flag}: {text:?} is outside {bounds}; use e.g. {example}"
+        ))),
+        Err(_) => Err(BadInput(format!(
+            "{flag}: {text:?} is not a duration; write a number and a unit, e.g. {example} ({bounds})"
+        ))),
+    }
+}
+
 pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let (config, _) = crate::load_config(Some(&args.config))?;
     let from = parse_time("--from", &args.from)?;
@@ -104,25 +129,19 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if to <= from {
         return Err(BadInput("--to: must be after --from".into()).into());
     }
-    let step = humantime::parse_duration(&args.step)
-        .ok()
-        .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(d))
-        .ok_or_else(|| {
-            BadInput(format!(
-                "--step: {:?} is not a duration from 1s to 1h; use e.g. 15s",
-                args.step
-            ))
-        })?;
-    let rate_window = humantime::parse_duration(&args.rate_window)
-        .ok()
-        .filter(|d| *d >= Duration::from_secs(1))
-        .map(|d| format!("{}s", d.as_secs()))
-        .ok_or_else(|| {
-            BadInput(format!(
-                "--rate-window: {:?} is not a duration of 1s or more; use e.g. 1m",
-                args.rate_window
-            ))
-        })?;
+    let step = duration_flag(
+        "--step",
+        &args.step,
+        Duration::from_secs(1)..=Duration::from_secs(3600),
+        "15s",
+    )?;
+    let rate_window = duration_flag(
+        "--rate-window",
+        &args.rate_window,
+        Duration::from_secs(1)..=Duration::MAX,
+        "1m",
+    )
+    .map(|d| format!("{}s", d.as_secs()))?;
     if let Some(url) = &args.prometheus
         && !(url.starts_with("http://") || url.starts_with("https://"))
     {

@@ -934,9 +934,10 @@ fn serve_scrapes_vllm_metrics_into_signals() {
     assert!(seen, "the scraped queue depth never reached the pool");
 }
 
-/// Runs the demo for four seconds keeping its ledger in `dir`: its JSON summary and the ledger's URL.
+/// Runs the demo for four seconds keeping its ledger in `dir` (`--database-url`, as the reports
+/// read it): its JSON summary and the ledger's URL.
 fn demo_ledger(dir: &std::path::Path) -> (Value, String) {
-    let db = dir.join("demo.db");
+    let url = format!("sqlite://{}", dir.join("demo.db").display());
     let demo = Command::new(BIN)
         .args([
             "demo",
@@ -948,14 +949,13 @@ fn demo_ledger(dir: &std::path::Path) -> (Value, String) {
             "--listen",
         ])
         .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--database")
-        .arg(&db)
+        .args(["--database-url", &url])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&demo.stderr);
     assert!(demo.status.success(), "{stderr}");
     let summary = serde_json::from_slice(&demo.stdout).unwrap();
-    (summary, format!("sqlite://{}", db.display()))
+    (summary, url)
 }
 
 /// The finance report from a demo's ledger: FOCUS sums to the report's spend, and the HTML page,
@@ -1025,6 +1025,43 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000),
         total
     );
+    // FOCUS's identities, exactly as written, on every row of the demo's report: the list and
+    // contracted costs are their unit prices times the quantity, the billed and effective costs
+    // the same, the list cost rounded half up to the micro-dollar.
+    let exact = |s: &str| -> (i128, u32) {
+        let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+        (format!("{whole}{frac}").parse().unwrap(), frac.len() as u32)
+    };
+    let at = |(v, d): (i128, u32), to: u32| v * 10i128.pow(to - d);
+    let mut rows = csv::Reader::from_reader(focus.as_bytes());
+    let mut checked = 0;
+    for row in rows.deserialize::<std::collections::BTreeMap<String, String>>() {
+        let row = row.unwrap();
+        let quantity = exact(&row["PricingQuantity"]);
+        for (cost, unit) in [
+            ("ListCost", "ListUnitPrice"),
+            ("ContractedCost", "ContractedUnitPrice"),
+        ] {
+            let (price, cost_value) = (exact(&row[unit]), exact(&row[cost]));
+            let product = (price.0 * quantity.0, price.1 + quantity.1);
+            let d = product.1.max(cost_value.1);
+            assert_eq!(
+                at(product, d),
+                at(cost_value, d),
+                "{cost} ≠ {unit} × PricingQuantity: {row:?}"
+            );
+        }
+        assert_eq!(row["BilledCost"], row["EffectiveCost"], "{row:?}");
+        let list = exact(&row["ListCost"]);
+        let unit = 10i128.pow(list.1 - 6);
+        assert_eq!(
+            (list.0 + unit / 2).div_euclid(unit),
+            exact(&row["BilledCost"]).0,
+            "{row:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 20, "{checked} FOCUS rows");
 
     // HTML, as a browser sees it.
     let html_path = dir.path().join("r.html");
@@ -1038,6 +1075,29 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
                 .is_ok_and(|o| o.status.success())
         })
         .expect("chromium is missing: ./scripts/test installs it (apt-get install chromium)");
+    // The page with a script that measures every spend chart's label as laid out and lists the pairs
+    // that overprint each other.
+    let measured = dir.path().join("r-measured.html");
+    std::fs::write(
+        &measured,
+        std::fs::read_to_string(&html_path).unwrap().replace(
+            "</body>",
+            r##"<pre id="overprints"></pre><script>
+const found = [];
+for (const svg of document.querySelectorAll("#spend-chart, .budget-chart")) {
+  const labels = [...svg.querySelectorAll("text")].map(t => [t.textContent, t.getBoundingClientRect()]);
+  for (let i = 0; i < labels.length; i++) for (let j = i + 1; j < labels.length; j++) {
+    const [a, p] = labels[i], [b, q] = labels[j];
+    if (p.left < q.right && q.left < p.right && p.top < q.bottom && q.top < p.bottom) found.push(a + " / " + b);
+  }
+}
+const out = document.getElementById("overprints");
+out.setAttribute("data-labels", document.querySelectorAll("#spend-chart text, .budget-chart text").length);
+out.textContent = found.join("; ");
+</script></body>"##,
+        ),
+    )
+    .unwrap();
     let profile = dir.path().join("chromium-profile");
     let dom = Command::new(chromium)
         .args([
@@ -1094,12 +1154,50 @@ fn budget_report_formats_agree_and_the_html_renders_in_chromium() {
         "{points} ends at now ({now_x})"
     );
     assert!(dom.contains(">time (UTC)</text>") && dom.contains(">cumulative spend (USD)</text>"));
+    // Each budget's ceiling is drawn against its own account's spend over its own period (the
+    // demo's are daily), as a line near the data or named above a scale fitted to the spend;
+    // the range's chart of all spend carries none.
+    let range_chart = &dom[dom.find(r#"<svg id="spend-chart""#).unwrap()..];
+    let range_chart = &range_chart[..range_chart.find("</svg>").unwrap()];
+    assert!(!range_chart.contains("ceiling"), "{range_chart}");
     for account in ["ml-platform", "research"] {
+        let at = dom
+            .find(&format!(
+                r#"class="budget-chart" data-account="{account}" data-period="daily""#
+            ))
+            .unwrap_or_else(|| panic!("{account}'s daily chart: {dom}"));
+        let chart = &dom[at..at + dom[at..].find("</svg>").unwrap()];
         assert!(
-            dom.contains(&format!(r#"class="ceiling" data-account="{account}""#)),
-            "{account}'s ceiling is drawn"
+            chart.contains(&format!(r#"class="ceiling" data-account="{account}""#))
+                || chart.contains(&format!(
+                    r#"class="ceiling-off-scale" data-account="{account}""#
+                )),
+            "{account}'s ceiling is drawn: {chart}"
         );
     }
+    let laid_out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", measured.display()))
+        .output()
+        .unwrap();
+    let laid_out = String::from_utf8_lossy(&laid_out.stdout);
+    let verdict = &laid_out[laid_out
+        .find(r#"<pre id="overprints" data-labels=""#)
+        .expect("the measuring script ran")..];
+    let verdict = &verdict[..verdict.find("</pre>").unwrap()];
+    let (labels, overprints) = verdict[34..].split_once('"').unwrap();
+    assert!(labels.parse::<u32>().unwrap() > 20, "{verdict}");
+    assert_eq!(
+        overprints, ">",
+        "labels overprint each other as Chromium lays them out: {verdict}"
+    );
     let fill = attr(r#"<span id="total-fill-ratio""#, "id");
     assert_eq!(fill, "total-fill-ratio");
     let fill_text = &dom[dom.find(r#"id="total-fill-ratio">"#).unwrap() + 22..];
@@ -2295,6 +2393,8 @@ mod corpus;
 mod decisions;
 #[path = "cli/external_metrics.rs"]
 mod external_metrics;
+#[path = "cli/messages.rs"]
+mod messages;
 #[path = "cli/roles.rs"]
 mod roles;
 

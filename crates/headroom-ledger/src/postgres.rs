@@ -248,12 +248,29 @@ async fn pool(url: &str, statement_timeout: Option<Duration>) -> Result<PgPool, 
         let millis = timeout.as_millis().max(1).to_string();
         options = options.options([("statement_timeout", millis.as_str())]);
     }
-    crate::dialect::pool_options::<Postgres>()
+    match crate::dialect::pool_options::<Postgres>()
         .max_connections(16)
         .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options)
+        .connect_with(options.clone())
         .await
-        .map_err(open_error)
+    {
+        Ok(pool) => Ok(pool),
+        // The pool retries a failing connect until its timeout and then says only that it timed
+        // out; one plain connection attempt tells why (refused, unknown host, bad password).
+        Err(sqlx::Error::PoolTimedOut) => {
+            let cause = match tokio::time::timeout(
+                Duration::from_secs(5),
+                sqlx::ConnectOptions::connect(&options),
+            )
+            .await
+            {
+                Ok(Err(cause)) => cause,
+                Ok(Ok(_)) | Err(_) => sqlx::Error::PoolTimedOut,
+            };
+            Err(open_error(cause))
+        }
+        Err(e) => Err(open_error(e)),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! FinOps FOCUS 1.2 export: one row per billable span of one node, so finance can load
-//! Headroom's view beside the clouds' own bills. Costs keep the ledger's micro-dollar precision,
-//! so the sum of `BilledCost` over a range equals the ledger's spend for it exactly.
+//! Headroom's view beside the clouds' own bills. `BilledCost` and `EffectiveCost` keep the
+//! ledger's micro-dollar precision, so their sum over a range equals the ledger's spend for it
+//! exactly; `ListCost` and `ContractedCost` are exactly the unit price times `PricingQuantity`
+//! (see [`pricing`]).
 
 use chrono::{Datelike, TimeZone, Utc};
 use headroom_core::{Market, ProviderKind, Timestamp};
@@ -66,6 +68,57 @@ pub const COLUMNS: [&str; 50] = [
     "x_NodeId",
     "x_Destination",
 ];
+
+/// A row's `PricingQuantity` and the exact product of it and the unit price (`ListCost`,
+/// `ContractedCost`), as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pricing {
+    pub quantity: String,
+    pub cost: String,
+}
+
+/// The pricing of `millis` of one unit (a node, or a node of a reservation) at `price_micros`
+/// an hour, billed `billed_micros` by the ledger (which rounds half up to the micro-dollar).
+///
+/// FOCUS asks `ListCost = ListUnitPrice × PricingQuantity` exactly, but hours from milliseconds
+/// do not terminate in decimal (an hour's 3.6e6 ms has a factor 9). So the quantity is the hours
+/// to the fewest decimals (6 or more) at which one lies where its product is at least the billed
+/// amount and rounds to it: the product is exact, and `BilledCost` is it rounded to the
+/// micro-dollar, so never above it.
+pub fn pricing(price_micros: i64, millis: i128, billed_micros: i64) -> Pricing {
+    const HOUR_MS: i128 = 3_600_000;
+    let (p, c) = (i128::from(price_micros), i128::from(billed_micros));
+    let mut decimals = 6u32;
+    let q = loop {
+        let scale = 10i128.pow(decimals);
+        // The true hours at this precision, rounded half up.
+        let nearest = (2 * millis * scale + HOUR_MS).div_euclid(2 * HOUR_MS);
+        if p <= 0 || decimals >= 18 {
+            break nearest;
+        }
+        // c ≤ p·q/scale < c + ½ (in micro-dollars).
+        let lo = (c * scale + p - 1).div_euclid(p);
+        let hi = ((2 * c + 1) * scale + 2 * p - 1).div_euclid(2 * p) - 1;
+        if lo <= hi {
+            break nearest.clamp(lo, hi);
+        }
+        decimals += 1;
+    };
+    Pricing {
+        quantity: decimal(q, decimals),
+        cost: decimal(p * q, decimals + 6),
+    }
+}
+
+/// `units / 10^decimals` written exactly, with trailing zeros dropped past six decimals.
+fn decimal(units: i128, decimals: u32) -> String {
+    let scale = 10i128.pow(decimals);
+    let sign = if units < 0 { "-" } else { "" };
+    let (whole, frac) = (units.abs() / scale, units.abs() % scale);
+    let frac = format!("{frac:0width$}", width = decimals as usize);
+    let keep = frac.trim_end_matches('0').len().max(6);
+    format!("{sign}{whole}.{}", &frac[..keep])
+}
 
 fn iso(t: Timestamp) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -147,8 +200,16 @@ pub fn to_focus_csv(
             .filter(|s| s.event.state.is_billable())
         {
             let e = span.event;
-            let cost = span.cost().to_string();
-            let hours = format!("{:.6}", span.millis() as f64 / 3_600_000.0);
+            let billed = span.cost();
+            let cost = billed.to_string();
+            let Pricing {
+                quantity: hours,
+                cost: list_cost,
+            } = pricing(
+                e.price_usd_per_hour.micros(),
+                i128::from(span.millis()),
+                billed.micros(),
+            );
             let (billing_start, billing_end) = month_of(span.start);
             let (provider, service) = provider_names(e.provider);
             let pricing_category = match e.market {
@@ -177,8 +238,8 @@ pub fn to_focus_csv(
             w.write_record([
                 cost.as_str(),
                 cost.as_str(),
-                cost.as_str(),
-                cost.as_str(),
+                list_cost.as_str(),
+                list_cost.as_str(),
                 "USD",
                 e.account.as_str(),
                 e.account.as_str(),
@@ -246,8 +307,17 @@ pub fn to_focus_csv(
 /// the consumed columns are null and the commitment's status is `Unused`.
 fn unused_row(idle: &IdleStretch<'_>) -> Vec<String> {
     let r = idle.reservation;
-    let cost = idle.cost().to_string();
-    let node_hours = format!("{:.6}", idle.node_hours());
+    let billed = idle.cost();
+    let cost = billed.to_string();
+    let millis = (idle.end - idle.start).num_milliseconds().max(0);
+    let Pricing {
+        quantity: node_hours,
+        cost: list_cost,
+    } = pricing(
+        r.price_usd_per_hour.micros(),
+        i128::from(millis) * i128::from(idle.idle_nodes),
+        billed.micros(),
+    );
     let (billing_start, billing_end) = month_of(idle.start);
     let (provider, service) = provider_names(r.provider);
     let price = r.price_usd_per_hour.to_string();
@@ -264,9 +334,9 @@ fn unused_row(idle: &IdleStretch<'_>) -> Vec<String> {
     let name = format!("{} {} in {}", r.instance_type, Market::Reserved, r.zone);
     vec![
         cost.clone(),
-        cost.clone(),
-        cost.clone(),
         cost,
+        list_cost.clone(),
+        list_cost,
         "USD".into(),
         account.clone(),
         account,

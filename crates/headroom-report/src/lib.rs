@@ -18,7 +18,7 @@ use std::str::FromStr;
 
 use headroom_core::planner::Destination;
 use headroom_core::{Budget, BudgetPeriod, Market, Money, NodeState, Timestamp};
-use headroom_ledger::derive::{histories, standing};
+use headroom_ledger::derive::{histories, spend, standing};
 use headroom_ledger::{NodeEvent, RefusalRecord};
 use reserved::{IdleStretch, ReservedCapacity};
 use serde::Serialize;
@@ -202,6 +202,10 @@ pub struct BudgetLine {
     /// Spend by the end of the period if the nodes billing now keep billing.
     pub forecast: Money,
     pub soft_threshold_reached: bool,
+    /// The account's cumulative spend from the period's start to now: what the ceiling is drawn
+    /// against on the HTML page. Not in the JSON, whose `spend_series` is the report range's.
+    #[serde(skip)]
+    pub spend_series: Vec<SpendPoint>,
 }
 
 /// Cumulative spend at the end of each step of the range, for charts.
@@ -415,7 +419,27 @@ fn budget_line(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> BudgetL
         forecast: s.spent + burn.per_hour_for_millis(left_ms),
         soft_threshold_reached: (committed.micros() as i128) * 100
             >= (budget.ceiling.micros() as i128) * budget.soft_threshold_percent as i128,
+        spend_series: steps(period_start, now.min(period_end))
+            .map(|at| SpendPoint {
+                at,
+                cumulative_spend: spend(events, Some(&budget.account), Some(period_start), at),
+            })
+            .collect(),
     }
+}
+
+/// Up to 100 evenly spaced instants after `from`, at least a minute apart, the last `until`.
+fn steps(from: Timestamp, until: Timestamp) -> impl Iterator<Item = Timestamp> {
+    let range_ms = (until - from).num_milliseconds().max(0);
+    let step = chrono::Duration::milliseconds((range_ms / 100).max(60_000));
+    let mut t = from;
+    std::iter::from_fn(move || {
+        if t >= until {
+            return None;
+        }
+        t = (t + step).min(until);
+        Some(t)
+    })
 }
 
 /// Cumulative spend at up to 100 evenly spaced instants (at least a minute apart).
@@ -425,16 +449,9 @@ fn spend_series(
     from: Timestamp,
     until: Timestamp,
 ) -> Vec<SpendPoint> {
-    let range_ms = (until - from).num_milliseconds().max(0);
-    if range_ms == 0 {
-        return Vec::new();
-    }
-    let step_ms = (range_ms / 100).max(60_000);
     let all = spans(events, from, until);
     let mut points = Vec::new();
-    let mut t = from;
-    loop {
-        t = (t + chrono::Duration::milliseconds(step_ms)).min(until);
+    for t in steps(from, until) {
         let cumulative: Money = all
             .iter()
             .filter(|s| s.event.state.is_billable() && s.start < t)
@@ -461,9 +478,6 @@ fn spend_series(
             at: t,
             cumulative_spend: cumulative,
         });
-        if t >= until {
-            break;
-        }
     }
     points
 }

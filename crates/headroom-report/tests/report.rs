@@ -476,3 +476,272 @@ fn a_reservation_s_idle_hours_are_spend_in_every_grouping_and_format() {
         .sum();
     assert_eq!(billed, report.totals.spend.micros(), "FOCUS reconciles");
 }
+
+/// An exact decimal as written: `(units, decimals)`, so `"1.50"` is `(150, 2)`.
+fn exact(s: &str) -> (i128, u32) {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let units: i128 = format!("{whole}{frac}")
+        .parse()
+        .unwrap_or_else(|_| panic!("{s:?}"));
+    (units, frac.len() as u32)
+}
+
+/// `a` and `b` are the same number (at any number of decimals).
+fn same((a, da): (i128, u32), (b, db): (i128, u32)) -> bool {
+    let d = da.max(db);
+    a * 10i128.pow(d - da) == b * 10i128.pow(d - db)
+}
+
+fn times((a, da): (i128, u32), (b, db): (i128, u32)) -> (i128, u32) {
+    (a * b, da + db)
+}
+
+/// FOCUS 1.2's identities hold exactly as the strings are written, on every row of a report of
+/// many spans at awkward prices and millisecond-odd durations, with a reservation's unused rows:
+/// ListCost = ListUnitPrice × PricingQuantity, ContractedCost = ContractedUnitPrice ×
+/// PricingQuantity, EffectiveCost = BilledCost, and BilledCost is the list cost rounded half up
+/// to the micro-dollar (never above it), so the rows still sum to the ledger's spend exactly.
+#[test]
+fn focus_costs_are_exactly_unit_price_times_quantity_on_every_row() {
+    let mut events = Vec::new();
+    for i in 0..240u32 {
+        let name = format!("n{i}");
+        let market = [Market::OnDemand, Market::Spot, Market::Reserved][i as usize % 3];
+        // $3.670001/h upward in odd steps; starts and stops a few odd milliseconds apart.
+        let price = Money::from_micros(3_670_001 + i64::from(i) * 137_173);
+        let start =
+            t("2026-11-30T08:00:00Z") + chrono::Duration::milliseconds(i64::from(i) * 7_919);
+        let serving = start + chrono::Duration::milliseconds(61_001 + i64::from(i) * 13);
+        let end = serving + chrono::Duration::milliseconds(3_599_999 + i64::from(i) * 104_729);
+        for (state, at) in [
+            (NodeState::Booting, start),
+            (NodeState::Serving, serving),
+            (NodeState::Terminated, end),
+        ] {
+            let mut e = event(
+                &name,
+                market,
+                Destination::Serve,
+                state,
+                "2026-11-30T08:00:00Z",
+                "1",
+                8,
+            );
+            e.price_usd_per_hour = price;
+            e.at = at;
+            if market == Market::Reserved {
+                e.offering = "use1-p4d-reserved".parse().unwrap();
+            }
+            events.push(e);
+        }
+    }
+    let mut reservation = p4d_reservation(Some(t("2026-11-30T07:59:59.997Z")), None);
+    reservation.nodes = 120;
+    reservation.price_usd_per_hour = "18.333337".parse().unwrap();
+    let (from, until) = (t("2026-11-30T00:00:00Z"), t("2026-11-30T20:00:00.001Z"));
+    let reservations = [reservation];
+    let text = focus::to_focus_csv(&events, &reservations, from, until).unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let (mut rows, mut unused, mut billed_total) = (0, 0, Money::ZERO);
+    for row in reader.deserialize::<std::collections::BTreeMap<String, String>>() {
+        let row = row.unwrap();
+        let v = |c: &str| exact(&row[c]);
+        let quantity = v("PricingQuantity");
+        assert!(
+            same(v("ListCost"), times(v("ListUnitPrice"), quantity)),
+            "ListCost is not ListUnitPrice × PricingQuantity: {row:?}"
+        );
+        assert!(
+            same(
+                v("ContractedCost"),
+                times(v("ContractedUnitPrice"), quantity)
+            ),
+            "ContractedCost is not ContractedUnitPrice × PricingQuantity: {row:?}"
+        );
+        assert_eq!(row["BilledCost"], row["EffectiveCost"], "{row:?}");
+        // BilledCost is the list cost rounded half up to the micro-dollar, never above it.
+        let (list, d) = v("ListCost");
+        let (billed, _) = v("BilledCost");
+        assert!(d >= 6, "{row:?}");
+        let unit = 10i128.pow(d - 6);
+        assert_eq!(
+            (list + unit / 2).div_euclid(unit),
+            billed,
+            "BilledCost is not ListCost rounded: {row:?}"
+        );
+        assert!(billed * unit <= list, "BilledCost above ListCost: {row:?}");
+        billed_total += row["BilledCost"].parse::<Money>().unwrap();
+        if row["CommitmentDiscountStatus"] == "Unused" {
+            unused += 1;
+        }
+        rows += 1;
+    }
+    assert!(rows > 600 && unused > 100, "{rows} rows, {unused} unused");
+    let report = budget_report(&ReportInput {
+        events: &events,
+        refusals: &[],
+        budgets: &[],
+        reservations: &reservations,
+        from,
+        to: until,
+        now: until,
+        group_by: GroupBy::Account,
+    })
+    .unwrap();
+    assert_eq!(billed_total, report.totals.spend, "FOCUS reconciles");
+}
+
+/// The `<svg …>…</svg>` element whose opening tag contains `marker`.
+fn svg_with<'a>(page: &'a str, marker: &str) -> &'a str {
+    let at = page
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker} missing: {page}"));
+    let start = page[..at].rfind("<svg").unwrap();
+    &page[start..at + page[at..].find("</svg>").unwrap()]
+}
+
+/// Every `<tag …>` in `svg` with the value of `name`, in order.
+fn attrs(svg: &str, tag: &str, name: &str) -> Vec<String> {
+    svg.match_indices(&format!("<{tag} "))
+        .filter_map(|(at, _)| {
+            let el = &svg[at..at + svg[at..].find('>').unwrap()];
+            let key = format!(" {name}=\"");
+            let from = el.find(&key)? + key.len();
+            Some(el[from..from + el[from..].find('"').unwrap()].to_string())
+        })
+        .collect()
+}
+
+/// Every `<text>` of `svg` as a box `(left, top, right, bottom)`, its glyphs taken 6 px wide and
+/// 10 px tall (the chart's 10 px font): enough to tell labels that share a spot.
+fn text_boxes(svg: &str) -> Vec<(String, [f64; 4])> {
+    svg.match_indices("<text ")
+        // The rotated axis title stands apart, left of the tick labels.
+        .filter(|(at, _)| !svg[*at..*at + svg[*at..].find('>').unwrap()].contains("rotate("))
+        .map(|(at, _)| {
+            let el = &svg[at..];
+            let open = &el[..el.find('>').unwrap()];
+            let content = &el[el.find('>').unwrap() + 1..el.find("</text>").unwrap()];
+            let get = |k: &str| {
+                let key = format!(" {k}=\"");
+                open.find(&key).map(|f| {
+                    let f = f + key.len();
+                    open[f..f + open[f..].find('"').unwrap()].to_string()
+                })
+            };
+            let (x, y): (f64, f64) = (
+                get("x").unwrap().parse().unwrap(),
+                get("y").unwrap().parse().unwrap(),
+            );
+            let w = 6.0 * content.chars().count() as f64;
+            let left = match get("text-anchor").as_deref() {
+                Some("end") => x - w,
+                Some("middle") => x - w / 2.0,
+                _ => x,
+            };
+            (content.to_string(), [left, y - 10.0, left + w, y])
+        })
+        .collect()
+}
+
+/// $29.40 of spend in a day under a $20,000 daily ceiling: the day's chart scales to the spend
+/// (a round top within twice the data, the line reaching over half the height) and names the
+/// ceiling above the scale instead of squashing the line flat; under a $30 ceiling the line is
+/// drawn and sets the top ($30). Each ceiling is drawn on its own account's chart over its own
+/// period (the day), never on the range's chart of all spend; "now" overprints no label.
+#[test]
+fn the_budget_chart_scales_to_the_spend_and_draws_each_ceiling_against_its_period() {
+    let events = history();
+    let budget = |ceiling: &str| Budget {
+        account: "ml".parse().unwrap(),
+        period: BudgetPeriod::Day,
+        ceiling: ceiling.parse().unwrap(),
+        soft_threshold_percent: 80,
+        hard_action: HardAction::Refuse,
+    };
+    let mut month = input(&events, &[], &[], GroupBy::Account);
+    month.from = t("2026-11-01T00:00:00Z");
+    let far = [budget("20000")];
+    let page = html::to_html(
+        &budget_report(&ReportInput {
+            budgets: &far,
+            ..month
+        })
+        .unwrap(),
+    );
+    let range = svg_with(&page, r#"id="spend-chart""#);
+    assert!(
+        !range.contains("ceiling"),
+        "no account's daily ceiling on a month of all spend: {range}"
+    );
+    let day = svg_with(&page, r#"class="budget-chart" data-account="ml""#);
+    assert!(day.contains(r#"data-period="daily""#), "{day}");
+    assert!(
+        day.contains(">2026-11-30 00:00</text>") && day.contains(">2026-12-01 00:00</text>"),
+        "the chart spans the budget's day: {day}"
+    );
+    let y_ticks: Vec<f64> = day
+        .split(r#"class="y-tick""#)
+        .skip(1)
+        .map(|rest| {
+            let text = &rest[rest.find('>').unwrap() + 1..rest.find('<').unwrap()];
+            text.trim_start_matches('$').parse().unwrap()
+        })
+        .collect();
+    let top = *y_ticks.last().unwrap();
+    assert!(
+        (29.4..=2.0 * 29.4).contains(&top),
+        "the scale's top {top} follows the spend: {y_ticks:?}"
+    );
+    assert!(
+        [1.0, 2.0, 2.5, 5.0].iter().any(|m| {
+            let step = y_ticks[1] - y_ticks[0];
+            let p = 10f64.powf(step.log10().floor());
+            (step / p - m).abs() < 1e-9
+        }),
+        "round ticks: {y_ticks:?}"
+    );
+    assert!(!day.contains(r#"class="ceiling""#), "{day}");
+    assert!(
+        day.contains(r#"class="ceiling-off-scale""#) && day.contains("$20000.00"),
+        "{day}"
+    );
+    let ys: Vec<f64> = attrs(day, "polyline", "points")[0]
+        .split(' ')
+        .map(|p| p.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let axis = attrs(day, "line", "y1");
+    let (upper, bottom): (f64, f64) = (axis[1].parse().unwrap(), axis[0].parse().unwrap());
+    let highest = ys.iter().copied().fold(f64::MAX, f64::min);
+    assert!(
+        bottom - highest > (bottom - upper) / 2.0,
+        "the spend fills the chart: {ys:?}"
+    );
+
+    let near = [budget("30")];
+    let page = html::to_html(
+        &budget_report(&ReportInput {
+            budgets: &near,
+            ..month
+        })
+        .unwrap(),
+    );
+    let day = svg_with(&page, r#"class="budget-chart" data-account="ml""#);
+    assert!(
+        day.contains(r#"class="ceiling" data-account="ml""#),
+        "{day}"
+    );
+    assert!(
+        day.contains(r#"text-anchor="end">$30</text>"#),
+        "the ceiling sets a round top: {day}"
+    );
+    for svg in [svg_with(&page, r#"id="spend-chart""#), day] {
+        let boxes = text_boxes(svg);
+        for (i, (a, p)) in boxes.iter().enumerate() {
+            for (b, q) in &boxes[i + 1..] {
+                let apart = p[2] <= q[0] || q[2] <= p[0] || p[3] <= q[1] || q[3] <= p[1];
+                assert!(apart, "{a:?} {p:?} overprints {b:?} {q:?}");
+            }
+        }
+    }
+}

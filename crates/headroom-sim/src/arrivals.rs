@@ -200,73 +200,110 @@ fn parse_tokens(s: &str) -> Option<u32> {
     s.trim().parse::<u32>().ok()
 }
 
+/// The trace CSV's columns, in order (matched without regard to case or surrounding spaces).
+const CSV_COLUMNS: [&str; 3] = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"];
+
+/// Reads a CSV trace with the `csv` crate: quoted fields, CRLF line ends and a UTF-8 byte-order
+/// mark (as spreadsheets write them) are read as plain ones; blank lines are skipped; a bad row
+/// is named by its line and column.
 pub fn parse_csv(text: &str, file: &str, tier: u8) -> Result<Vec<Request>, SimError> {
-    let mut lines = text.lines().enumerate();
-    let Some((_, header)) = lines.next() else {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        // A row of the wrong width is reported below with its line, not as a csv error.
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    // Lines as an editor numbers them: the csv crate's own count (and its record offset) lags
+    // behind CRLF line ends and skipped blank lines, so the record's first byte is found past
+    // the line ends at its offset (a record never starts with one) and the newlines before it
+    // are counted.
+    let newlines = |from: usize, to: usize| {
+        text.as_bytes()[from.min(text.len())..to.min(text.len())]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+    };
+    let csv_error = |e: csv::Error| {
+        let line = e
+            .position()
+            .map_or(0, |p| newlines(0, p.byte() as usize + 1) + 1);
+        row_error(file, line, format!("not CSV ({e})"))
+    };
+    let (mut line, mut counted) = (1, 0);
+    let mut line_of = |record: &csv::StringRecord| {
+        let mut at = record.position().map_or(counted, |p| p.byte() as usize);
+        while matches!(text.as_bytes().get(at), Some(b'\r' | b'\n')) {
+            at += 1;
+        }
+        let at = at.max(counted);
+        line += newlines(counted, at);
+        counted = at;
+        line
+    };
+    let mut record = csv::StringRecord::new();
+    if !reader.read_record(&mut record).map_err(csv_error)? {
         return Err(SimError::Trace {
             file: file.to_string(),
             message: "empty; expected a header TIMESTAMP,ContextTokens,GeneratedTokens".into(),
         });
-    };
-    let cols: Vec<String> = header
-        .split(',')
-        .map(|c| c.trim().to_ascii_lowercase())
-        .collect();
-    if cols != ["timestamp", "contexttokens", "generatedtokens"] {
+    }
+    let header_line = line_of(&record);
+    if record.len() != CSV_COLUMNS.len()
+        || !record
+            .iter()
+            .zip(CSV_COLUMNS)
+            .all(|(got, want)| got.trim().eq_ignore_ascii_case(want))
+    {
+        let header: Vec<&str> = record.iter().map(str::trim).collect();
         return Err(row_error(
             file,
-            1,
-            format!("header {header:?}; expected TIMESTAMP,ContextTokens,GeneratedTokens"),
+            header_line,
+            format!(
+                "header {:?}; expected TIMESTAMP,ContextTokens,GeneratedTokens",
+                header.join(",")
+            ),
         ));
     }
     let mut rows = Vec::new();
-    for (i, line) in lines {
-        let n = i + 1;
-        if line.trim().is_empty() {
+    while reader.read_record(&mut record).map_err(csv_error)? {
+        let n = line_of(&record);
+        if record.len() == 1 && record[0].trim().is_empty() {
             continue;
         }
-        let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != 3 {
+        if record.len() != 3 {
             return Err(row_error(
                 file,
                 n,
                 format!(
                     "{} fields; expected 3 (timestamp, context tokens, generated tokens)",
-                    fields.len()
+                    record.len()
                 ),
             ));
         }
-        let at = parse_time(fields[0]).ok_or_else(|| {
+        let at = parse_time(&record[0]).ok_or_else(|| {
             row_error(
                 file,
                 n,
                 format!(
                     "timestamp {:?} is not YYYY-MM-DD HH:MM:SS.fff or seconds",
-                    fields[0].trim()
+                    record[0].trim()
                 ),
             )
         })?;
-        let input = parse_tokens(fields[1]).ok_or_else(|| {
-            row_error(
-                file,
-                n,
-                format!(
-                    "ContextTokens {:?} is not a whole number ≥ 0",
-                    fields[1].trim()
-                ),
-            )
-        })?;
-        let output = parse_tokens(fields[2]).ok_or_else(|| {
-            row_error(
-                file,
-                n,
-                format!(
-                    "GeneratedTokens {:?} is not a whole number ≥ 0",
-                    fields[2].trim()
-                ),
-            )
-        })?;
-        rows.push((at, input, output));
+        let tokens = |i: usize| {
+            parse_tokens(&record[i]).ok_or_else(|| {
+                row_error(
+                    file,
+                    n,
+                    format!(
+                        "{} {:?} is not a whole number ≥ 0",
+                        CSV_COLUMNS[i],
+                        record[i].trim()
+                    ),
+                )
+            })
+        };
+        rows.push((at, tokens(1)?, tokens(2)?));
     }
     finish(rows, file, tier)
 }
@@ -429,6 +466,35 @@ mod tests {
                 .to_string()
                 .starts_with("t.csv:2: timestamp")
         );
+    }
+
+    /// A trace saved by a spreadsheet: a byte-order mark, CRLF line ends, quoted fields, spaces
+    /// around values; a bad row is named by its line (as an editor counts them) and column.
+    #[test]
+    fn csv_reads_quotes_a_bom_and_crlf_and_names_a_bad_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("excel.csv");
+        std::fs::write(
+            &path,
+            "\u{feff}TIMESTAMP,ContextTokens,GeneratedTokens\r\n\"2023-11-16 18:17:03.5\",\"4808\",10\r\n2023-11-16 18:17:04.5, 10 ,\"3\"\r\n",
+        )
+        .unwrap();
+        let r = read_trace(&path, 1).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].input_tokens, r[0].output_tokens, r[0].tier),
+            (4808, 10, 1)
+        );
+        assert_eq!(
+            (r[1].at_s, r[1].input_tokens, r[1].output_tokens),
+            (1.0, 10, 3)
+        );
+        let bad = "\u{feff}TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:17:03.5,1,2\r\n\r\n\"2023-11-16 18:17:04.5\",1,\"two\"\r\n";
+        let e = parse_csv(bad, "t.csv", 0).unwrap_err().to_string();
+        assert!(e.starts_with("t.csv:4: GeneratedTokens \"two\""), "{e}");
+        let bad = "TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n\"2, 3\",4\n";
+        let e = parse_csv(bad, "t.csv", 0).unwrap_err().to_string();
+        assert!(e.starts_with("t.csv:3: 2 fields"), "{e}");
     }
 
     #[test]
