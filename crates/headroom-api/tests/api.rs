@@ -17,6 +17,8 @@ use tower::ServiceExt;
 mod connections;
 #[path = "api/external_metrics.rs"]
 mod external_metrics;
+#[path = "api/pages.rs"]
+mod pages;
 #[path = "api/typed.rs"]
 mod typed;
 
@@ -1887,7 +1889,7 @@ async fn every_documented_operation_is_routed_and_shares_its_problem_answers() {
             );
         }
     }
-    assert_eq!(operations, 26);
+    assert_eq!(operations, 27);
     let limited = &components["RateLimited"];
     assert!(limited["headers"]["Retry-After"].is_object(), "{limited}");
 }

@@ -71,6 +71,33 @@ pub enum RequestState {
 }
 
 impl RequestState {
+    /// Every state, in the order a request can reach them.
+    pub const ALL: [RequestState; 5] = [
+        RequestState::Pending,
+        RequestState::PartiallyDelivered,
+        RequestState::Delivered,
+        RequestState::Refused,
+        RequestState::Cancelled,
+    ];
+
+    /// The name the API shows (and filters by).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestState::Pending => "pending",
+            RequestState::PartiallyDelivered => "partially_delivered",
+            RequestState::Delivered => "delivered",
+            RequestState::Refused => "refused",
+            RequestState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state named `s`, as [`Self::as_str`] names it.
+    pub fn parse(s: &str) -> Option<RequestState> {
+        RequestState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+    }
+
     /// Derives the state from what the ledger knows; nothing stores it, so it cannot drift.
     pub fn derive(
         requested: u32,
@@ -108,6 +135,18 @@ pub struct CapacityRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_names_are_the_serialised_ones() {
+        for state in RequestState::ALL {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::json!(state.as_str())
+            );
+            assert_eq!(RequestState::parse(state.as_str()), Some(state));
+        }
+        assert_eq!(RequestState::parse("done"), None);
+    }
 
     #[test]
     fn state_is_derived_from_counts() {

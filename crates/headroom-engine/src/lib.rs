@@ -20,6 +20,6 @@ pub mod scrape;
 pub use cluster::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 pub use config::{Config, ConfigErrors};
 pub use engine::{
-    Clamp, DECISION_LOG_LEN, DecisionRecord, DeclaredWindow, Engine, EngineError, OfferingPrice,
-    PoolStatus, ReplicaQueues, SignalInput, error_chain, sim_cloud_for,
+    Clamp, DECISION_LOG_LEN, DecisionPage, DecisionRecord, DeclaredWindow, Engine, EngineError,
+    OfferingPrice, PoolStatus, ReplicaQueues, SignalInput, error_chain, sim_cloud_for,
 };

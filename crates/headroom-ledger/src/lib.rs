@@ -143,6 +143,28 @@ pub struct RequestOutcome {
     pub refusals: Vec<RefusalRecord>,
 }
 
+/// Which capacity requests [`Ledger::capacity_request_page`] reads: those of `pools` (the
+/// caller's), optionally in one state and created at or after `since`, newest first by
+/// `(created_at, id)`, starting after `before` (the last request of the previous page), at most
+/// `limit`.
+#[derive(Debug, Clone)]
+pub struct RequestPageQuery<'a> {
+    pub pools: &'a [PoolName],
+    pub state: Option<RequestState>,
+    pub since: Option<Timestamp>,
+    /// The `(created_at, id)` of the previous page's last request: only those after it in the
+    /// order (created earlier, or at the same instant with a smaller id).
+    pub before: Option<(Timestamp, RequestId)>,
+    pub limit: u32,
+}
+
+/// A row read with its sequence number, the key its list is paged by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sequenced<T> {
+    pub seq: i64,
+    pub row: T,
+}
+
 /// One node state change: the ledger's main row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeEvent {
@@ -402,11 +424,30 @@ pub trait Ledger: Send + Sync + Debug {
         to: Timestamp,
     ) -> Result<Vec<RefusalRecord>, LedgerError>;
 
+    /// One page of capacity requests with their outcomes (see [`RequestPageQuery`]): the
+    /// filters, the order and the limit are the query's, so a page costs its own rows, not the
+    /// ledger's. The state is derived in the query exactly as [`RequestState::derive`] does.
+    async fn capacity_request_page(
+        &self,
+        query: &RequestPageQuery<'_>,
+    ) -> Result<Vec<RequestOutcome>, LedgerError>;
+
     /// Every node event that carries request `id`, in order: what its fill is derived from.
     async fn request_events(&self, id: &RequestId) -> Result<Vec<NodeEvent>, LedgerError>;
 
     /// Every node event of `pool`, in order.
     async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError>;
+
+    /// The node events of `pool` at `[from, to)` recorded after sequence number `after`, in
+    /// ledger order, at most `limit`: one page of the pool's ledger.
+    async fn pool_event_page(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError>;
 
     /// Requests still being worked on: neither cancelled nor closed by a refusal.
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError>;
@@ -508,6 +549,15 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// The pool's recorded decisions, newest first, at most `limit`.
     async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError>;
+
+    /// The pool's recorded decisions with a sequence number below `before` (all, without it),
+    /// newest first, at most `limit`: one page of its decision log.
+    async fn decision_page(
+        &self,
+        pool: &PoolName,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<String>>, LedgerError>;
 
     /// Records `pool`'s demand for each (Unix minute, replicas); a minute already recorded
     /// keeps its first value (idempotent across a lost answer or a lease move).

@@ -23,8 +23,8 @@ use crate::dialect::{self, Dialect, render};
 use crate::requests::RequestWrite;
 use crate::{
     ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, Ledger, LedgerError, LedgerSummary,
-    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, StoredWindow,
-    derive,
+    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, RequestPageQuery,
+    Sequenced, StoredWindow, derive,
 };
 
 /// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
@@ -390,6 +390,137 @@ where
         Ok(outcomes)
     }
 
+    async fn capacity_request_page(
+        &self,
+        q: &RequestPageQuery<'_>,
+    ) -> Result<Vec<RequestOutcome>, LedgerError> {
+        if q.pools.is_empty() || q.limit == 0 {
+            return Ok(Vec::new());
+        }
+        // The state as `RequestState::derive` has it, in terms the planner estimates well
+        // (EXISTS and NOT EXISTS become semi- and anti-joins): PostgreSQL then walks the
+        // `capacity_requests_by_pool` index newest first and stops at the limit, instead of
+        // deriving every request of the pool to sort them.
+        enum Bind {
+            Serving,
+            Closing,
+        }
+        let closing = RefusalReason::closing_codes();
+        let cancelled = "EXISTS (SELECT 1 FROM request_cancellations c WHERE c.request_id = r.id)";
+        let served =
+            "EXISTS (SELECT 1 FROM node_events e WHERE e.request_id = r.id AND e.state = ?)";
+        let delivered = "(SELECT COUNT(DISTINCT e.node_id) FROM node_events e
+                           WHERE e.request_id = r.id AND e.state = ?)";
+        let closed = format!(
+            "EXISTS (SELECT 1 FROM refusals f WHERE f.request_id = r.id AND f.reason IN ({}))",
+            dialect::params(closing.len())
+        );
+        let (state, state_binds) = match q.state {
+            None => (String::new(), vec![]),
+            Some(RequestState::Cancelled) => (format!("AND {cancelled}"), vec![]),
+            Some(RequestState::Delivered) => (
+                format!("AND NOT {cancelled} AND {served} AND {delivered} >= r.replicas"),
+                vec![Bind::Serving, Bind::Serving],
+            ),
+            Some(RequestState::PartiallyDelivered) => (
+                format!("AND NOT {cancelled} AND {served} AND {delivered} < r.replicas"),
+                vec![Bind::Serving, Bind::Serving],
+            ),
+            Some(RequestState::Refused) => (
+                format!("AND NOT {cancelled} AND NOT {served} AND {closed}"),
+                vec![Bind::Serving, Bind::Closing],
+            ),
+            Some(RequestState::Pending) => (
+                format!("AND NOT {cancelled} AND NOT {served} AND NOT {closed}"),
+                vec![Bind::Serving, Bind::Closing],
+            ),
+        };
+        let mut query = Self::query(&format!(
+            "SELECT r.*,
+               {delivered} AS delivered_n,
+               (SELECT COUNT(*) FROM request_cancellations c
+                 WHERE c.request_id = r.id) AS cancelled_n,
+               (SELECT COUNT(*) FROM refusals f
+                 WHERE f.request_id = r.id AND f.reason IN ({})) AS closing_n
+             FROM capacity_requests r
+             WHERE r.pool IN ({}) {} {} {state}
+             ORDER BY r.{{created_at}} DESC, r.id DESC
+             LIMIT ?",
+            dialect::params(closing.len()),
+            dialect::params(q.pools.len()),
+            if q.since.is_some() {
+                "AND r.{created_at} >= ?"
+            } else {
+                ""
+            },
+            if q.before.is_some() {
+                "AND (r.{created_at}, r.id) < (?, ?)"
+            } else {
+                ""
+            },
+        ))
+        .bind(NodeState::Serving.as_str());
+        for code in &closing {
+            query = query.bind(code.as_str());
+        }
+        for pool in q.pools {
+            query = query.bind(pool.as_str());
+        }
+        if let Some(since) = q.since {
+            query = query.bind(D::time(since));
+        }
+        if let Some((at, id)) = &q.before {
+            query = query.bind(D::time(*at)).bind(id.0.as_str());
+        }
+        for bind in state_binds {
+            match bind {
+                Bind::Serving => query = query.bind(NodeState::Serving.as_str()),
+                Bind::Closing => {
+                    for code in &closing {
+                        query = query.bind(code.as_str());
+                    }
+                }
+            }
+        }
+        let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
+        let mut page = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let request = Self::request_from_row(row)?;
+            let delivered = u32::try_from(row.try_get::<i64, _>("delivered_n")?)
+                .unwrap_or(u32::MAX)
+                .min(request.replicas);
+            let cancelled = row.try_get::<i64, _>("cancelled_n")? > 0;
+            let closed = row.try_get::<i64, _>("closing_n")? > 0;
+            page.push(RequestOutcome {
+                state: RequestState::derive(request.replicas, delivered, closed, cancelled),
+                delivered,
+                refusals: Vec::new(),
+                request,
+            });
+        }
+        // The page's refusals in one read per chunk, not one per request.
+        let ids: Vec<String> = page.iter().map(|o| o.request.id.0.clone()).collect();
+        for chunk in ids.chunks(IN_LIST_CHUNK) {
+            let mut query = Self::query(&format!(
+                "SELECT * FROM refusals WHERE request_id IN ({}) ORDER BY seq",
+                dialect::params(chunk.len())
+            ));
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                let refusal = Self::refusal_from_row(&row)?;
+                if let Some(outcome) = page
+                    .iter_mut()
+                    .find(|o| refusal.request.as_ref() == Some(&o.request.id))
+                {
+                    outcome.refusals.push(refusal);
+                }
+            }
+        }
+        Ok(page)
+    }
+
     async fn refusals_between(
         &self,
         from: Timestamp,
@@ -439,6 +570,36 @@ where
                 .bind(pool.as_str()),
         )
         .await
+    }
+
+    async fn pool_event_page(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError> {
+        Self::query(
+            "SELECT * FROM node_events
+             WHERE pool = ? AND {at} >= ? AND {at} < ? AND seq > ?
+             ORDER BY seq LIMIT ?",
+        )
+        .bind(pool.as_str())
+        .bind(D::time(from))
+        .bind(D::time(to))
+        .bind(after.unwrap_or(i64::MIN))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Sequenced {
+                seq: row.try_get("seq")?,
+                row: Self::event_from_row(row)?,
+            })
+        })
+        .collect()
     }
 
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {
@@ -838,6 +999,31 @@ where
         .await?
         .iter()
         .map(|row| Ok(row.try_get("record")?))
+        .collect()
+    }
+
+    async fn decision_page(
+        &self,
+        pool: &PoolName,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<String>>, LedgerError> {
+        Self::query(
+            "SELECT seq, CAST(record AS TEXT) AS record FROM decisions
+             WHERE pool = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(pool.as_str())
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Sequenced {
+                seq: row.try_get("seq")?,
+                row: row.try_get("record")?,
+            })
+        })
         .collect()
     }
 

@@ -10,7 +10,7 @@ use headroom_core::{
 };
 use headroom_ledger::{
     HoldOutcome, IdempotencyKey, Ledger, LedgerError, NewCapacityRequest, NodeEvent,
-    PostgresLedger, RefusalRecord, SqliteLedger,
+    PostgresLedger, RefusalRecord, RequestPageQuery, SqliteLedger,
 };
 
 fn t(s: &str) -> Timestamp {
@@ -276,6 +276,193 @@ async fn outcome_follows_node_events_and_refusals(ledger: &dyn Ledger) {
         (1, 1)
     );
     assert_eq!(summary.refusals_by_reason.get("max_replicas"), Some(&1));
+}
+
+/// Pages of capacity requests: newest first by (created_at, id), each request once across a
+/// walk, the filters applied in the query (the state derived there exactly as the outcome
+/// derives it), and the limit honoured.
+async fn capacity_requests_page_newest_first_with_filters(ledger: &dyn Ledger) {
+    let llama: headroom_core::PoolName = "llama".parse().unwrap();
+    let other: headroom_core::PoolName = "other".parse().unwrap();
+    // 30 requests, three to an instant (ties broken by id), plus one of another pool.
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let mut new = new_request(None, 2);
+        new.at = t("2026-11-30T09:00:00Z") + chrono::Duration::seconds(i / 3);
+        ids.push(ledger.record_capacity_request(&new).await.unwrap().0.id);
+    }
+    let mut foreign = new_request(None, 1);
+    foreign.pool = other.clone();
+    ledger.record_capacity_request(&foreign).await.unwrap();
+    // One request of each state: delivered, partially delivered, refused, cancelled; the
+    // rest pending.
+    for (node, request) in [("d1", &ids[0]), ("d2", &ids[0]), ("p1", &ids[1])] {
+        ledger
+            .append_node_event(&event(
+                node,
+                NodeState::Serving,
+                "2026-11-30T09:05:00Z",
+                Some(request),
+                "ready",
+            ))
+            .await
+            .unwrap();
+    }
+    ledger
+        .append_refusal(&RefusalRecord {
+            pool: llama.clone(),
+            request: Some(ids[2].clone()),
+            node: None,
+            offering: None,
+            replicas: 2,
+            reason: RefusalReason::Budget,
+            detail: "over budget".into(),
+            at: t("2026-11-30T09:00:01Z"),
+        })
+        .await
+        .unwrap();
+    ledger
+        .cancel_capacity_request(&ids[3], t("2026-11-30T09:00:02Z"))
+        .await
+        .unwrap();
+
+    let pools = [llama.clone()];
+    let page = |state, since, before, limit| RequestPageQuery {
+        pools: &pools,
+        state,
+        since,
+        before,
+        limit,
+    };
+    // A walk of pages of 7: every request once, newest first.
+    let mut walked = Vec::new();
+    let mut before = None;
+    loop {
+        let got = ledger
+            .capacity_request_page(&page(None, None, before.clone(), 7))
+            .await
+            .unwrap();
+        assert!(got.len() <= 7);
+        let Some(last) = got.last() else { break };
+        before = Some((last.request.created_at, last.request.id.clone()));
+        walked.extend(got);
+    }
+    assert_eq!(walked.len(), 30);
+    for pair in walked.windows(2) {
+        let key =
+            |o: &headroom_ledger::RequestOutcome| (o.request.created_at, o.request.id.clone());
+        assert!(key(&pair[0]) > key(&pair[1]), "newest first, no repeats");
+    }
+    // Each outcome is what reading the request alone derives.
+    for outcome in &walked {
+        let single = ledger
+            .capacity_request(&outcome.request.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(outcome, &single);
+    }
+    // The state filter agrees with the derived state, for every state.
+    for state in RequestState::ALL {
+        let got = ledger
+            .capacity_request_page(&page(Some(state), None, None, 100))
+            .await
+            .unwrap();
+        let expected = walked.iter().filter(|o| o.state == state).count();
+        assert_eq!(got.len(), expected, "{state:?}");
+        assert!(got.iter().all(|o| o.state == state));
+        let wanted = if state == RequestState::Pending {
+            26
+        } else {
+            1
+        };
+        assert_eq!(expected, wanted, "{state:?}");
+    }
+    // `since` is inclusive; other pools are out unless asked for; an empty pool list reads
+    // nothing.
+    let since = ledger
+        .capacity_request_page(&page(None, Some(t("2026-11-30T09:00:08Z")), None, 100))
+        .await
+        .unwrap();
+    assert_eq!(since.len(), 6);
+    let both = [llama, other];
+    let all = ledger
+        .capacity_request_page(&RequestPageQuery {
+            pools: &both,
+            state: None,
+            since: None,
+            before: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 31);
+    let none = ledger
+        .capacity_request_page(&RequestPageQuery {
+            pools: &[],
+            state: None,
+            since: None,
+            before: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+/// Pages of a pool's node events (in ledger order, within a range) and of its decision log
+/// (newest first), keyed by sequence number.
+async fn event_and_decision_pages_by_sequence(ledger: &dyn Ledger) {
+    let llama: headroom_core::PoolName = "llama".parse().unwrap();
+    for i in 0..12 {
+        let at = t("2026-11-30T09:00:00Z") + chrono::Duration::minutes(i);
+        let mut e = event(
+            &format!("n{i}"),
+            NodeState::Requested,
+            "2026-11-30T09:00:00Z",
+            None,
+            "launch",
+        );
+        e.at = at;
+        ledger.append_node_event(&e).await.unwrap();
+        ledger
+            .append_decision(&llama, at, &format!(r#"{{"n": {i}}}"#))
+            .await
+            .unwrap();
+    }
+    let (from, to) = (t("2026-11-30T09:02:00Z"), t("2026-11-30T09:10:00Z"));
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = ledger
+            .pool_event_page(&llama, from, to, after, 3)
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.seq);
+        seen.extend(page.into_iter().map(|r| (r.seq, r.row.node.0)));
+    }
+    let nodes: Vec<&str> = seen.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(nodes, ["n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"]);
+    assert!(seen.windows(2).all(|w| w[0].0 < w[1].0));
+    assert!(
+        ledger
+            .pool_event_page(&"other".parse().unwrap(), from, to, None, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let mut records = Vec::new();
+    let mut before = None;
+    loop {
+        let page = ledger.decision_page(&llama, before, 5).await.unwrap();
+        let Some(last) = page.last() else { break };
+        before = Some(last.seq);
+        records.extend(page.into_iter().map(|r| r.row));
+    }
+    let expected: Vec<String> = (0..12).rev().map(|i| format!(r#"{{"n": {i}}}"#)).collect();
+    assert_eq!(records, expected);
 }
 
 async fn cancellation_is_recorded_once(ledger: &dyn Ledger) {
@@ -1218,6 +1405,18 @@ macro_rules! behaviour_suite {
             async fn windows() {
                 let (_guard, ledger) = $open.await;
                 windows_are_half_open(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn request_pages() {
+                let (_guard, ledger) = $open.await;
+                capacity_requests_page_newest_first_with_filters(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn sequence_pages() {
+                let (_guard, ledger) = $open.await;
+                event_and_decision_pages_by_sequence(ledger.as_ref()).await;
             }
 
             #[tokio::test]

@@ -10,8 +10,11 @@ use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::input::{RawBody, RawPath, account_from_path, json_body};
-use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound, PreconditionFailed};
+use super::input::{QueryParams, RawBody, RawPath, account_from_path, json_body};
+use super::page::{self, PageParams};
+use super::responses::{
+    Authenticated, Forbidden, InvalidInput, JsonBody, NotFound, PreconditionFailed,
+};
 use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
@@ -110,16 +113,22 @@ fn if_match_allows(headers: &HeaderMap, current: Option<&Budget>) -> Result<bool
         .any(|t| t == "*" || t.trim_start_matches("W/") == tag))
 }
 
+/// One page of the budgets the token acts for, by account.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct BudgetList {
     budgets: Vec<BudgetView>,
+    /// The next page's cursor; null on the last page.
+    next_cursor: Option<String>,
 }
 
 #[utoipa::path(
     get,
     path = "/v1/budgets",
+    params(PageParams),
     responses(
-        (status = 200, description = "Budgets the token acts for", body = BudgetList),
+        (status = 200, description = "Budgets the token acts for, by account", body = BudgetList,
+            headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one"))),
+        (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         Authenticated,
     )
@@ -127,20 +136,37 @@ struct BudgetList {
 async fn list_budgets(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
-) -> Result<Json<BudgetList>, ApiError> {
+    uri: axum::http::Uri,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     principal.require(Scope::Reports)?;
-    let mut budgets = Vec::new();
-    for budget in state
+    let params = page::query(query, &["limit", "cursor"])?;
+    let request = page::read::<String>(&params, "budgets")?;
+    let in_force: Vec<Budget> = state
         .engine
         .ledger()
         .budgets()
         .await?
         .into_iter()
         .filter(|b| principal.acts_for(&b.account))
-    {
+        .collect();
+    // The versions in force are a row per account; where each stands (its spend, the costly
+    // part) is read for this page's accounts only.
+    let (page_budgets, next) = page::of(in_force, |b| b.account.to_string(), &request);
+    let mut budgets = Vec::with_capacity(page_budgets.len());
+    for budget in page_budgets {
         budgets.push(budget_view(&state, budget).await?);
     }
-    Ok(Json(BudgetList { budgets }))
+    let next_cursor = next.map(|account| page::cursor("budgets", &account));
+    Ok(page::answer(
+        BudgetList {
+            budgets,
+            next_cursor: next_cursor.clone(),
+        },
+        &uri,
+        &params,
+        next_cursor.as_deref(),
+    ))
 }
 
 #[utoipa::path(
@@ -205,6 +231,7 @@ struct PutBudget {
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 412, response = PreconditionFailed),
+        JsonBody,
         Authenticated,
     )
 )]

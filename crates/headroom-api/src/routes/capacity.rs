@@ -1,26 +1,28 @@
-//! Capacity requests: `POST /v1/capacity-requests` asks for more ready replicas of a pool;
-//! `GET` and `DELETE /v1/capacity-requests/{id}` read and cancel one.
+//! Capacity requests: `POST /v1/capacity-requests` asks for more ready replicas of a pool and
+//! `GET /v1/capacity-requests` lists them, newest first; `GET` and
+//! `DELETE /v1/capacity-requests/{id}` read and cancel one.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use headroom_core::{PoolName, Priority};
+use headroom_core::{PoolName, Priority, RequestId, RequestState};
 use headroom_engine::PoolStatus;
 use headroom_ledger::{IdempotencyKey, NewCapacityRequest};
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::input::{RawBody, RawPath, json_body, request_id_from_path};
-use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use super::input::{QueryParams, RawBody, RawPath, instant, json_body, request_id_from_path};
+use super::page::{self, PageParams};
+use super::responses::{Authenticated, Forbidden, InvalidInput, JsonBody, NotFound};
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
 use crate::{AppState, Problem};
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
-        .routes(routes!(create_capacity_request))
+        .routes(routes!(create_capacity_request, list_capacity_requests))
         .routes(routes!(get_capacity_request, cancel_capacity_request))
 }
 
@@ -74,6 +76,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
+        JsonBody,
         Authenticated,
     )
 )]
@@ -226,6 +229,156 @@ fn visible_pools(state: &AppState, principal: &Principal) -> Vec<headroom_core::
         .collect()
 }
 
+/// One page of the capacity requests the token may see, newest first.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct RequestList {
+    /// Newest first: by `created_at`, then `id`, both descending.
+    capacity_requests: Vec<headroom_ledger::RequestOutcome>,
+    /// The next (older) page's cursor; null on the last page.
+    next_cursor: Option<String>,
+}
+
+/// A request's place in the list: its creation instant (microseconds, as the ledger keeps it
+/// at most) and its id.
+type RequestKey = (i64, String);
+
+/// May read capacity requests: the capacity scope (which makes them) or the reports scope.
+fn may_read_requests(principal: &Principal) -> Result<(), ApiError> {
+    if !(principal.has(Scope::Capacity) || principal.has(Scope::Reports)) {
+        principal.require(Scope::Capacity)?;
+    }
+    Ok(())
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/capacity-requests",
+    params(
+        ("pool" = Option<String>, Query, description = "Only this pool's requests"),
+        (
+            "state" = Option<RequestState>,
+            Query,
+            description = "Only requests in this state; another word is a 400 problem listing the states"
+        ),
+        (
+            "since" = Option<String>,
+            Query,
+            format = DateTime,
+            description = "Only requests created at or after this RFC 3339 instant; a malformed one is a 400 problem"
+        ),
+        PageParams
+    ),
+    responses(
+        (
+            status = 200,
+            description = "The capacity requests of the pools the token acts for, newest first, with their outcomes",
+            body = RequestList,
+            headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one"))
+        ),
+        (status = 400, response = InvalidInput),
+        (status = 403, response = Forbidden),
+        Authenticated,
+    )
+)]
+async fn list_capacity_requests(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    uri: axum::http::Uri,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    may_read_requests(&principal)?;
+    let params = page::query(query, &["pool", "state", "since", "limit", "cursor"])?;
+    let mut pools = visible_pools(&state, &principal);
+    if let Some(raw) = params.get("pool") {
+        // Another account's pool is refused in the same words as one that does not exist.
+        let shown: String = raw.chars().take(64).collect();
+        let name = raw
+            .parse::<PoolName>()
+            .ok()
+            .filter(|name| pools.contains(name))
+            .ok_or_else(|| {
+                ApiError::bad(
+                    "unknown-pool",
+                    format!("pool: no pool named {shown:?}; GET /v1/pools lists them"),
+                )
+            })?;
+        pools = vec![name];
+    }
+    let wanted = params
+        .get("state")
+        .map(|raw| {
+            RequestState::parse(raw).ok_or_else(|| {
+                let shown: String = raw.chars().take(32).collect();
+                let valid: Vec<&str> = RequestState::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::bad(
+                    "invalid-state",
+                    format!(
+                        "state: {shown:?} is not a request state; use one of {}",
+                        valid.join(", ")
+                    ),
+                )
+            })
+        })
+        .transpose()?;
+    let since = params
+        .get("since")
+        .map(|raw| instant("since", raw, "invalid-since"))
+        .transpose()?;
+    // A cursor belongs to one query: the same filters, or it is refused.
+    let list = format!(
+        "capacity-requests?pool={}&state={}&since={}",
+        params.get("pool").map_or("", String::as_str),
+        wanted.map_or("", RequestState::as_str),
+        since.map(|t| t.to_rfc3339()).unwrap_or_default()
+    );
+    let request = page::read::<RequestKey>(&params, &list)?;
+    let before = request
+        .after
+        .map(|(micros, id)| {
+            chrono::DateTime::from_timestamp_micros(micros)
+                .map(|at| (at, RequestId(id)))
+                .ok_or_else(|| {
+                    ApiError::bad(
+                        "invalid-cursor",
+                        "cursor: not a cursor this API gave; leave cursor out to start at the first page",
+                    )
+                })
+        })
+        .transpose()?;
+    let mut outcomes = state
+        .engine
+        .ledger()
+        .capacity_request_page(&headroom_ledger::RequestPageQuery {
+            pools: &pools,
+            state: wanted,
+            since,
+            before,
+            limit: request.limit + 1,
+        })
+        .await?;
+    let more = outcomes.len() > request.limit as usize;
+    outcomes.truncate(request.limit as usize);
+    let next_cursor = match (more, outcomes.last()) {
+        (true, Some(last)) => Some(page::cursor(
+            &list,
+            &(
+                last.request.created_at.timestamp_micros(),
+                last.request.id.0.clone(),
+            ),
+        )),
+        _ => None,
+    };
+    Ok(page::answer(
+        RequestList {
+            capacity_requests: outcomes,
+            next_cursor: next_cursor.clone(),
+        },
+        &uri,
+        &params,
+        next_cursor.as_deref(),
+    ))
+}
+
 #[utoipa::path(
     get,
     path = "/v1/capacity-requests/{id}",
@@ -244,9 +397,7 @@ async fn get_capacity_request(
     path: RawPath,
 ) -> Result<Response, ApiError> {
     let id = request_id_from_path(path)?;
-    if !(principal.has(Scope::Capacity) || principal.has(Scope::Reports)) {
-        principal.require(Scope::Capacity)?;
-    }
+    may_read_requests(&principal)?;
     let ledger = state.engine.ledger();
     // Another account's request costs what an unknown one does (invariant 10).
     let outcome = ledger

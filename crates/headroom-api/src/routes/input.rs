@@ -221,11 +221,16 @@ pub(super) fn range(
 }
 
 fn parse_instant(name: &str, value: &str) -> Result<Timestamp, ApiError> {
+    instant(name, value, "invalid-range")
+}
+
+/// The RFC 3339 instant `value` of the query parameter `name`, or a problem `slug` naming it.
+pub(super) fn instant(name: &str, value: &str, slug: &'static str) -> Result<Timestamp, ApiError> {
     chrono::DateTime::parse_from_rfc3339(value)
         .map(|t| t.with_timezone(&chrono::Utc))
         .map_err(|_| {
             ApiError::bad(
-                "invalid-range",
+                slug,
                 format!(
                     "{name}: {:?} is not an RFC 3339 instant such as 2026-11-30T09:00:00Z",
                     truncate(value)

@@ -10,6 +10,7 @@ mod external_metrics;
 mod input;
 mod offerings;
 mod ops;
+mod page;
 mod pools;
 mod reports;
 mod responses;
@@ -31,6 +32,7 @@ pub fn router(state: AppState) -> Router {
     let routes = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(accept_post))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -93,13 +95,56 @@ async fn not_found() -> Problem {
     )
 }
 
-async fn method_not_allowed() -> Problem {
+/// axum adds the `Allow` header (RFC 9110 §15.5.6) to what this answers: the path's methods.
+async fn method_not_allowed(method: axum::http::Method) -> Problem {
     Problem::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method-not-allowed",
         "Method not allowed",
-        "this endpoint does not accept that HTTP method",
+        format!("this endpoint does not take {method}; the Allow header lists the methods it does"),
     )
+}
+
+/// A POST refused for its media type says which one it takes (`Accept-Post`, as the W3C's
+/// Linked Data Platform defines it): every POST body here is JSON.
+async fn accept_post(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let post = request.method() == axum::http::Method::POST;
+    let mut response = next.run(request).await;
+    if post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        response.headers_mut().insert(
+            "accept-post",
+            axum::http::HeaderValue::from_static("application/json"),
+        );
+    }
+    response
+}
+
+/// Every operation lists the 405 its path gives for the methods it does not take: the router
+/// answers it, not a handler, so it is added here once the paths are merged.
+fn with_method_not_allowed(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::{Ref, RefOr};
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation.responses.responses.insert(
+                "405".to_string(),
+                RefOr::Ref(Ref::from_response_name("MethodNotAllowed")),
+            );
+        }
+    }
+    doc
 }
 
 /// What the document says beyond its paths: the title, and the components that paths reference
@@ -121,7 +166,10 @@ async fn method_not_allowed() -> Problem {
             responses::NotFound,
             responses::PreconditionFailed,
             responses::RateLimited,
-            responses::LedgerUnavailable
+            responses::LedgerUnavailable,
+            responses::MethodNotAllowed,
+            responses::UnsupportedMediaType,
+            responses::PayloadTooLarge
         )
     )
 )]
@@ -152,7 +200,9 @@ impl utoipa::Modify for BearerScheme {
 
 /// Built once: the document cannot change while the process runs.
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    let mut text = api().into_openapi().to_pretty_json().unwrap_or_default();
+    let mut text = with_method_not_allowed(api().into_openapi())
+        .to_pretty_json()
+        .unwrap_or_default();
     text.push('\n');
     text
 });

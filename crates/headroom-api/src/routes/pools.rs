@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use headroom_core::{Money, PoolName, Timestamp};
 use headroom_engine::{PoolStatus, SignalInput};
 use serde::Deserialize;
@@ -11,7 +12,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::input::{QueryParams, RawBody, RawPath, json_body, pool_from_path, range};
-use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use super::page::{self, PageParams};
+use super::responses::{Authenticated, Forbidden, InvalidInput, JsonBody, NotFound};
 use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
@@ -30,30 +32,50 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 // `list_pools`, `get_pool` and `pool_admission` check no scope (any token may read the pools it
 // acts for), so they list no 403.
 
+/// One page of the pools the token acts for, by name.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct PoolList {
     pools: Vec<PoolStatus>,
+    /// The next page's cursor (pass it as `cursor`); null on the last page.
+    next_cursor: Option<String>,
 }
 
 #[utoipa::path(
     get,
     path = "/v1/pools",
+    params(PageParams),
     responses(
-        (status = 200, description = "The pools the token acts for", body = PoolList),
+        (status = 200, description = "The pools the token acts for, by name", body = PoolList,
+            headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one"))),
+        (status = 400, response = InvalidInput),
         Authenticated,
     )
 )]
 async fn list_pools(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
-) -> Json<PoolList> {
-    let pools = state
+    uri: axum::http::Uri,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let params = page::query(query, &["limit", "cursor"])?;
+    let request = page::read::<String>(&params, "pools")?;
+    let visible = state
         .engine
         .pool_statuses()
         .into_iter()
         .filter(|p| p.account.parse().is_ok_and(|a| principal.acts_for(&a)))
         .collect();
-    Json(PoolList { pools })
+    let (pools, next) = page::of(visible, |p| p.name.to_string(), &request);
+    let next_cursor = next.map(|name| page::cursor("pools", &name));
+    Ok(page::answer(
+        PoolList {
+            pools,
+            next_cursor: next_cursor.clone(),
+        },
+        &uri,
+        &params,
+        next_cursor.as_deref(),
+    ))
 }
 
 #[utoipa::path(
@@ -201,6 +223,7 @@ fn non_negative(field: &str, value: Option<f64>, max: f64) -> Result<Option<f64>
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
+        JsonBody,
         Authenticated,
     )
 )]
@@ -280,6 +303,7 @@ async fn push_signal(
     Ok(StatusCode::ACCEPTED)
 }
 
+/// One page of a pool's decision log.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct DecisionLog {
     pool: PoolName,
@@ -288,6 +312,8 @@ struct DecisionLog {
     /// node's life (an interruption notice, an orphan, a drain) are entries of the same log.
     #[schema(value_type = Vec<DecisionLogEntry>)]
     decisions: Vec<serde_json::Value>,
+    /// The next (older) page's cursor; null on the last page.
+    next_cursor: Option<String>,
 }
 
 /// One entry of a decision log: a decision of the controller, or an event of a node's life.
@@ -322,9 +348,10 @@ struct NodeLogEvent {
 #[utoipa::path(
     get,
     path = "/v1/pools/{name}/decisions",
-    params(("name" = String, Path)),
+    params(("name" = String, Path), PageParams),
     responses(
-        (status = 200, description = "Decisions, newest first", body = DecisionLog),
+        (status = 200, description = "Decisions, newest first: the current one, then the ledger's by sequence number", body = DecisionLog,
+            headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one"))),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -334,24 +361,41 @@ struct NodeLogEvent {
 async fn pool_decisions(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
+    uri: axum::http::Uri,
     path: RawPath,
-) -> Result<Json<DecisionLog>, ApiError> {
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     principal.require(Scope::Reports)?;
     let pool = pool_from_path(&state, &principal, path)?;
+    let params = page::query(query, &["limit", "cursor"])?;
+    let list = format!("decisions:{pool}");
+    // The key is the ledger sequence number the next page reads below.
+    let request = page::read::<i64>(&params, &list)?;
     let shadow = state
         .engine
         .config()
         .pool(&pool)
         .is_some_and(|p| p.scaling.shadow);
-    let decisions = state.engine.decisions(&pool).await.map_err(|e| match e {
-        headroom_engine::EngineError::Ledger(l) => ApiError::from(l),
-        other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
-    })?;
-    Ok(Json(DecisionLog {
-        decisions,
-        shadow,
-        pool,
-    }))
+    let page = state
+        .engine
+        .decision_page(&pool, request.after, request.limit)
+        .await
+        .map_err(|e| match e {
+            headroom_engine::EngineError::Ledger(l) => ApiError::from(l),
+            other => ApiError::Ledger(headroom_ledger::LedgerError::Corrupt(other.to_string())),
+        })?;
+    let next_cursor = page.next_before.map(|seq| page::cursor(&list, &seq));
+    Ok(page::answer(
+        DecisionLog {
+            decisions: page.entries,
+            shadow,
+            pool,
+            next_cursor: next_cursor.clone(),
+        },
+        &uri,
+        &params,
+        next_cursor.as_deref(),
+    ))
 }
 
 /// A reports-scoped pool endpoint's pool and `?from=…&to=…` range (default the last day), and
@@ -443,7 +487,8 @@ async fn pool_shadow_report(
     }))
 }
 
-/// Requested versus delivered for one pool over a time range.
+/// Requested versus delivered for one pool over a time range, and one page of the ledger rows
+/// of its nodes in that range. The figures cover the whole range on every page.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct PoolLedger {
     pool: PoolName,
@@ -457,6 +502,74 @@ struct PoolLedger {
     organic: headroom_ledger::derive::OrganicFill,
     /// Spend of the pool's nodes within the range.
     spend: Money,
+    /// The pool's node events in the range, in ledger order (by `seq`): one page of them.
+    entries: Vec<LedgerEntry>,
+    /// The next page's cursor (it keeps this page's range); null on the last page.
+    next_cursor: Option<String>,
+}
+
+/// One row of a pool's ledger: a node's change of state, as recorded.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+struct LedgerEntry {
+    /// The ledger's sequence number: the order rows were recorded in, and the page key.
+    seq: i64,
+    #[schema(value_type = String, format = DateTime)]
+    at: Timestamp,
+    node: String,
+    /// `requested`, `launching`, `booting`, `warm`, `serving`, `draining`, `terminated`,
+    /// `refused`, …
+    state: String,
+    /// Why (`launch`, `wake`, `ready`, `release`, a cloud's error code, …).
+    reason: Option<String>,
+    /// The capacity request the node serves; null for the controller's own capacity.
+    request: Option<String>,
+    /// `serve` or `warm`: where the activation was headed.
+    destination: String,
+    offering: String,
+    provider: String,
+    region: String,
+    zone: String,
+    instance_type: String,
+    market: String,
+    /// The cloud's instance id, once it has one.
+    instance: Option<String>,
+    price_usd_per_hour: Money,
+    gpus: u32,
+    /// Money held against the budget when this activation began; zero on later rows.
+    hold: Money,
+}
+
+impl LedgerEntry {
+    fn new(seq: i64, e: headroom_ledger::NodeEvent) -> LedgerEntry {
+        LedgerEntry {
+            seq,
+            at: e.at,
+            node: e.node.0,
+            state: e.state.as_str().to_string(),
+            reason: e.reason,
+            request: e.request.map(|r| r.0),
+            destination: e.destination.as_str().to_string(),
+            offering: e.offering.as_str().to_string(),
+            provider: e.provider.as_str().to_string(),
+            region: e.region,
+            zone: e.zone,
+            instance_type: e.instance_type,
+            market: e.market.as_str().to_string(),
+            instance: e.instance,
+            price_usd_per_hour: e.price_usd_per_hour,
+            gpus: e.gpus,
+            hold: e.hold,
+        }
+    }
+}
+
+/// Where a page of a pool's ledger starts: the range the walk reads (fixed by its first page,
+/// whose `to` defaults to that moment's now) and the last sequence number returned.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LedgerKey {
+    from: Timestamp,
+    to: Timestamp,
+    after: i64,
 }
 
 #[utoipa::path(
@@ -464,11 +577,13 @@ struct PoolLedger {
     path = "/v1/pools/{name}/ledger",
     params(
         ("name" = String, Path),
-        ("from" = Option<String>, Query),
-        ("to" = Option<String>, Query)
+        ("from" = Option<String>, Query, description = "RFC 3339; default a day before `to`"),
+        ("to" = Option<String>, Query, description = "RFC 3339; default now"),
+        PageParams
     ),
     responses(
-        (status = 200, description = "Requested versus delivered over the range", body = PoolLedger),
+        (status = 200, description = "Requested versus delivered over the range, and a page of the pool's ledger rows in it", body = PoolLedger,
+            headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one"))),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -478,19 +593,69 @@ struct PoolLedger {
 async fn pool_ledger(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
+    uri: axum::http::Uri,
     path: RawPath,
     query: QueryParams,
-) -> Result<Json<PoolLedger>, ApiError> {
-    let (pool, from, to, now) = pool_and_range(&state, &principal, path, query)?;
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Reports)?;
+    let pool = pool_from_path(&state, &principal, path)?;
+    let known = ["from", "to", "limit", "cursor"];
+    let params = page::query(query, &known)?;
+    let list = format!("ledger:{pool}");
+    let request = page::read::<LedgerKey>(&params, &list)?;
+    let now = state.engine.clock().now();
+    let (from, to) = range(
+        &params,
+        &known,
+        "invalid-range",
+        chrono::Duration::days(1),
+        now,
+    )?;
+    // A walk reads one range: its cursor keeps it, and a range given beside it must be it.
+    let (from, to, after) = match request.after {
+        None => (from, to, None),
+        Some(key) => {
+            let given = |name| params.contains_key(name);
+            if (given("from") && from != key.from) || (given("to") && to != key.to) {
+                return Err(ApiError::bad(
+                    "invalid-cursor",
+                    "cursor: made for another range; send the same from and to as the first page, or leave them out",
+                ));
+            }
+            (key.from, key.to, Some(key.after))
+        }
+    };
     let ledger = state.engine.ledger();
     let outcomes = ledger.capacity_requests_between(&pool, from, to).await?;
     let events = ledger.pool_events(&pool).await?;
-    Ok(Json(PoolLedger {
+    let mut rows = ledger
+        .pool_event_page(&pool, from, to, after, request.limit + 1)
+        .await?;
+    let more = rows.len() > request.limit as usize;
+    rows.truncate(request.limit as usize);
+    let next_cursor = match (more, rows.last()) {
+        (true, Some(last)) => Some(page::cursor(
+            &list,
+            &LedgerKey {
+                from,
+                to,
+                after: last.seq,
+            },
+        )),
+        _ => None,
+    };
+    let body = PoolLedger {
         capacity_requests: headroom_ledger::derive::fill(&outcomes, &events),
         organic: headroom_ledger::derive::organic_fill(&events, from, to),
         spend: headroom_ledger::derive::spend(&events, None, Some(from), to.min(now)),
+        entries: rows
+            .into_iter()
+            .map(|r| LedgerEntry::new(r.seq, r.row))
+            .collect(),
+        next_cursor: next_cursor.clone(),
         pool,
         from,
         to,
-    }))
+    };
+    Ok(page::answer(body, &uri, &params, next_cursor.as_deref()))
 }

@@ -76,6 +76,50 @@ pub(super) struct RateLimited(Problem);
 #[expect(dead_code, reason = "the body is read by the derive only")]
 pub(super) struct LedgerUnavailable(Problem);
 
+/// The path exists but does not take this method. Any path can answer it (for every method it
+/// does not list), so every operation lists it: the document's way to say so. RFC 9110 §15.5.6.
+#[derive(utoipa::ToResponse)]
+#[response(
+    description = "The path does not take this method; Allow lists those it does",
+    content_type = "application/problem+json",
+    headers(("Allow" = String, description = "The methods the path takes, e.g. `GET, HEAD`"))
+)]
+#[expect(dead_code, reason = "the body is read by the derive only")]
+pub(super) struct MethodNotAllowed(Problem);
+
+/// The body is not sent as JSON: its `Content-Type` is missing or another media type.
+#[derive(utoipa::ToResponse)]
+#[response(
+    description = "The body must be sent as JSON (Content-Type: application/json)",
+    content_type = "application/problem+json",
+    headers((
+        "Accept-Post" = String,
+        description = "On a POST: the media types it takes (`application/json`)"
+    ))
+)]
+#[expect(dead_code, reason = "the body is read by the derive only")]
+pub(super) struct UnsupportedMediaType(Problem);
+
+/// The body is larger than the API reads (64 KiB).
+#[derive(utoipa::ToResponse)]
+#[response(
+    description = "The body exceeds 64 KiB",
+    content_type = "application/problem+json"
+)]
+#[expect(dead_code, reason = "the body is read by the derive only")]
+pub(super) struct PayloadTooLarge(Problem);
+
+/// What every endpoint that reads a JSON body can answer about the body itself, before its
+/// fields are read.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "a list for the document, never built")]
+pub(super) enum JsonBody {
+    #[response(status = 413)]
+    PayloadTooLarge(#[ref_response] PayloadTooLarge),
+    #[response(status = 415)]
+    UnsupportedMediaType(#[ref_response] UnsupportedMediaType),
+}
+
 /// What every endpoint behind the bearer-token check can answer before its handler runs: no
 /// valid token, the rate limit, and the ledger being down (tokens are looked up in it).
 #[derive(utoipa::IntoResponses)]

@@ -12,8 +12,9 @@ use headroom_engine::{DeclaredWindow, EngineError};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::input::{RawBody, RawPath, json_body, pool_from_path};
-use super::responses::{Authenticated, Forbidden, InvalidInput, NotFound};
+use super::input::{QueryParams, RawBody, RawPath, json_body, pool_from_path};
+use super::page::{self, PageParams};
+use super::responses::{Authenticated, Forbidden, InvalidInput, JsonBody, NotFound};
 use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
@@ -24,11 +25,27 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_window))
 }
 
+/// One page of a pool's scheduled windows.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct WindowList {
     pool: PoolName,
-    /// The configuration's windows first, then those declared here, oldest first.
+    /// The configuration's windows first, by name, then those declared here, oldest first (by
+    /// `declared_at`, then id).
     windows: Vec<DeclaredWindow>,
+    /// The next page's cursor; null on the last page.
+    next_cursor: Option<String>,
+}
+
+/// A window's place in the list: the configuration's (0) before the API's (1), then the
+/// declaration instant (none for the configuration's), then the id.
+type WindowKey = (u8, Option<i64>, String);
+
+fn window_key(w: &DeclaredWindow) -> WindowKey {
+    (
+        u8::from(w.declared_at.is_some()),
+        w.declared_at.map(|t| t.timestamp_micros()),
+        w.id.clone(),
+    )
 }
 
 fn engine_error(e: EngineError) -> ApiError {
@@ -62,9 +79,10 @@ fn pool_spec(state: &AppState, principal: &Principal, path: RawPath) -> Result<P
 #[utoipa::path(
     get,
     path = "/v1/pools/{name}/schedules",
-    params(("name" = String, Path)),
+    params(("name" = String, Path), PageParams),
     responses(
-        (status = 200, description = "The pool's scheduled windows", body = WindowList),
+        (status = 200, description = "The pool's scheduled windows", body = WindowList,
+            headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one"))),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -74,18 +92,32 @@ fn pool_spec(state: &AppState, principal: &Principal, path: RawPath) -> Result<P
 async fn list_windows(
     State(state): State<AppState>,
     axum::Extension(principal): axum::Extension<Principal>,
+    uri: axum::http::Uri,
     path: RawPath,
-) -> Result<Json<WindowList>, ApiError> {
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     let pool = pool_spec(&state, &principal, path)?;
+    let params = page::query(query, &["limit", "cursor"])?;
+    let list = format!("schedules:{}", pool.name);
+    let request = page::read::<WindowKey>(&params, &list)?;
+    // At most MAX_WINDOWS_PER_POOL of them: paged in memory.
     let windows = state
         .engine
         .schedule_windows(&pool)
         .await
         .map_err(engine_error)?;
-    Ok(Json(WindowList {
-        pool: pool.name,
-        windows,
-    }))
+    let (windows, next) = page::of(windows, window_key, &request);
+    let next_cursor = next.map(|key| page::cursor(&list, &key));
+    Ok(page::answer(
+        WindowList {
+            pool: pool.name,
+            windows,
+            next_cursor: next_cursor.clone(),
+        },
+        &uri,
+        &params,
+        next_cursor.as_deref(),
+    ))
 }
 
 #[utoipa::path(
@@ -99,6 +131,7 @@ async fn list_windows(
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
         (status = 409, description = "The pool has a window of that name, or as many as it keeps", body = crate::Problem, content_type = "application/problem+json"),
+        JsonBody,
         Authenticated,
     )
 )]

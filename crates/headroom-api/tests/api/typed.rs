@@ -175,6 +175,9 @@ async fn every_json_answer_matches_the_schema_the_document_gives_it() {
     let id = created.body["id"].as_str().unwrap();
     let read = api.get(&format!("/v1/capacity-requests/{id}")).await;
     check("/v1/capacity-requests/{id}", "get", &read);
+    let listed = api.get("/v1/capacity-requests?limit=1").await;
+    check("/v1/capacity-requests", "get", &listed);
+    assert!(listed.body["next_cursor"].is_string(), "{:?}", listed.body);
     let pools = api.get("/v1/pools").await;
     check("/v1/pools", "get", &pools);
     for pool in ["mistral-7b-batch", "llama-70b-interactive"] {
@@ -244,6 +247,12 @@ async fn every_json_answer_matches_the_schema_the_document_gives_it() {
     assert!(!alerts.body["alerts"].as_array().unwrap().is_empty());
     assert!(!offerings.body["offerings"].as_array().unwrap().is_empty());
     assert!(!budgets.body["budgets"].as_array().unwrap().is_empty());
+    assert!(
+        !listed.body["capacity_requests"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     assert!(!report.body["rows"].as_array().unwrap().is_empty());
     assert!(!report.body["budgets"].as_array().unwrap().is_empty());
     assert!(!external.body["items"].as_array().unwrap().is_empty());

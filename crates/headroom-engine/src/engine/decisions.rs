@@ -30,6 +30,15 @@ pub struct DecisionRecord {
     pub shadow: bool,
 }
 
+/// One page of a pool's decision log ([`Engine::decision_page`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionPage {
+    /// Newest first.
+    pub entries: Vec<serde_json::Value>,
+    /// Where the next page starts (`before` for the next call), when there is one.
+    pub next_before: Option<i64>,
+}
+
 /// The open entry of every pool.
 #[derive(Debug, Default)]
 pub(super) struct DecisionLog(HashMap<PoolName, DecisionRecord>);
@@ -83,20 +92,48 @@ impl Engine {
     /// The pool's decisions, newest first: the current one, then the ledger's record (which
     /// survives restarts), at most [`DECISION_LOG_LEN`] in all.
     pub async fn decisions(&self, pool: &PoolName) -> Result<Vec<serde_json::Value>, EngineError> {
-        let current = lock(&self.control).log.open(pool);
-        let mut out: Vec<serde_json::Value> = current
-            .iter()
-            .filter_map(|d| serde_json::to_value(d).ok())
-            .collect();
-        for record in self.ledger.decisions(pool, DECISION_LOG_LEN as i64).await? {
-            if out.len() >= DECISION_LOG_LEN {
-                break;
-            }
-            if let Ok(value) = serde_json::from_str(&record) {
-                out.push(value);
-            }
+        Ok(self
+            .decision_page(pool, None, DECISION_LOG_LEN as u32)
+            .await?
+            .entries)
+    }
+
+    /// One page of the pool's decision log, newest first, at most `limit` entries (at least
+    /// one is read). The first page (`before` absent) opens with the current entry, which is
+    /// only in memory; the rest come from the ledger, keyed by sequence number, so a page is
+    /// read by the ledger's index and no entry is seen twice: the current entry, once
+    /// superseded and written, has a sequence number above any the walk had already passed.
+    pub async fn decision_page(
+        &self,
+        pool: &PoolName,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<DecisionPage, EngineError> {
+        let limit = limit.max(1);
+        let mut entries: Vec<serde_json::Value> = Vec::new();
+        if before.is_none() {
+            let current = lock(&self.control).log.open(pool);
+            entries.extend(current.iter().filter_map(|d| serde_json::to_value(d).ok()));
         }
-        Ok(out)
+        let room = limit - entries.len() as u32;
+        // One row past the page says whether another follows.
+        let rows = self.ledger.decision_page(pool, before, room + 1).await?;
+        let more = rows.len() > room as usize;
+        let page = &rows[..rows.len().min(room as usize)];
+        entries.extend(
+            page.iter()
+                .filter_map(|r| serde_json::from_str(&r.row).ok()),
+        );
+        let next_before = match (more, page.last()) {
+            (false, _) => None,
+            (true, Some(last)) => Some(last.seq),
+            // The current entry alone filled the page: the next starts at the newest row.
+            (true, None) => rows.first().map(|r| r.seq.saturating_add(1)),
+        };
+        Ok(DecisionPage {
+            entries,
+            next_before,
+        })
     }
 
     /// The promotion rules' tally over `pool`'s decisions from `from` to `to` (the background

@@ -62,7 +62,7 @@ mod spans;
 mod status;
 mod warm_pool;
 
-pub use decisions::{DECISION_LOG_LEN, DecisionRecord};
+pub use decisions::{DECISION_LOG_LEN, DecisionPage, DecisionRecord};
 pub use forecasting::ForecastStatus;
 pub use offerings::{OfferingPrice, ProviderTrouble};
 pub use quotas::OfferingQuota;

@@ -19,22 +19,28 @@ pub struct DeclaredWindow {
     pub description: String,
     /// Whether its floor is in force now (it opens within one cold start, or is open).
     pub in_force: bool,
+    /// When it was declared through the API; absent for the configuration's.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub declared_at: Option<Timestamp>,
 }
 
 impl Engine {
-    /// `pool`'s windows, the configuration's first, then the API's oldest first.
+    /// `pool`'s windows: the configuration's first, by name, then the API's oldest first (by
+    /// declaration time, then id).
     pub async fn schedule_windows(
         &self,
         pool: &PoolSpec,
     ) -> Result<Vec<DeclaredWindow>, EngineError> {
         let now = self.clock.now();
         let lead = pool.ladder.cold_total();
-        let listed = |id: String, source, window: &ScheduleWindow| DeclaredWindow {
+        let listed = |id: String, source, window: &ScheduleWindow, declared_at| DeclaredWindow {
             id,
             source,
             spec: window.spec.clone(),
             description: window.describe(),
             in_force: window.occurrence(now, lead).is_some(),
+            declared_at,
         };
         let mut out: Vec<DeclaredWindow> = self
             .config
@@ -42,16 +48,21 @@ impl Engine {
             .get(&pool.name)
             .into_iter()
             .flatten()
-            .map(|w| listed(format!("config:{}", w.name), "configuration", w))
+            .map(|w| listed(format!("config:{}", w.name), "configuration", w, None))
             .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut declared = Vec::new();
         for stored in self.ledger.schedule_windows().await? {
             if stored.pool != pool.name {
                 continue;
             }
             if let Ok(window) = super::input::api_window(&stored, &self.config) {
-                out.push(listed(stored.id, "api", &window));
+                declared.push(listed(stored.id, "api", &window, Some(stored.at)));
             }
         }
+        // The ledger reads them in this order; said here too, as the API pages by it.
+        declared.sort_by(|a, b| (a.declared_at, &a.id).cmp(&(b.declared_at, &b.id)));
+        out.extend(declared);
         Ok(out)
     }
 
@@ -94,6 +105,7 @@ impl Engine {
             source: "api",
             description: window.describe(),
             in_force: window.occurrence(now, pool.ladder.cold_total()).is_some(),
+            declared_at: Some(now),
             spec,
         })
     }
