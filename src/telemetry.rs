@@ -7,7 +7,7 @@
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -82,10 +82,27 @@ fn tracer_provider() -> Result<Option<SdkTracerProvider>, String> {
     };
     Ok(Some(
         SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_span_processor(batches(exporter))
             .with_resource(resource())
             .build(),
     ))
+}
+
+/// How long an ended span waits to be sent when `OTEL_BSP_SCHEDULE_DELAY` does not say: short,
+/// so a capacity request's spans reach the collector while someone is looking, not 5 s (the
+/// SDK's default) or a batch later.
+const SCHEDULE_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A batch processor on its own thread that sends ended spans every [`SCHEDULE_DELAY`]; the
+/// `OTEL_BSP_*` variables still override it.
+fn batches(exporter: opentelemetry_otlp::SpanExporter) -> BatchSpanProcessor {
+    let mut config = BatchConfigBuilder::default();
+    if std::env::var_os(opentelemetry_sdk::trace::OTEL_BSP_SCHEDULE_DELAY).is_none() {
+        config = config.with_scheduled_delay(SCHEDULE_DELAY);
+    }
+    BatchSpanProcessor::builder(exporter)
+        .with_batch_config(config.build())
+        .build()
 }
 
 /// Installs the log subscriber, and the trace exporter when configured; a variable that asks for
@@ -136,8 +153,23 @@ impl opentelemetry::propagation::Extractor for Headers<'_> {
     }
 }
 
-/// Each API request in an `http.request` span whose parent is the caller's W3C trace context
-/// (`traceparent`, `tracestate`), so Headroom's spans join the caller's trace.
+/// The OpenTelemetry `network.protocol.version` of a request.
+fn protocol_version(version: axum::http::Version) -> &'static str {
+    match version {
+        axum::http::Version::HTTP_09 => "0.9",
+        axum::http::Version::HTTP_10 => "1.0",
+        axum::http::Version::HTTP_2 => "2",
+        axum::http::Version::HTTP_3 => "3",
+        _ => "1.1",
+    }
+}
+
+/// Each API request in a SERVER span named and attributed by the OpenTelemetry HTTP semantic
+/// conventions (`{method} {route}`, `http.request.method`, `http.route` as the route template,
+/// `url.path`, `http.response.status_code`, a 5xx an error), whose parent is the caller's W3C
+/// trace context (`traceparent`, `tracestate`), so Headroom's spans join the caller's trace.
+/// It sits inside the router (`Router::layer`), where the matched route is known; the name is
+/// set when the span is created, as it cannot change once a child span has started it.
 pub async fn trace_incoming(
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -147,11 +179,134 @@ pub async fn trace_incoming(
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
         .extract(&Headers(request.headers()));
+    let method = request.method().as_str().to_string();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string());
+    let name = match &route {
+        Some(route) => format!("{method} {route}"),
+        None => method.clone(),
+    };
     let span = tracing::info_span!(
         "http.request",
-        method = %request.method(),
-        path = %request.uri().path()
+        otel.name = %name,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        url.path = %request.uri().path(),
+        url.scheme = "http",
+        server.address = tracing::field::Empty,
+        server.port = tracing::field::Empty,
+        network.protocol.version = protocol_version(request.version()),
+        "error.type" = tracing::field::Empty,
     );
+    if let Some(route) = &route {
+        span.record("http.route", route.as_str());
+    }
+    let host = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<axum::http::uri::Authority>().ok());
+    if let Some(host) = host {
+        span.record("server.address", host.host());
+        if let Some(port) = host.port_u16() {
+            span.record("server.port", i64::from(port));
+        }
+    }
     let _ = span.set_parent(parent);
-    next.run(request).instrument(span).await
+    let response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    // A server span is an error for a 5xx only: a 4xx is the client's.
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", status.as_str());
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{SpanKind, Status};
+    use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+    use std::sync::{Arc, Mutex};
+    use tower::ServiceExt;
+
+    /// Keeps every span the pipeline exports.
+    #[derive(Debug, Clone, Default)]
+    struct Kept(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Kept {
+        async fn export(&self, batch: Vec<SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+            self.0.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    fn attribute(span: &SpanData, key: &str) -> Option<String> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    }
+
+    #[tokio::test]
+    async fn api_requests_are_server_spans_with_the_http_semantic_conventions() {
+        let kept = Kept::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(kept.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let app = axum::Router::new()
+            .route("/v1/pools/{name}", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/v1/broken",
+                axum::routing::get(|| async { axum::http::StatusCode::SERVICE_UNAVAILABLE }),
+            )
+            .layer(axum::middleware::from_fn(trace_incoming));
+        for path in ["/v1/pools/llama", "/v1/broken"] {
+            let request = axum::http::Request::get(path)
+                .header("host", "headroom.internal:8080")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let _ = app.clone().oneshot(request).await.unwrap();
+        }
+        let spans = kept.0.lock().unwrap().clone();
+        let ok = spans
+            .iter()
+            .find(|s| s.name == "GET /v1/pools/{name}")
+            .unwrap_or_else(|| panic!("{spans:#?}"));
+        assert_eq!(ok.span_kind, SpanKind::Server);
+        assert_eq!(ok.status, Status::Unset);
+        for (key, value) in [
+            ("http.request.method", "GET"),
+            ("http.route", "/v1/pools/{name}"),
+            ("http.response.status_code", "200"),
+            ("url.path", "/v1/pools/llama"),
+            ("url.scheme", "http"),
+            ("server.address", "headroom.internal"),
+            ("server.port", "8080"),
+            ("network.protocol.version", "1.1"),
+        ] {
+            assert_eq!(attribute(ok, key).as_deref(), Some(value), "{key}: {ok:#?}");
+        }
+        assert_eq!(attribute(ok, "error.type"), None);
+        let broken = spans
+            .iter()
+            .find(|s| s.name == "GET /v1/broken")
+            .unwrap_or_else(|| panic!("{spans:#?}"));
+        assert!(matches!(broken.status, Status::Error { .. }), "{broken:#?}");
+        assert_eq!(
+            attribute(broken, "http.response.status_code").as_deref(),
+            Some("503")
+        );
+        assert_eq!(attribute(broken, "error.type").as_deref(), Some("503"));
+    }
 }

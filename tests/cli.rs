@@ -1972,8 +1972,68 @@ fn collector(max: usize) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>)
     (port, bodies)
 }
 
+/// One exported span, as the OTLP/JSON bodies carry it.
+#[derive(Debug, Clone)]
+struct Exported {
+    trace: String,
+    name: String,
+    kind: Value,
+    status: Value,
+    attributes: std::collections::BTreeMap<String, String>,
+}
+
+/// The spans and the resources' service names in the bodies an OTLP/HTTP receiver got.
+fn exported(bodies: &[String]) -> (Vec<Exported>, std::collections::BTreeSet<String>) {
+    let mut spans = Vec::new();
+    let mut services = std::collections::BTreeSet::new();
+    for text in bodies {
+        let Ok(doc) = serde_json::from_str::<Value>(text) else {
+            continue;
+        };
+        for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
+            for attr in rs["resource"]["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if attr["key"] == "service.name" {
+                    services.insert(attr["value"]["stringValue"].to_string());
+                }
+            }
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for span in ss["spans"].as_array().into_iter().flatten() {
+                    let attributes = span["attributes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| {
+                            // One of stringValue, intValue (a string in OTLP/JSON), ...
+                            let value = a["value"]
+                                .as_object()
+                                .and_then(|v| v.values().next())
+                                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                                .unwrap_or_default();
+                            (a["key"].as_str().unwrap_or("").to_string(), value)
+                        })
+                        .collect();
+                    spans.push(Exported {
+                        trace: span["traceId"].as_str().unwrap_or("").to_ascii_lowercase(),
+                        name: span["name"].as_str().unwrap_or("").to_string(),
+                        kind: span["kind"].clone(),
+                        status: span["status"].clone(),
+                        attributes,
+                    });
+                }
+            }
+        }
+    }
+    (spans, services)
+}
+
 /// With the standard OTEL variables set, one trace follows a capacity request from the API call
-/// through the ledger admission to the cloud call.
+/// through the ledger admission to the cloud call, and reaches the collector while `serve` runs
+/// (spans are sent as they end, not at shutdown). The API call is a SERVER span named and
+/// attributed by the OpenTelemetry HTTP semantic conventions.
 #[test]
 fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
     let (otlp_port, bodies) = collector(200);
@@ -2000,7 +2060,7 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         )
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .env("OTEL_SERVICE_NAME", "headroom-canary")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env_remove("OTEL_BSP_SCHEDULE_DELAY")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -2021,60 +2081,66 @@ fn one_trace_spans_a_capacity_request_from_the_api_to_the_cloud() {
         .send(&body)
         .unwrap();
     assert_eq!(created.status(), 201);
-    std::thread::sleep(Duration::from_secs(2));
+    // While serve runs: the request's whole trace, the launch made for it included.
+    let wanted = [
+        "POST /v1/capacity-requests",
+        "api.create_capacity_request",
+        "engine.action",
+        "ledger.place_hold",
+        "cloud.call",
+    ];
+    let arrived = eventually(300, || {
+        let (spans, _) = exported(&bodies.lock().unwrap());
+        wanted.iter().all(|name| {
+            spans
+                .iter()
+                .any(|s| s.trace == caller_trace && s.name == *name)
+        })
+    });
+    let (spans, services) = exported(&bodies.lock().unwrap());
     stop_with_sigterm(&mut child);
-
-    let mut spans: Vec<(String, String)> = Vec::new(); // (trace id, name)
-    let mut services = std::collections::BTreeSet::new();
-    for text in bodies.lock().unwrap().iter() {
-        let Ok(doc) = serde_json::from_str::<Value>(text) else {
-            continue;
-        };
-        for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
-            for attr in rs["resource"]["attributes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                if attr["key"] == "service.name" {
-                    services.insert(attr["value"]["stringValue"].to_string());
-                }
-            }
-            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
-                for span in ss["spans"].as_array().into_iter().flatten() {
-                    spans.push((
-                        span["traceId"].as_str().unwrap_or("").to_string(),
-                        span["name"].as_str().unwrap_or("").to_string(),
-                    ));
-                }
-            }
-        }
-    }
+    let in_trace: std::collections::BTreeSet<&str> = spans
+        .iter()
+        .filter(|s| s.trace == caller_trace)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(
+        arrived,
+        "not every span of the request reached the collector while serve ran: {in_trace:?}"
+    );
     assert_eq!(
         services.into_iter().collect::<Vec<_>>(),
         [r#""headroom-canary""#],
         "OTEL_SERVICE_NAME names the service"
     );
-    let api = spans
+    let http = spans
         .iter()
-        .find(|(_, name)| name == "api.create_capacity_request")
-        .unwrap_or_else(|| panic!("no API span exported: {spans:?}"));
-    assert_eq!(
-        api.0.to_ascii_lowercase(),
-        caller_trace,
-        "the request's spans are in the caller's trace (traceparent)"
+        .find(|s| s.name == "POST /v1/capacity-requests")
+        .unwrap();
+    assert!(
+        http.kind == 2 || http.kind == "SPAN_KIND_SERVER",
+        "a SERVER span: {http:?}"
     );
-    let in_trace: std::collections::BTreeSet<&str> = spans
-        .iter()
-        .filter(|(t, _)| *t == api.0)
-        .map(|(_, n)| n.as_str())
-        .collect();
-    for name in ["engine.action", "ledger.place_hold", "cloud.call"] {
-        assert!(
-            in_trace.contains(name),
-            "{name} is not in the request's trace: {in_trace:?}"
+    for (key, value) in [
+        ("http.request.method", "POST"),
+        ("http.route", "/v1/capacity-requests"),
+        ("http.response.status_code", "201"),
+        ("url.path", "/v1/capacity-requests"),
+        ("server.address", "127.0.0.1"),
+        ("network.protocol.version", "1.1"),
+    ] {
+        assert_eq!(
+            http.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{key}: {http:?}"
         );
     }
+    assert!(
+        http.status
+            .get("code")
+            .is_none_or(|c| c == 0 || c == "STATUS_CODE_UNSET"),
+        "a 201 is no error: {http:?}"
+    );
 }
 
 /// `serve` takes its configuration from a file, standard input (`--config -`) or the

@@ -1137,7 +1137,7 @@ async fn spend_is_one_figure_in_budgets_metrics_reports_and_the_summary() {
             .lines()
             .find(|l| {
                 l.starts_with(&format!(
-                    r#"headroom_budget_spent_dollars{{account="{account}"}}"#
+                    r#"headroom_budget_spent_dollars{{account="{account}","#
                 ))
             })
             .unwrap()
@@ -1228,7 +1228,7 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
     // Counters whose labels are known start at 0, so increase() sees their first event.
     assert!(
         text.contains(
-            r#"headroom_fallbacks_total{pool="mistral-7b-batch",kind="smaller_model"} 0"#
+            r#"headroom_fallbacks_total{pool="mistral-7b-batch",account="research",kind="smaller_model"} 0"#
         ),
         "fallbacks start at 0"
     );
@@ -1277,22 +1277,53 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         .iter()
         .map(|state| {
             value(&format!(
-                r#"headroom_pool_replicas{{pool="mistral-7b-batch",state="{state}"}}"#
+                r#"headroom_pool_replicas{{pool="mistral-7b-batch",account="research",state="{state}"}}"#
             ))
         })
         .sum();
     assert_eq!(nodes, 5.0);
-    assert!(value(r#"headroom_pool_replicas{pool="mistral-7b-batch",state="ready"}"#) >= 3.0);
-    assert!(value(r#"headroom_decisions_total{pool="mistral-7b-batch",rule="hold"}"#) >= 1.0);
+    let ready = value(
+        r#"headroom_pool_replicas{pool="mistral-7b-batch",account="research",state="ready"}"#,
+    );
+    assert!(ready >= 3.0);
+    assert!(
+        value(
+            r#"headroom_decisions_total{pool="mistral-7b-batch",account="research",rule="hold"}"#
+        ) >= 1.0
+    );
+    // Every per-pool series names the pool's account, so a dashboard can sum by team.
+    for line in text.lines().filter(|l| l.contains("pool=\"")) {
+        let account = if line.contains(r#"pool="mistral-7b-batch""#) {
+            r#"account="research""#
+        } else {
+            r#"account="ml-platform""#
+        };
+        assert!(line.contains(account), "no {account} on {line}");
+    }
+    // Requested against delivered, in GPUs (a g6 node has one): what the pool wants ready and
+    // what serves it.
+    let desired =
+        value(r#"headroom_pool_desired_replicas{pool="mistral-7b-batch",account="research"}"#);
+    assert!(desired >= 2.0);
+    assert_eq!(
+        value(r#"headroom_capacity_requested_gpus{pool="mistral-7b-batch",account="research"}"#),
+        desired
+    );
+    assert_eq!(
+        value(r#"headroom_capacity_delivered_gpus{pool="mistral-7b-batch",account="research"}"#),
+        ready
+    );
     // use2-g6-spot holds three nodes: every launch past them went to the other region — the
     // fourth replica, the warm refill and the replacement for the seeded interruption.
     assert_eq!(
-        value(r#"headroom_fallbacks_total{pool="mistral-7b-batch",kind="region"}"#),
+        value(
+            r#"headroom_fallbacks_total{pool="mistral-7b-batch",account="research",kind="region"}"#
+        ),
         3.0
     );
     assert_eq!(
         value(
-            r#"headroom_refusals_total{pool="mistral-7b-batch",reason="cloud_capacity",provider="sim",offering="use2-g6-spot"}"#
+            r#"headroom_refusals_total{pool="mistral-7b-batch",account="research",reason="cloud_capacity",provider="sim",offering="use2-g6-spot"}"#
         ),
         1.0
     );
@@ -1300,11 +1331,16 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
         value(r#"headroom_provider_call_duration_seconds_count{provider="sim",method="launch"}"#)
             >= 5.0
     );
+    // Budget gauges name the period their ceiling applies to.
     assert_eq!(
-        value(r#"headroom_budget_ceiling_dollars{account="research"}"#),
+        value(r#"headroom_budget_ceiling_dollars{account="research",period="day"}"#),
         500.0
     );
-    assert!(value(r#"headroom_budget_spent_dollars{account="research"}"#) > 0.0);
+    let spent = value(r#"headroom_budget_spent_dollars{account="research",period="day"}"#);
+    assert!(spent > 0.0);
+    // The spend counter starts at this process's first scrape (the one above) and rises with
+    // the ledger's spend: a minute later, by exactly what the period's gauge rose.
+    let counted = value(r#"headroom_spend_dollars_total{account="research"}"#);
     // The loop's own health: the version running, ticks timed and counted, the last good one,
     // and the alert outbox (no webhook configured: nothing queued).
     assert_eq!(
@@ -1344,6 +1380,31 @@ async fn metrics_show_pools_decisions_refusals_calls_and_budgets() {
     assert!(text.contains(
         r#"headroom_http_request_duration_seconds_count{method="GET",route="/v1/pools/{name}"} 1"#
     ));
+    for _ in 0..12 {
+        api.engine.tick().await.unwrap();
+        api.clock.advance(std::time::Duration::from_secs(5));
+    }
+    let later = api.get("/metrics").await.body.as_str().unwrap().to_string();
+    let value = |series: &str| -> f64 {
+        later
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("{series} missing from:\n{later}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let spent_later = value(r#"headroom_budget_spent_dollars{account="research",period="day"}"#);
+    let counted_later = value(r#"headroom_spend_dollars_total{account="research"}"#);
+    assert!(spent_later > spent, "{spent} then {spent_later}");
+    assert!(
+        ((counted_later - counted) - (spent_later - spent)).abs() < 1e-6,
+        "the counter rose {} while the gauge rose {}",
+        counted_later - counted,
+        spent_later - spent
+    );
 }
 
 /// An API that requires tokens, with the ledger to mint them.

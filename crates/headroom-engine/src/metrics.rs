@@ -8,26 +8,40 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// Every per-pool series carries the pool's account, so a dashboard can sum by team.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     pub pool: String,
+    pub account: String,
+}
+
+impl PoolLabels {
+    pub fn of(pool: &headroom_core::PoolSpec) -> PoolLabels {
+        PoolLabels {
+            pool: pool.name.to_string(),
+            account: pool.account.to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolStateLabels {
     pub pool: String,
+    pub account: String,
     pub state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabels {
     pub pool: String,
+    pub account: String,
     pub rule: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusalLabels {
     pub pool: String,
+    pub account: String,
     pub reason: String,
     pub provider: String,
     pub offering: String,
@@ -36,6 +50,7 @@ pub struct RefusalLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FallbackLabels {
     pub pool: String,
+    pub account: String,
     /// instance_type, zone, region or smaller_model.
     pub kind: String,
 }
@@ -61,14 +76,13 @@ pub struct OfferingPriceLabels {
     pub source: String,
 }
 
-/// One quota of one region, as the cloud names it (quota preflight).
+/// One quota of one region, as the cloud names it (quota preflight). Its unit is in the family's
+/// name: GPUs and vCPUs are never summed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct QuotaLabels {
     pub provider: String,
     pub region: String,
     pub quota: String,
-    /// `vcpu` or `gpu`.
-    pub unit: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -107,6 +121,16 @@ pub struct AccountLabels {
     pub account: String,
 }
 
+/// A budget's series: its account and the period its ceiling applies to (hour, day, month).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    pub account: String,
+    pub period: String,
+}
+
+type GaugeF64 = Gauge<f64, std::sync::atomic::AtomicU64>;
+type CounterF64 = Counter<f64, std::sync::atomic::AtomicU64>;
+
 /// Starts a latency measurement (a cloud call, a tick, an HTTP request): real elapsed time, not
 /// decision time, so it reads the monotonic clock directly.
 #[allow(clippy::disallowed_methods)]
@@ -129,9 +153,16 @@ pub struct Metrics {
     pub interruption_notices: Family<PoolLabels, Counter>,
     pub provider_call_seconds: Family<CallLabels, Histogram>,
     pub provider_errors: Family<CallErrorLabels, Counter>,
-    pub budget_ceiling_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub budget_spent_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub budget_held_dollars: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub budget_ceiling_dollars: Family<BudgetLabels, GaugeF64>,
+    pub budget_spent_dollars: Family<BudgetLabels, GaugeF64>,
+    pub budget_held_dollars: Family<BudgetLabels, GaugeF64>,
+    /// Spend this process has seen the ledger accrue since it started (see [`SpendMeter`]).
+    pub spend_dollars: Family<AccountLabels, CounterF64>,
+    spend_meter: std::sync::Mutex<SpendMeter>,
+    /// Capacity wanted (desired replicas in the pool's first offering's GPUs) and delivered
+    /// (GPUs of the serving nodes): the product's headline ratio.
+    pub capacity_requested_gpus: Family<PoolLabels, Gauge>,
+    pub capacity_delivered_gpus: Family<PoolLabels, Gauge>,
     pub offering_price_dollars:
         Family<OfferingPriceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub orphan_instances: Family<PoolLabels, Gauge>,
@@ -139,9 +170,12 @@ pub struct Metrics {
     pub forecast_replicas: Family<PoolLabels, Gauge>,
     /// Mean absolute error of the pool's scored forecasts, in replicas.
     pub forecast_error_replicas: Family<PoolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    /// Units each quota has left (limit less use, floored at zero), and its limit.
-    pub quota_remaining: Family<QuotaLabels, Gauge>,
-    pub quota_limit: Family<QuotaLabels, Gauge>,
+    /// What each quota has left (limit less use, floored at zero), and its limit: one family
+    /// per unit.
+    pub quota_remaining_gpus: Family<QuotaLabels, Gauge>,
+    pub quota_limit_gpus: Family<QuotaLabels, Gauge>,
+    pub quota_remaining_vcpus: Family<QuotaLabels, Gauge>,
+    pub quota_limit_vcpus: Family<QuotaLabels, Gauge>,
     pub service: ServiceMetrics,
     /// `process_*`, unprefixed as the convention names them, read from `/proc` when encoded.
     process: crate::process_metrics::ProcessMetrics,
@@ -205,12 +239,18 @@ impl Default for Metrics {
             budget_ceiling_dollars: Family::default(),
             budget_spent_dollars: Family::default(),
             budget_held_dollars: Family::default(),
+            spend_dollars: Family::default(),
+            spend_meter: std::sync::Mutex::default(),
+            capacity_requested_gpus: Family::default(),
+            capacity_delivered_gpus: Family::default(),
             offering_price_dollars: Family::default(),
             orphan_instances: Family::default(),
             forecast_replicas: Family::default(),
             forecast_error_replicas: Family::default(),
-            quota_remaining: Family::default(),
-            quota_limit: Family::default(),
+            quota_remaining_gpus: Family::default(),
+            quota_limit_gpus: Family::default(),
+            quota_remaining_vcpus: Family::default(),
+            quota_limit_vcpus: Family::default(),
             service: ServiceMetrics::default(),
             registry: Registry::default(),
             process: crate::process_metrics::ProcessMetrics::default(),
@@ -283,7 +323,7 @@ impl Default for Metrics {
 fn register_money(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "budget_ceiling_dollars",
-        "Budget ceiling for the current period",
+        "Budget ceiling for the current period (period: hour, day or month)",
         m.budget_ceiling_dollars.clone(),
     );
     registry.register(
@@ -317,14 +357,39 @@ fn register_money(registry: &mut Registry, m: &Metrics) {
         m.forecast_error_replicas.clone(),
     );
     registry.register(
-        "quota_remaining",
-        "Units a cloud quota has left in a region (vCPUs or GPUs), as last read for the quota preflight",
-        m.quota_remaining.clone(),
+        "quota_remaining_gpus",
+        "GPUs a cloud quota counted in GPUs has left in a region, as last read for the quota preflight",
+        m.quota_remaining_gpus.clone(),
     );
     registry.register(
-        "quota_limit",
-        "A cloud quota's limit in a region (vCPUs or GPUs), as last read for the quota preflight",
-        m.quota_limit.clone(),
+        "quota_limit_gpus",
+        "The limit of a cloud quota counted in GPUs in a region, as last read for the quota preflight",
+        m.quota_limit_gpus.clone(),
+    );
+    registry.register(
+        "quota_remaining_vcpus",
+        "vCPUs a cloud quota counted in vCPUs has left in a region, as last read for the quota preflight",
+        m.quota_remaining_vcpus.clone(),
+    );
+    registry.register(
+        "quota_limit_vcpus",
+        "The limit of a cloud quota counted in vCPUs in a region, as last read for the quota preflight",
+        m.quota_limit_vcpus.clone(),
+    );
+    registry.register(
+        "spend_dollars",
+        "Spend the ledger accrued while this process watched it, from its start: increase() over it is spend; the budget gauges give the period's total",
+        m.spend_dollars.clone(),
+    );
+    registry.register(
+        "capacity_requested_gpus",
+        "GPUs the pool wants ready: desired replicas times the GPUs of a node of its first offering",
+        m.capacity_requested_gpus.clone(),
+    );
+    registry.register(
+        "capacity_delivered_gpus",
+        "GPUs of the pool's nodes serving now",
+        m.capacity_delivered_gpus.clone(),
     );
 }
 
@@ -388,12 +453,16 @@ fn register_service(registry: &mut Registry, m: &ServiceMetrics) {
 
 impl Metrics {
     /// Replicas supplied by fallbacks so far for `pool`, by kind (kinds never taken are absent).
-    pub fn fallbacks_of(&self, pool: &str) -> std::collections::BTreeMap<String, u64> {
+    pub fn fallbacks_of(
+        &self,
+        pool: &headroom_core::PoolSpec,
+    ) -> std::collections::BTreeMap<String, u64> {
         headroom_core::planner::FallbackKind::ALL
             .iter()
             .filter_map(|kind| {
                 let labels = FallbackLabels {
-                    pool: pool.to_string(),
+                    pool: pool.name.to_string(),
+                    account: pool.account.to_string(),
                     kind: kind.as_str().to_string(),
                 };
                 let n = self.fallbacks.get(&labels)?.get();
@@ -436,6 +505,7 @@ impl Metrics {
         ];
         for pool in pools {
             let name = pool.name.to_string();
+            let account = pool.account.to_string();
             for rule in RULES {
                 let rule = serde_json::to_value(rule)
                     .ok()
@@ -443,18 +513,20 @@ impl Metrics {
                     .unwrap_or_default();
                 let _ = self.decisions.get_or_create(&RuleLabels {
                     pool: name.clone(),
+                    account: account.clone(),
                     rule,
                 });
             }
             for kind in headroom_core::planner::FallbackKind::ALL {
                 let _ = self.fallbacks.get_or_create(&FallbackLabels {
                     pool: name.clone(),
+                    account: account.clone(),
                     kind: kind.as_str().to_string(),
                 });
             }
             let _ = self
                 .interruption_notices
-                .get_or_create(&PoolLabels { pool: name.clone() });
+                .get_or_create(&PoolLabels::of(pool));
         }
         for outcome in ["ok", "error"] {
             let _ = self.service.ticks.get_or_create(&OutcomeLabels {
@@ -466,5 +538,179 @@ impl Metrics {
                 outcome: outcome.to_string(),
             });
         }
+    }
+}
+
+/// One reading of an account's spend in its budget's current period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpendReading {
+    pub period: headroom_core::BudgetPeriod,
+    pub period_start: headroom_core::Timestamp,
+    pub spent: headroom_core::Money,
+}
+
+/// Turns each account's spend in its budget period, read at every scrape, into a counter that
+/// only rises: the spend accrued between this process's first reading and its latest. The
+/// budget gauge falls to zero when a period starts; the counter goes on, so `increase()` over
+/// it is spend, and a restart is a counter reset Prometheus already handles. Pure: readings in,
+/// increments out.
+#[derive(Debug, Default)]
+pub struct SpendMeter {
+    last: std::collections::BTreeMap<String, SpendReading>,
+}
+
+impl SpendMeter {
+    /// The account's last reading, so the caller can read how its period closed when a new
+    /// period has started since.
+    pub fn last(&self, account: &str) -> Option<SpendReading> {
+        self.last.get(account).copied()
+    }
+
+    /// Records `now` and returns the spend since the last reading. `closed` is the last
+    /// period's spend at its end when `now` is in a later period (what accrued between the last
+    /// reading and that end counts; periods no reading saw at all are not counted). The first
+    /// reading, and one after the budget's period changed, only set the baseline. A reading
+    /// below the last (a revised accrual) adds nothing, and the baseline stays at the highest,
+    /// so nothing is counted twice.
+    pub fn advance(
+        &mut self,
+        account: &str,
+        now: SpendReading,
+        closed: Option<headroom_core::Money>,
+    ) -> headroom_core::Money {
+        use headroom_core::Money;
+        let Some(last) = self.last.get(account).copied() else {
+            self.last.insert(account.to_string(), now);
+            return Money::ZERO;
+        };
+        let (added, kept) = if last.period != now.period || now.period_start < last.period_start {
+            (Money::ZERO, now)
+        } else if now.period_start == last.period_start {
+            let kept = if now.spent >= last.spent { now } else { last };
+            (kept.spent - last.spent, kept)
+        } else {
+            let tail = closed.map_or(Money::ZERO, |c| c.max(last.spent) - last.spent);
+            (tail + now.spent.max(Money::ZERO), now)
+        };
+        self.last.insert(account.to_string(), kept);
+        added
+    }
+}
+
+impl Metrics {
+    /// The account's last spend reading ([`SpendMeter::last`]).
+    pub fn last_spend(&self, account: &str) -> Option<SpendReading> {
+        self.spend_meter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last(account)
+    }
+
+    /// Sets the budget gauges of `budget`'s account and advances its spend counter.
+    pub fn record_budget(
+        &self,
+        budget: &headroom_core::Budget,
+        standing: &headroom_core::budget::BudgetStanding,
+        reading: SpendReading,
+        closed: Option<headroom_core::Money>,
+    ) {
+        let account = budget.account.to_string();
+        // A budget whose period changed leaves no series under the old one.
+        for period in [
+            headroom_core::BudgetPeriod::Hour,
+            headroom_core::BudgetPeriod::Day,
+            headroom_core::BudgetPeriod::Month,
+        ] {
+            if period != budget.period {
+                let old = BudgetLabels {
+                    account: account.clone(),
+                    period: period.as_str().to_string(),
+                };
+                self.budget_ceiling_dollars.remove(&old);
+                self.budget_spent_dollars.remove(&old);
+                self.budget_held_dollars.remove(&old);
+            }
+        }
+        let label = BudgetLabels {
+            account: account.clone(),
+            period: budget.period.as_str().to_string(),
+        };
+        self.budget_ceiling_dollars
+            .get_or_create(&label)
+            .set(standing.ceiling.as_f64_lossy());
+        self.budget_spent_dollars
+            .get_or_create(&label)
+            .set(standing.spent.as_f64_lossy());
+        self.budget_held_dollars
+            .get_or_create(&label)
+            .set(standing.held.as_f64_lossy());
+        let added = self
+            .spend_meter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .advance(&account, reading, closed);
+        self.spend_dollars
+            .get_or_create(&AccountLabels { account })
+            .inc_by(added.as_f64_lossy());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::{BudgetPeriod, Money};
+
+    fn at(s: &str) -> headroom_core::Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn reading(period_start: &str, dollars: i64) -> SpendReading {
+        SpendReading {
+            period: BudgetPeriod::Day,
+            period_start: at(period_start),
+            spent: Money::from_micros(dollars * 1_000_000),
+        }
+    }
+
+    #[test]
+    fn the_spend_counter_only_rises_across_periods_and_counts_nothing_twice() {
+        let mut meter = SpendMeter::default();
+        let d = |n: i64| Money::from_micros(n * 1_000_000);
+        // The first reading is the baseline: what was spent before this process is not counted.
+        assert_eq!(
+            meter.advance("ml", reading("2025-01-01T00:00:00Z", 40), None),
+            d(0)
+        );
+        assert_eq!(
+            meter.advance("ml", reading("2025-01-01T00:00:00Z", 55), None),
+            d(15)
+        );
+        // A revised accrual below the last reading adds nothing, and rising back adds nothing.
+        assert_eq!(
+            meter.advance("ml", reading("2025-01-01T00:00:00Z", 50), None),
+            d(0)
+        );
+        assert_eq!(
+            meter.advance("ml", reading("2025-01-01T00:00:00Z", 55), None),
+            d(0)
+        );
+        // A new day: the gauge falls to 3, the counter adds the old day's tail and the 3.
+        assert_eq!(
+            meter.advance("ml", reading("2025-01-02T00:00:00Z", 3), Some(d(60))),
+            d(5 + 3)
+        );
+        // Another account is its own series.
+        assert_eq!(
+            meter.advance("web", reading("2025-01-02T00:00:00Z", 9), None),
+            d(0)
+        );
+        // A budget moved to a monthly period starts a new baseline.
+        let monthly = SpendReading {
+            period: BudgetPeriod::Month,
+            period_start: at("2025-01-01T00:00:00Z"),
+            spent: d(500),
+        };
+        assert_eq!(meter.advance("ml", monthly, None), d(0));
+        assert_eq!(meter.last("ml"), Some(monthly));
     }
 }

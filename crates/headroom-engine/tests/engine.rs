@@ -392,7 +392,7 @@ async fn with_the_report_policy_an_orphan_is_left_running_alerted_and_logged_onc
     assert_eq!(
         count_metric(
             &h.engine.metrics().encode(),
-            "headroom_orphan_instances{pool=\"llm\"}"
+            "headroom_orphan_instances{pool=\"llm\",account=\"ml\"}"
         ),
         1.0
     );
@@ -415,7 +415,7 @@ async fn with_the_report_policy_an_orphan_is_left_running_alerted_and_logged_onc
     assert_eq!(
         count_metric(
             &h.engine.metrics().encode(),
-            "headroom_orphan_instances{pool=\"llm\"}"
+            "headroom_orphan_instances{pool=\"llm\",account=\"ml\"}"
         ),
         0.0
     );
@@ -1235,7 +1235,9 @@ async fn a_stockout_falls_back_type_zone_region_then_to_the_smaller_model_in_one
         assert_eq!(
             count_metric(
                 &metrics,
-                &format!("headroom_fallbacks_total{{pool=\"llama-70b\",kind=\"{kind}\"}}")
+                &format!(
+                    "headroom_fallbacks_total{{pool=\"llama-70b\",account=\"ml\",kind=\"{kind}\"}}"
+                )
             ),
             1.0,
             "{kind}\n{metrics}"
@@ -1361,13 +1363,19 @@ async fn quota_preflight_skips_a_region_without_quota_and_launches_in_the_next_w
         .unwrap();
     assert_eq!(cheap.quotas.len(), 1, "{cheap:?}");
     assert_eq!((cheap.quotas[0].limit, cheap.quotas[0].remaining), (0, 0));
+    // One family per unit: the simulated cloud counts GPUs, so nothing is in the vCPU families.
     let metrics = h.engine.metrics().encode();
+    for series in [
+        "headroom_quota_remaining_gpus{provider=\"sim\",region=\"us-east-2\",quota=\"gpus\"} 0",
+        "headroom_quota_limit_gpus{provider=\"sim\",region=\"us-east-2\",quota=\"gpus\"} 0",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from {metrics}");
+    }
     assert!(
-        metrics.contains(
-            "headroom_quota_remaining{provider=\"sim\",region=\"us-east-2\",quota=\"gpus\",unit=\"gpu\"} 0"
-        ),
+        !metrics.contains("headroom_quota_remaining_vcpus{"),
         "{metrics}"
     );
+    assert!(!metrics.contains("unit=\""), "{metrics}");
     // The chain (cheap: no quota; dear: not quota-bound) is not bound as a whole: no alert.
     assert!(
         !h.engine
@@ -1555,7 +1563,7 @@ async fn an_interruption_notice_is_replaced_before_the_node_is_gone() {
     assert_eq!(
         count_metric(
             &h.engine.metrics().encode(),
-            "headroom_spot_interruption_notices_total{pool=\"llm\"}"
+            "headroom_spot_interruption_notices_total{pool=\"llm\",account=\"ml\"}"
         ),
         1.0
     );
@@ -2042,7 +2050,8 @@ async fn a_spot_to_on_demand_switch_in_another_zone_counts_zone_and_market() {
     h.request(1).await;
     h.engine.tick().await.unwrap();
     assert_eq!(launch_calls(&h, "o"), 1);
-    let fallbacks = h.engine.metrics().fallbacks_of("llm");
+    let llm = h.engine.config().pool(&"llm".parse().unwrap()).unwrap();
+    let fallbacks = h.engine.metrics().fallbacks_of(llm);
     assert_eq!(
         fallbacks,
         [("market".to_string(), 1), ("zone".to_string(), 1)].into(),
@@ -2199,7 +2208,7 @@ async fn one_replica_holding_the_queue_is_shown_and_alerted_not_scaled_away() {
     );
     let metrics = h.engine.metrics().encode();
     assert!(
-        metrics.contains("headroom_pool_replica_queue_skew{pool=\"llm\"} 2.66"),
+        metrics.contains("headroom_pool_replica_queue_skew{pool=\"llm\",account=\"ml\"} 2.66"),
         "{metrics}"
     );
 }

@@ -141,7 +141,7 @@ async fn create_capacity_request(
     let outcome = if created {
         state
             .engine
-            .remember_request_span(&request.id, tracing::Span::current());
+            .remember_request_span(&request.id, &tracing::Span::current());
         state.engine.wake();
         // Nothing can have happened to a request this new: skip three reads on the hot path.
         headroom_ledger::RequestOutcome {

@@ -107,18 +107,22 @@ async fn metrics(
     let now = state.engine.clock().now();
     for budget in ledger.budgets().await? {
         let standing = ledger.budget_standing(&budget, now).await?;
-        let label = headroom_engine::metrics::AccountLabels {
-            account: budget.account.to_string(),
+        let (period_start, _) = budget.period.bounds(now);
+        let reading = headroom_engine::metrics::SpendReading {
+            period: budget.period,
+            period_start,
+            spent: standing.spent,
         };
-        m.budget_ceiling_dollars
-            .get_or_create(&label)
-            .set(standing.ceiling.as_f64_lossy());
-        m.budget_spent_dollars
-            .get_or_create(&label)
-            .set(standing.spent.as_f64_lossy());
-        m.budget_held_dollars
-            .get_or_create(&label)
-            .set(standing.held.as_f64_lossy());
+        // A period ended since the last scrape: what it spent after that scrape counts too.
+        let closed = match m.last_spend(budget.account.as_str()) {
+            Some(last) if last.period == budget.period && last.period_start < period_start => {
+                let (_, last_end) = budget.period.bounds(last.period_start);
+                let at_end = last_end - chrono::Duration::microseconds(1);
+                Some(ledger.budget_standing(&budget, at_end).await?.spent)
+            }
+            _ => None,
+        };
+        m.record_budget(&budget, &standing, reading, closed);
     }
     let config = state.engine.config();
     let visible = |pool: Option<&str>, account: Option<&str>| {

@@ -246,6 +246,7 @@ impl Engine {
             .decisions
             .get_or_create(&crate::metrics::RuleLabels {
                 pool: pool.name.to_string(),
+                account: pool.account.to_string(),
                 rule,
             })
             .inc();

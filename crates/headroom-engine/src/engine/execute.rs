@@ -490,6 +490,7 @@ impl Engine {
             .refusals
             .get_or_create(&crate::metrics::RefusalLabels {
                 pool: pool.name.to_string(),
+                account: pool.account.to_string(),
                 reason: reason.code(),
                 provider: offering.provider.to_string(),
                 offering: offering.id.to_string(),
@@ -565,6 +566,7 @@ impl Engine {
             .refusals
             .get_or_create(&crate::metrics::RefusalLabels {
                 pool: pool.name.to_string(),
+                account: pool.account.to_string(),
                 reason: reason.code(),
                 provider: String::new(),
                 offering: String::new(),
@@ -595,6 +597,7 @@ impl Engine {
             .fallbacks
             .get_or_create(&crate::metrics::FallbackLabels {
                 pool: pool.name.to_string(),
+                account: pool.account.to_string(),
                 kind: kind.as_str().to_string(),
             })
             .inc_by(n);

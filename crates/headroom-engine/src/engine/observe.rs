@@ -93,12 +93,12 @@ impl Engine {
         }
         self.note_interruption(&last.offering, now);
         tracing::warn!(pool = %last.pool, node = %last.node, offering = %last.offering, %reclaim_at, "spot interruption notice; replacing the node now");
-        self.metrics
-            .interruption_notices
-            .get_or_create(&crate::metrics::PoolLabels {
-                pool: last.pool.to_string(),
-            })
-            .inc();
+        if let Some(pool) = self.config.pool(&last.pool) {
+            self.metrics
+                .interruption_notices
+                .get_or_create(&crate::metrics::PoolLabels::of(pool))
+                .inc();
+        }
         let entry = serde_json::json!({
             "event": "interruption_notice",
             "node": last.node,

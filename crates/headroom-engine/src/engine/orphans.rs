@@ -69,9 +69,7 @@ impl Engine {
             let count = by_pool.get(&pool.name).map_or(0, Vec::len);
             self.metrics
                 .orphan_instances
-                .get_or_create(&crate::metrics::PoolLabels {
-                    pool: pool.name.to_string(),
-                })
+                .get_or_create(&crate::metrics::PoolLabels::of(pool))
                 .set(count as i64);
         }
         let current: HashSet<&InstanceId> = by_pool.values().flatten().collect();

@@ -5,7 +5,9 @@
 
 use super::*;
 use headroom_cloud::Quotas;
-use headroom_core::QuotaHeadroom;
+use headroom_core::{QuotaHeadroom, QuotaUnit};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// A failed read keeps the last answer for this many TTLs; then the region's quotas are unknown
 /// (nothing is skipped, the cloud's refusals decide).
@@ -15,7 +17,8 @@ const STALE_QUOTA_TTLS: i32 = 3;
 pub(super) struct QuotaBook {
     regions: BTreeMap<String, RegionQuotas>,
     /// The gauge series last exported, so a quota no longer read is removed.
-    exported: BTreeSet<crate::metrics::QuotaLabels>,
+    /// With their unit: each unit has its own families.
+    exported: BTreeSet<(QuotaUnit, crate::metrics::QuotaLabels)>,
 }
 
 #[derive(Debug, Default)]
@@ -168,8 +171,8 @@ impl Engine {
             .collect()
     }
 
-    /// `headroom_quota_remaining{provider,region,quota}` (and its limit), one series per quota
-    /// read; quotas no longer known are removed.
+    /// `headroom_quota_remaining_gpus{provider,region,quota}` (and `_vcpus`, and their limits),
+    /// one series per quota read, in the family of its unit; quotas no longer known are removed.
     fn export_quotas(&self) {
         let provider = self.cloud.kind().to_string();
         let mut book = lock(&self.quotas);
@@ -181,24 +184,43 @@ impl Engine {
                     provider: provider.clone(),
                     region: region.clone(),
                     quota: q.name.clone(),
-                    unit: q.unit.as_str().to_string(),
                 };
-                self.metrics
-                    .quota_remaining
+                let (remaining, limit) = self.quota_families(q.unit);
+                remaining
                     .get_or_create(&labels)
-                    .set(q.remaining() as i64);
-                self.metrics
-                    .quota_limit
+                    .set(i64::try_from(q.remaining()).unwrap_or(i64::MAX));
+                limit
                     .get_or_create(&labels)
-                    .set(q.limit as i64);
-                now_seen.insert(labels);
+                    .set(i64::try_from(q.limit).unwrap_or(i64::MAX));
+                now_seen.insert((q.unit, labels));
             }
         }
-        for gone in exported.difference(&now_seen) {
-            self.metrics.quota_remaining.remove(gone);
-            self.metrics.quota_limit.remove(gone);
+        for (unit, gone) in exported.difference(&now_seen) {
+            let (remaining, limit) = self.quota_families(*unit);
+            remaining.remove(gone);
+            limit.remove(gone);
         }
         *exported = now_seen;
+    }
+
+    /// The remaining and limit families of quotas counted in `unit`.
+    fn quota_families(
+        &self,
+        unit: QuotaUnit,
+    ) -> (
+        &Family<crate::metrics::QuotaLabels, Gauge>,
+        &Family<crate::metrics::QuotaLabels, Gauge>,
+    ) {
+        match unit {
+            QuotaUnit::Gpu => (
+                &self.metrics.quota_remaining_gpus,
+                &self.metrics.quota_limit_gpus,
+            ),
+            QuotaUnit::Vcpu => (
+                &self.metrics.quota_remaining_vcpus,
+                &self.metrics.quota_limit_vcpus,
+            ),
+        }
     }
 
     /// Per owned pool, the nodes its whole fallback chain's quotas still take and how many

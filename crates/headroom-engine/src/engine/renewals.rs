@@ -201,6 +201,7 @@ impl Engine {
             .refusals
             .get_or_create(&crate::metrics::RefusalLabels {
                 pool: pool.name.to_string(),
+                account: pool.account.to_string(),
                 reason: RefusalReason::Budget.code(),
                 provider: last.provider.to_string(),
                 offering: last.offering.to_string(),

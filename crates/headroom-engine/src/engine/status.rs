@@ -155,6 +155,7 @@ impl Engine {
             .map(|pool| {
                 let s = self.pool_status_now(input, pool, now);
                 self.export_pool_metrics(&s);
+                self.export_capacity_metrics(input, pool, &s);
                 (pool.name.clone(), s)
             })
             .collect();
@@ -280,9 +281,37 @@ impl Engine {
         loads
     }
 
+    /// Requested against delivered, in GPUs: the desired replicas at the GPUs of a node of the
+    /// pool's first offering (what it asks for first), against the GPUs of the nodes serving
+    /// it (counted as `ready` is: not being reclaimed), whatever offering they landed on.
+    fn export_capacity_metrics(&self, input: &TickInput, pool: &PoolSpec, s: &PoolStatus) {
+        let per_node = pool
+            .offerings
+            .first()
+            .and_then(|id| self.config.offerings.iter().find(|o| &o.offering.id == id))
+            .map_or(0, |o| o.offering.gpus_per_node);
+        let delivered: u64 = input
+            .pool_nodes(&pool.name)
+            .filter(|e| {
+                e.state == NodeState::Serving && !input.reclaiming.contains(&e.client_token)
+            })
+            .map(|e| u64::from(e.gpus))
+            .sum();
+        let labels = crate::metrics::PoolLabels::of(pool);
+        self.metrics
+            .capacity_requested_gpus
+            .get_or_create(&labels)
+            .set(i64::from(s.desired) * i64::from(per_node));
+        self.metrics
+            .capacity_delivered_gpus
+            .get_or_create(&labels)
+            .set(i64::try_from(delivered).unwrap_or(i64::MAX));
+    }
+
     fn export_pool_metrics(&self, s: &PoolStatus) {
         let label = |state: &str| crate::metrics::PoolStateLabels {
             pool: s.name.to_string(),
+            account: s.account.clone(),
             state: state.to_string(),
         };
         for (state, n) in [
@@ -300,6 +329,7 @@ impl Engine {
         }
         let pool_label = crate::metrics::PoolLabels {
             pool: s.name.to_string(),
+            account: s.account.clone(),
         };
         self.metrics
             .desired

@@ -281,7 +281,7 @@ impl PolicyDriver for EngineDriver<'_> {
         }
         let mut fallbacks = BTreeMap::new();
         for pool in &self.sc.pools {
-            for (kind, n) in self.engine.metrics().fallbacks_of(pool.spec.name.as_str()) {
+            for (kind, n) in self.engine.metrics().fallbacks_of(&pool.spec) {
                 *fallbacks.entry(kind).or_insert(0) += n;
             }
         }
