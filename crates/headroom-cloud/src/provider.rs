@@ -149,6 +149,12 @@ pub enum Quotas {
 pub trait CloudProvider: Send + Sync + fmt::Debug {
     fn kind(&self) -> ProviderKind;
 
+    /// The composite this is, if it is one ([`crate::MultiCloud`]): its callers then label and
+    /// bound each member's calls apart, since one `kind` cannot name several clouds.
+    fn as_multi(&self) -> Option<&crate::MultiCloud> {
+        None
+    }
+
     /// Launches one instance of `spec.offering`, tagged with `spec.tags`.
     ///
     /// Must: return the *same* instance when called again with the same `client_token` (even

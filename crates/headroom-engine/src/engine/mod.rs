@@ -93,7 +93,8 @@ pub enum EngineError {
 pub struct Engine {
     config: Arc<Config>,
     ledger: Arc<dyn Ledger>,
-    /// The provider behind [`crate::bounded_cloud::BoundedCloud`]: every call has a deadline.
+    /// The provider behind [`crate::bounded_cloud::BoundedCloud`] (a composite's members each
+    /// behind their own): every call has a deadline.
     cloud: Arc<dyn CloudProvider>,
     clock: Arc<dyn Clock>,
     /// The Kubernetes cluster, when `[kube]` is enabled: readiness and drains go through it.
@@ -176,11 +177,18 @@ impl Engine {
     ) -> Arc<Engine> {
         let metrics = Arc::new(Metrics::default());
         metrics.initialise(&config.pools);
-        let cloud: Arc<dyn CloudProvider> = Arc::new(crate::bounded_cloud::BoundedCloud {
-            inner: cloud,
-            metrics: metrics.clone(),
-            timeout: config.engine.provider_timeout,
-        });
+        let bound = |inner: Arc<dyn CloudProvider>| -> Arc<dyn CloudProvider> {
+            Arc::new(crate::bounded_cloud::BoundedCloud {
+                inner,
+                metrics: metrics.clone(),
+                timeout: config.engine.provider_timeout,
+            })
+        };
+        // A composite's clouds are bounded and labelled each by its own kind.
+        let cloud = match cloud.as_multi() {
+            Some(multi) => Arc::new(multi.map_members(bound)),
+            None => bound(cloud),
+        };
         let status = config
             .pools
             .iter()
