@@ -16,10 +16,11 @@
 //!   call can stop or terminate another cloud's instance. The providers' ids do not collide
 //!   (`i-…`, GCE names, `sim-…`, `sim-<kind>-…`), so this is a guard, not a path.
 //!
-//! Reads that gather from every member (`list_owned`, `current_prices`, `quota_headroom`) fail
-//! as a whole when one member fails: the engine cannot take a partial inventory (an instance
-//! missing from it is recorded as gone), and on a failed price or quota read it keeps its last
-//! answers for every cloud, which is what a partial answer would have to do for the failing one.
+//! The inventory is read per member (`list_owned_each`): the engine settles the nodes of the
+//! clouds that answered and leaves those of a cloud that did not as they were (an instance
+//! missing from an inventory is recorded as gone, so a partial `list_owned` would be wrong; it
+//! fails as a whole). Price and quota reads fail as a whole when one member fails: the engine
+//! then keeps its last answers for every cloud, which is what it would do for the failing one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -213,45 +214,54 @@ impl CloudProvider for MultiCloud {
         self.member(kind)?.describe(id).await
     }
 
-    /// Every member's inventory, merged; the routes are rebuilt from it. Any member's failure
-    /// fails the whole read (see the module's notes).
+    /// Every member's inventory, merged. Any member's failure fails the whole read; the
+    /// engine reads [`CloudProvider::list_owned_each`] instead.
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
         let mut all = Vec::new();
+        for (_, answer) in self.list_owned_each(cluster).await {
+            all.extend(answer?);
+        }
+        Ok(all)
+    }
+
+    /// Each member's inventory apart; the routes are rebuilt from them when every member
+    /// answered, and only added to otherwise (what the others listed is still true).
+    async fn list_owned_each(
+        &self,
+        cluster: &str,
+    ) -> Vec<(ProviderKind, Result<Vec<Instance>, CloudError>)> {
+        let mut answers = Vec::new();
+        for (kind, member) in &self.members {
+            answers.push((*kind, member.list_owned(cluster).await));
+        }
         let mut owner: HashMap<InstanceId, ProviderKind> = HashMap::new();
         let mut ambiguous = HashSet::new();
-        let mut failure = None;
-        for (kind, member) in &self.members {
-            match member.list_owned(cluster).await {
-                Ok(instances) => {
-                    for i in &instances {
-                        if owner
-                            .insert(i.id.clone(), *kind)
-                            .is_some_and(|k| k != *kind)
-                        {
-                            ambiguous.insert(i.id.clone());
-                        }
-                    }
-                    all.extend(instances);
+        for (kind, answer) in &answers {
+            for i in answer.iter().flatten() {
+                if owner
+                    .insert(i.id.clone(), *kind)
+                    .is_some_and(|k| k != *kind)
+                {
+                    ambiguous.insert(i.id.clone());
                 }
-                Err(e) => failure = failure.or(Some(e)),
             }
         }
         let mut routes = self.routes();
-        if let Some(e) = failure {
-            // What the others listed is still true: keep it, drop nothing.
-            for (id, kind) in owner {
-                routes.owner.insert(id, kind);
-            }
-            routes.ambiguous.extend(ambiguous);
-            return Err(e);
-        }
+        // Ids a member once claimed stay refused: a second claim is not forgotten by a read.
+        ambiguous.extend(routes.ambiguous.drain());
         for id in &ambiguous {
             owner.remove(id);
         }
-        // Ids a member once claimed stay refused: a second claim is not forgotten by a read.
-        ambiguous.extend(routes.ambiguous.drain());
-        *routes = Routes { owner, ambiguous };
-        Ok(all)
+        if answers.iter().all(|(_, a)| a.is_ok()) {
+            *routes = Routes { owner, ambiguous };
+        } else {
+            routes.owner.extend(owner);
+            for id in &ambiguous {
+                routes.owner.remove(id);
+            }
+            routes.ambiguous = ambiguous;
+        }
+        answers
     }
 
     async fn current_prices(

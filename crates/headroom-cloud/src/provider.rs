@@ -181,6 +181,16 @@ pub trait CloudProvider: Send + Sync + fmt::Debug {
     /// reconciliation compares with the ledger.
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError>;
 
+    /// [`Self::list_owned`] per cloud: a composite answers for each member apart, so that a
+    /// cloud that cannot be read leaves the others' inventories usable (the engine then leaves
+    /// that cloud's nodes as they were). A single cloud answers for itself.
+    async fn list_owned_each(
+        &self,
+        cluster: &str,
+    ) -> Vec<(ProviderKind, Result<Vec<Instance>, CloudError>)> {
+        vec![(self.kind(), self.list_owned(cluster).await)]
+    }
+
     /// The price in force now, per hour, of those `offerings` the cloud quotes a live price for
     /// (spot markets: AWS's spot price history). Offerings left out keep their configured price.
     /// The default quotes nothing: list prices come from the configured catalog.

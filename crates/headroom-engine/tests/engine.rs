@@ -2147,6 +2147,88 @@ async fn a_stockout_on_one_cloud_falls_back_to_the_other_in_the_same_tick_under_
     );
 }
 
+/// Issue 37: one cloud's API down leaves the other working. A node runs on the second cloud;
+/// its API goes down; the ticks still run (before, the whole tick failed on the inventory),
+/// leave that node as it was (not missing), and the next replica launches on the cloud that
+/// answers.
+#[tokio::test]
+async fn an_outage_of_one_cloud_leaves_its_nodes_be_and_the_other_cloud_working() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}{}{}",
+        offering(
+            "s",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "on-demand",
+            "2.00",
+            4
+        ),
+        offering(
+            "g",
+            "us-central1",
+            "us-central1-a",
+            "a3-highgpu-8g",
+            "on-demand",
+            "2.50",
+            4
+        )
+        .replace("provider = \"sim\"", "provider = \"gcp\""),
+        pool_block(
+            "llm",
+            "\"s\", \"g\"",
+            "max_replicas = 4\nmax_scale_up_per_step = 4",
+            ""
+        ),
+    );
+    let rig = Rig::new(&config).await;
+    let sim = rig.sim_cloud();
+    let gcp = Arc::new(
+        headroom_engine::sim_cloud_for(&rig.config, rig.clock.clone())
+            .standing_in_for(headroom_core::ProviderKind::Gcp),
+    );
+    let multi = headroom_cloud::MultiCloud::new(vec![sim.clone(), gcp.clone()]).unwrap();
+    let engine = rig.engine(Arc::new(multi));
+    sim.set_capacity(&"s".parse().unwrap(), 0);
+    rig.request("llm", 1).await;
+    for _ in 0..60 {
+        engine.tick().await.unwrap();
+        rig.clock.advance(Duration::from_secs(5));
+    }
+    let on_gcp = rig.ledger.live_nodes().await.unwrap();
+    assert_eq!(on_gcp.len(), 1);
+    assert_eq!(on_gcp[0].state, NodeState::Serving, "{on_gcp:?}");
+
+    gcp.set_outage(true);
+    sim.set_capacity(&"s".parse().unwrap(), 4);
+    rig.request("llm", 1).await;
+    // The down cloud still ranks first (the other one refused recently): its launch fails
+    // transiently, a bounded number of times (`engine.transient_failure_limit`), then the pool
+    // falls back to the cloud that answers.
+    let mut ticks = 0;
+    while sim.list_owned("engine-test").await.unwrap().is_empty() && ticks < 10 {
+        engine.tick().await.unwrap();
+        rig.clock.advance(Duration::from_secs(1));
+        ticks += 1;
+    }
+    assert_eq!(
+        sim.list_owned("engine-test").await.unwrap().len(),
+        1,
+        "{:?} {:?} {:?}",
+        gcp.calls(),
+        rig.ledger.live_nodes().await.unwrap(),
+        engine.decisions(&"llm".parse().unwrap()).await.unwrap()
+    );
+    assert!(
+        gcp.all_instances().len() == 1,
+        "nothing more on the down cloud"
+    );
+    let live = rig.ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 2, "{live:?}");
+    let kept = live.iter().find(|e| e.node == on_gcp[0].node).unwrap();
+    assert_eq!(kept.state, NodeState::Serving, "left as it was: {kept:?}");
+}
+
 async fn refusal_reasons_of(rig: &Rig) -> Vec<RefusalReason> {
     rig.ledger
         .refusals_between(

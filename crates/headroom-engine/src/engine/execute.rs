@@ -198,8 +198,9 @@ impl Engine {
         })
     }
 
-    /// A launch on another cloud than the pool's first choice goes into the decision log (the
-    /// ledger's record) with why: the nodes of one pool and one budget now run on two clouds.
+    /// A launch on another cloud than the pool's first choice (made, or awaiting its retry) goes
+    /// into the decision log (the ledger's record) with why: the nodes of one pool and one
+    /// budget now run on two clouds.
     async fn log_cloud_fallback(
         &self,
         pool: &PoolSpec,
@@ -221,7 +222,7 @@ impl Engine {
             "provider": offering.provider,
             "region": offering.region,
             "reason": format!(
-                "fallback ({}){from}: launched {} on {} in {}, the best offering left by price and recent refusals",
+                "fallback ({}){from} to {} on {} in {}, the best offering left by price and recent refusals",
                 kinds.join(", "), offering.id, offering.provider, offering.region
             ),
         });

@@ -29,7 +29,7 @@ use headroom_core::controller::ReplicaCounts;
 use headroom_core::planner::Destination;
 use headroom_core::{
     CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
-    PoolSpec, RefusalReason, RequestId, Timestamp, WarmMode,
+    PoolSpec, ProviderKind, RefusalReason, RequestId, Timestamp, WarmMode,
 };
 use headroom_ledger::{HoldOutcome, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
@@ -290,15 +290,32 @@ impl Engine {
         let names: Vec<PoolName> = self.config.pools.iter().map(|p| p.name.clone()).collect();
         let owned = self.ledger.pool_leases(&names).await?;
         self.restore_recent_history(&owned).await?;
-        let inventory = self
-            .cloud
-            .list_owned(&self.config.cluster_id)
-            .await
-            .map_err(EngineError::Inventory)?;
+        // Per cloud: one that cannot be read leaves its nodes as they were this tick, and the
+        // other clouds' pools go on. Only when no cloud answers does the tick fail.
+        let mut inventory = Vec::new();
+        let mut unread = BTreeSet::new();
+        let mut failure = None;
+        let answers = self.cloud.list_owned_each(&self.config.cluster_id).await;
+        let clouds = answers.len();
+        for (kind, answer) in answers {
+            match answer {
+                Ok(instances) => inventory.extend(instances),
+                Err(e) => {
+                    tracing::warn!(provider = %kind, error = %error_chain(&e), "cannot read the cloud's inventory; its nodes stay as they were");
+                    unread.insert(kind);
+                    failure = failure.or(Some(e));
+                }
+            }
+        }
+        if let Some(e) = failure
+            && unread.len() == clouds
+        {
+            return Err(EngineError::Inventory(e));
+        }
         // Read the ledger after the inventory: an instance in the inventory had its intent
         // written before it was launched, so it cannot be mistaken for an orphan.
         let mut input = TickInput::read(self.ledger.as_ref(), owned, &inventory).await?;
-        self.observe(&mut input, &inventory).await?;
+        self.observe(&mut input, &inventory, &unread).await?;
         self.refresh_prices().await;
         self.refresh_quotas().await;
         input
