@@ -70,16 +70,17 @@ operation_timeout = "10s"
     )
 }
 
-/// Every AWS offering refuses with InsufficientInstanceCapacity: the GCP offering launches in
-/// the same tick, counted as a `cloud` fallback, and the one budget holds the GCP node (its
-/// $88 hold fits the $100 ceiling; a second does not).
-#[tokio::test]
-async fn aws_stocked_out_falls_back_to_gcp_in_the_same_tick_under_one_budget() {
+struct Both {
+    moto: Moto,
+    gcp: headroom_gcp::server::RunningServer,
+    clock: Arc<ManualClock>,
+    ledger: Arc<SqliteLedger>,
+    engine: Arc<Engine>,
+    _dir: tempfile::TempDir,
+}
+
+async fn both() -> Both {
     let moto = Moto::start();
-    moto.set_faults(
-        r#"{"launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500},
-                       "p4d.24xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}}}"#,
-    );
     let clock = Arc::new(ManualClock::new("2026-11-30T09:00:00Z".parse().unwrap()));
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let gcp_server = ComputeServer::start(dyn_clock.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
@@ -105,6 +106,33 @@ async fn aws_stocked_out_falls_back_to_gcp_in_the_same_tick_under_one_budget() {
             .unwrap(),
     );
     let engine = Engine::new(config, ledger.clone(), multi, dyn_clock);
+    Both {
+        moto,
+        gcp: gcp_server,
+        clock,
+        ledger,
+        engine,
+        _dir: dir,
+    }
+}
+
+/// Every AWS offering refuses with InsufficientInstanceCapacity: the GCP offering launches in
+/// the same tick, counted as a `cloud` fallback, and the one budget holds the GCP node (its
+/// $88 hold fits the $100 ceiling; a second does not).
+#[tokio::test]
+async fn aws_stocked_out_falls_back_to_gcp_in_the_same_tick_under_one_budget() {
+    let Both {
+        moto,
+        gcp: gcp_server,
+        clock,
+        ledger,
+        engine,
+        _dir,
+    } = both().await;
+    moto.set_faults(
+        r#"{"launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500},
+                       "p4d.24xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}}}"#,
+    );
     headroom_testkit::request(ledger.as_ref(), clock.as_ref(), "llm", 2).await;
     engine.tick().await.unwrap();
 
@@ -132,4 +160,27 @@ async fn aws_stocked_out_falls_back_to_gcp_in_the_same_tick_under_one_budget() {
             .any(|r| r.reason == headroom_core::RefusalReason::Budget),
         "the second replica is refused by the one budget: {refusals:?}"
     );
+}
+
+/// A GCP outage (every read answers 503, every insert fails): the ticks go on and the AWS
+/// offering launches. (Before, the whole tick failed on the inventory.)
+#[tokio::test]
+async fn a_gcp_outage_leaves_aws_working() {
+    let b = both().await;
+    b.gcp.server.fail_next_gets(u32::MAX);
+    b.gcp.server.inject(headroom_gcp::server::Fault {
+        matches: headroom_gcp::server::FaultMatch::MachineType("a3-highgpu-8g".into()),
+        kind: headroom_gcp::server::FaultKind::Unavailable,
+        times: None,
+    });
+    headroom_testkit::request(b.ledger.as_ref(), b.clock.as_ref(), "llm", 1).await;
+    for _ in 0..3 {
+        b.engine.tick().await.unwrap();
+        b.clock.advance(std::time::Duration::from_secs(5));
+    }
+    assert_eq!(b.moto.all_instances().await.len(), 1, "{}", b.moto.log());
+    assert!(b.gcp.server.instances().is_empty());
+    let live = b.ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].provider, headroom_core::ProviderKind::Aws);
 }
