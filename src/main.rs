@@ -492,9 +492,19 @@ async fn serve(
     let ledger = open_ledger(&url).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let cloud = cloud::cloud_for(&config, clock.clone()).await?;
-    let cloud_name = match cloud.kind() {
-        headroom_core::ProviderKind::Sim => "simulated",
-        other => other.as_str(),
+    let cloud_name = config
+        .providers()
+        .iter()
+        .map(|p| match p {
+            headroom_core::ProviderKind::Sim => "simulated",
+            other => other.as_str(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let cloud_name = if cloud_name.is_empty() {
+        "simulated".to_string()
+    } else {
+        cloud_name
     };
     let cluster = cluster::cluster_for(&config, &origin).await?;
     let engine = Engine::with_cluster(config.clone(), ledger, cloud, clock, cluster);

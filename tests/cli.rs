@@ -2453,6 +2453,47 @@ fn kube_enabled_without_the_kube_feature_is_one_line_and_exit_code_2() {
     );
 }
 
+/// Offerings on two clouds, one of which this build lacks: `config check` and `serve` refuse
+/// alike, in one line naming the provider and the rebuild command. (Before, `config check` said
+/// ok to what `serve` refused.)
+#[cfg(not(feature = "aws"))]
+#[test]
+fn a_cloud_the_build_lacks_is_refused_alike_by_config_check_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/headroom.example.toml"
+    ))
+    .unwrap();
+    let two_clouds = example.replacen("\nprovider = \"sim\"\n", "\nprovider = \"aws\"\n", 1);
+    assert_ne!(two_clouds, example);
+    let path = dir.path().join("two-clouds.toml");
+    std::fs::write(&path, two_clouds).unwrap();
+    let check = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(2));
+    let check_err = String::from_utf8(check.stderr).unwrap();
+    assert_eq!(check_err.lines().count(), 1, "{check_err}");
+    assert!(
+        check_err.contains("offerings: provider \"aws\"")
+            && check_err.contains("cargo build --release --features aws"),
+        "{check_err}"
+    );
+    let db = format!("sqlite://{}", dir.path().join("h.db").display());
+    let serve = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--database-url", &db])
+        .output()
+        .unwrap();
+    assert_eq!(serve.status.code(), Some(2));
+    assert_eq!(String::from_utf8(serve.stderr).unwrap(), check_err);
+}
+
 #[path = "cli/corpus.rs"]
 mod corpus;
 #[path = "cli/decisions.rs"]

@@ -149,6 +149,12 @@ pub enum Quotas {
 pub trait CloudProvider: Send + Sync + fmt::Debug {
     fn kind(&self) -> ProviderKind;
 
+    /// The composite this is, if it is one ([`crate::MultiCloud`]): its callers then label and
+    /// bound each member's calls apart, since one `kind` cannot name several clouds.
+    fn as_multi(&self) -> Option<&crate::MultiCloud> {
+        None
+    }
+
     /// Launches one instance of `spec.offering`, tagged with `spec.tags`.
     ///
     /// Must: return the *same* instance when called again with the same `client_token` (even
@@ -174,6 +180,16 @@ pub trait CloudProvider: Send + Sync + fmt::Debug {
     /// Every instance tagged with `cluster` that is not terminated: the inventory that
     /// reconciliation compares with the ledger.
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError>;
+
+    /// [`Self::list_owned`] per cloud: a composite answers for each member apart, so that a
+    /// cloud that cannot be read leaves the others' inventories usable (the engine then leaves
+    /// that cloud's nodes as they were). A single cloud answers for itself.
+    async fn list_owned_each(
+        &self,
+        cluster: &str,
+    ) -> Vec<(ProviderKind, Result<Vec<Instance>, CloudError>)> {
+        vec![(self.kind(), self.list_owned(cluster).await)]
+    }
 
     /// The price in force now, per hour, of those `offerings` the cloud quotes a live price for
     /// (spot markets: AWS's spot price history). Offerings left out keep their configured price.

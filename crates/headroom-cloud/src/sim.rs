@@ -103,6 +103,11 @@ pub struct SimCloud {
     /// When set, the cloud's state lives in this file, shared by every process that names it
     /// and surviving their crashes (a lock file serialises them).
     state_file: Option<PathBuf>,
+    /// The provider kind it answers as: `sim`, or another kind when it stands in for that
+    /// cloud's offerings beside a second simulated cloud (see [`SimCloud::standing_in_for`]).
+    provider: ProviderKind,
+    /// While set, every call answers a transient error, as a cloud API in an outage does.
+    outage: std::sync::atomic::AtomicBool,
 }
 
 /// The state for one call: the in-process lock, and with a state file, the file lock; the state
@@ -151,9 +156,9 @@ impl Drop for StateGuard<'_> {
     }
 }
 
-fn refused(class: ErrorClass, code: &str, message: String) -> CloudError {
+fn refused(provider: ProviderKind, class: ErrorClass, code: &str, message: String) -> CloudError {
     CloudError::Refused {
-        provider: ProviderKind::Sim,
+        provider,
         class,
         code: code.to_string(),
         message,
@@ -173,6 +178,8 @@ impl SimCloud {
             ),
             gpu_quota_per_region: config.gpu_quota_per_region,
             state_file: None,
+            provider: ProviderKind::Sim,
+            outage: std::sync::atomic::AtomicBool::new(false),
             launch_delay: Mutex::new(std::time::Duration::ZERO),
             answer_delay: Mutex::new(std::time::Duration::ZERO),
             spot_prices: Mutex::new(HashMap::new()),
@@ -192,6 +199,33 @@ impl SimCloud {
     pub fn with_state_file(mut self, path: PathBuf) -> Self {
         self.state_file = Some(path);
         self
+    }
+
+    /// Answers as `provider` (its kind, its refusals, ids `sim-<provider>-…`): a second
+    /// simulated cloud beside a `sim` one, so that a composite of clouds
+    /// ([`crate::MultiCloud`]) runs without any cloud's SDK.
+    pub fn standing_in_for(mut self, provider: ProviderKind) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    /// Takes the cloud's API down (every call answers a transient `ServiceUnavailable`, nothing
+    /// changes) or brings it back.
+    pub fn set_outage(&self, down: bool) {
+        self.outage
+            .store(down, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn up(&self) -> Result<(), CloudError> {
+        if self.outage.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(refused(
+                self.provider,
+                ErrorClass::Transient,
+                "ServiceUnavailable",
+                "the simulated cloud's API is down".to_string(),
+            ));
+        }
+        Ok(())
     }
 
     fn state(&self) -> StateGuard<'_> {
@@ -451,6 +485,7 @@ impl SimCloud {
             .count() as u32;
         if running_here >= offering.capacity {
             return Err(refused(
+                self.provider,
                 ErrorClass::Capacity,
                 "InsufficientCapacity",
                 format!(
@@ -464,6 +499,7 @@ impl SimCloud {
             let gpus_running = gpus_running(state, catalog, region);
             if gpus_running + offering.offering.gpus_per_node > *quota {
                 return Err(refused(
+                    self.provider,
                     ErrorClass::Quota,
                     "GpuQuotaExceeded",
                     format!("GPU quota of {quota} in {region} reached"),
@@ -494,6 +530,7 @@ impl SimCloud {
             && price > spec.offering.price_usd_per_hour
         {
             return Err(refused(
+                self.provider,
                 ErrorClass::Price,
                 "SpotMaxPriceTooLow",
                 format!(
@@ -504,6 +541,7 @@ impl SimCloud {
         }
         let Some(offering) = catalog.get(&spec.offering.id) else {
             return Err(refused(
+                self.provider,
                 ErrorClass::InvalidRequest,
                 "UnknownOffering",
                 format!("the simulated cloud has no offering {}", spec.offering.id),
@@ -515,6 +553,7 @@ impl SimCloud {
             *left -= 1;
             let class = *class;
             return Err(refused(
+                self.provider,
                 class,
                 "InjectedFault",
                 format!("injected {} fault", class.as_str()),
@@ -522,7 +561,10 @@ impl SimCloud {
         }
         self.check_room(&state, &catalog, offering)?;
 
-        let id = InstanceId(format!("sim-{:06}", state.next_id));
+        let id = match self.provider {
+            ProviderKind::Sim => InstanceId(format!("sim-{:06}", state.next_id)),
+            other => InstanceId(format!("sim-{other}-{:06}", state.next_id)),
+        };
         state.next_id += 1;
         let interrupt_at = (offering.offering.market == Market::Spot
             && offering.spot_interruptions_per_hour > 0.0)
@@ -561,10 +603,11 @@ impl SimCloud {
 #[async_trait]
 impl CloudProvider for SimCloud {
     fn kind(&self) -> ProviderKind {
-        ProviderKind::Sim
+        self.provider
     }
 
     async fn launch(&self, spec: &LaunchSpec) -> Result<Instance, CloudError> {
+        self.up()?;
         let answer = self.launch_now(spec).await;
         let delay = *self.answer_delay.lock().unwrap_or_else(|e| e.into_inner());
         if !delay.is_zero() {
@@ -574,6 +617,7 @@ impl CloudProvider for SimCloud {
     }
 
     async fn start(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.up()?;
         let now = self.clock.now();
         let catalog = self.catalog().clone();
         let mut state = self.state();
@@ -584,6 +628,7 @@ impl CloudProvider for SimCloud {
             InstancePhase::Stopped => {
                 let offering = catalog.get(&current.offering).ok_or_else(|| {
                     refused(
+                        self.provider,
                         ErrorClass::InvalidRequest,
                         "UnknownOffering",
                         current.offering.to_string(),
@@ -608,6 +653,7 @@ impl CloudProvider for SimCloud {
     }
 
     async fn stop(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.up()?;
         let now = self.clock.now();
         let catalog = self.catalog().clone();
         let mut state = self.state();
@@ -630,6 +676,7 @@ impl CloudProvider for SimCloud {
     }
 
     async fn terminate(&self, id: &InstanceId) -> Result<(), CloudError> {
+        self.up()?;
         let mut state = self.state();
         state.calls.push(format!("terminate {id}"));
         let sim = state
@@ -642,6 +689,7 @@ impl CloudProvider for SimCloud {
     }
 
     async fn describe(&self, id: &InstanceId) -> Result<Instance, CloudError> {
+        self.up()?;
         let now = self.clock.now();
         let catalog = self.catalog().clone();
         let mut state = self.state();
@@ -649,6 +697,7 @@ impl CloudProvider for SimCloud {
     }
 
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+        self.up()?;
         Ok(self
             .all_instances()
             .into_iter()
@@ -663,6 +712,7 @@ impl CloudProvider for SimCloud {
         region: &str,
         offerings: &[Offering],
     ) -> Result<Quotas, CloudError> {
+        self.up()?;
         let Some(limit) = self.gpu_quota_per_region.get(region).copied() else {
             return Ok(Quotas::Known(Vec::new()));
         };
@@ -692,6 +742,7 @@ impl CloudProvider for SimCloud {
         &self,
         offerings: &[Offering],
     ) -> Result<Vec<(OfferingId, Money)>, CloudError> {
+        self.up()?;
         let prices = self.spot_prices.lock().unwrap_or_else(|e| e.into_inner());
         Ok(offerings
             .iter()

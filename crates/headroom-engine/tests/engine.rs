@@ -2059,6 +2059,198 @@ async fn a_spot_to_on_demand_switch_in_another_zone_counts_zone_and_market() {
     );
 }
 
+/// Issue 37: one pool with an offering on each of two clouds (the simulated cloud, and a second
+/// simulated cloud standing in for GCP) behind the composite. The first cloud's offering runs
+/// out after one node: the second node launches on the other cloud in the same tick, counted and
+/// logged as a `cloud` fallback, and one budget bounds the nodes of both clouds.
+#[tokio::test]
+async fn a_stockout_on_one_cloud_falls_back_to_the_other_in_the_same_tick_under_one_budget() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n[engine]\nhold_horizon = \"1h\"\n{}{}{}[[budgets]]\naccount = \"ml\"\nperiod = \"day\"\nceiling_usd = \"5.00\"\nhard_action = \"clamp\"\n",
+        offering(
+            "s",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "on-demand",
+            "2.00",
+            1
+        ),
+        offering(
+            "g",
+            "us-central1",
+            "us-central1-a",
+            "a3-highgpu-8g",
+            "on-demand",
+            "2.50",
+            4
+        )
+        .replace("provider = \"sim\"", "provider = \"gcp\""),
+        pool_block(
+            "llm",
+            "\"s\", \"g\"",
+            "max_replicas = 4\nmax_scale_up_per_step = 4",
+            ""
+        ),
+    );
+    let rig = Rig::new(&config).await;
+    let sim = rig.sim_cloud();
+    let gcp = Arc::new(
+        headroom_engine::sim_cloud_for(&rig.config, rig.clock.clone())
+            .standing_in_for(headroom_core::ProviderKind::Gcp),
+    );
+    let multi = headroom_cloud::MultiCloud::new(vec![sim.clone(), gcp.clone()]).unwrap();
+    let engine = rig.engine(Arc::new(multi));
+    rig.request("llm", 3).await;
+    engine.tick().await.unwrap();
+
+    let launches = |c: &SimCloud| {
+        c.calls()
+            .into_iter()
+            .filter(|c| c.starts_with("launch "))
+            .collect::<Vec<_>>()
+    };
+    // One node on the first cloud, then its stockout, then the other cloud: all in one tick.
+    assert_eq!(sim.list_owned("engine-test").await.unwrap().len(), 1);
+    assert_eq!(gcp.list_owned("engine-test").await.unwrap().len(), 1);
+    assert!(launches(&gcp).iter().all(|c| c.starts_with("launch g ")));
+    assert!(launches(&sim).iter().all(|c| c.starts_with("launch s ")));
+    // The first cloud's refusal is on record; then one budget: $2.00 and $2.50 of holds fit
+    // in $5.00, a third node ($2.50, on either cloud) does not.
+    let refusals = refusal_reasons_of(&rig).await;
+    assert_eq!(
+        refusals,
+        vec![
+            RefusalReason::Cloud(ErrorClass::Capacity),
+            RefusalReason::Budget
+        ],
+        "{refusals:?}"
+    );
+    let budget = rig.config.budget(&"ml".parse().unwrap()).unwrap();
+    let standing = rig
+        .ledger
+        .budget_standing(budget, rig.clock.now())
+        .await
+        .unwrap();
+    assert_eq!(standing.held, "4.50".parse().unwrap());
+
+    let fallbacks = engine.metrics().fallbacks_of("llm");
+    assert_eq!(
+        fallbacks,
+        [("cloud".to_string(), 1)].into(),
+        "{fallbacks:?}"
+    );
+    let logged = engine.decisions(&"llm".parse().unwrap()).await.unwrap();
+    let entry = logged
+        .iter()
+        .find(|d| d["event"] == "fallback")
+        .expect("the fallback is in the decision log");
+    assert_eq!(entry["kinds"], serde_json::json!(["cloud"]));
+    assert_eq!(entry["provider"], "gcp");
+    assert!(
+        entry["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("fallback (cloud) from s on sim"),
+        "{entry}"
+    );
+}
+
+/// Issue 37: one cloud's API down leaves the other working. A node runs on the second cloud;
+/// its API goes down; the ticks still run (before, the whole tick failed on the inventory),
+/// leave that node as it was (not missing), and the next replica launches on the cloud that
+/// answers.
+#[tokio::test]
+async fn an_outage_of_one_cloud_leaves_its_nodes_be_and_the_other_cloud_working() {
+    let config = format!(
+        "cluster_id = \"engine-test\"\n{}{}{}",
+        offering(
+            "s",
+            "us-east-1",
+            "use1-az1",
+            "p5.48xlarge",
+            "on-demand",
+            "2.00",
+            4
+        ),
+        offering(
+            "g",
+            "us-central1",
+            "us-central1-a",
+            "a3-highgpu-8g",
+            "on-demand",
+            "2.50",
+            4
+        )
+        .replace("provider = \"sim\"", "provider = \"gcp\""),
+        pool_block(
+            "llm",
+            "\"s\", \"g\"",
+            "max_replicas = 4\nmax_scale_up_per_step = 4",
+            ""
+        ),
+    );
+    let rig = Rig::new(&config).await;
+    let sim = rig.sim_cloud();
+    let gcp = Arc::new(
+        headroom_engine::sim_cloud_for(&rig.config, rig.clock.clone())
+            .standing_in_for(headroom_core::ProviderKind::Gcp),
+    );
+    let multi = headroom_cloud::MultiCloud::new(vec![sim.clone(), gcp.clone()]).unwrap();
+    let engine = rig.engine(Arc::new(multi));
+    sim.set_capacity(&"s".parse().unwrap(), 0);
+    rig.request("llm", 1).await;
+    for _ in 0..60 {
+        engine.tick().await.unwrap();
+        rig.clock.advance(Duration::from_secs(5));
+    }
+    let on_gcp = rig.ledger.live_nodes().await.unwrap();
+    assert_eq!(on_gcp.len(), 1);
+    assert_eq!(on_gcp[0].state, NodeState::Serving, "{on_gcp:?}");
+
+    gcp.set_outage(true);
+    sim.set_capacity(&"s".parse().unwrap(), 4);
+    rig.request("llm", 1).await;
+    // The down cloud still ranks first (the other one refused recently): its launch fails
+    // transiently, a bounded number of times (`engine.transient_failure_limit`), then the pool
+    // falls back to the cloud that answers.
+    let mut ticks = 0;
+    while sim.list_owned("engine-test").await.unwrap().is_empty() && ticks < 10 {
+        engine.tick().await.unwrap();
+        rig.clock.advance(Duration::from_secs(1));
+        ticks += 1;
+    }
+    assert_eq!(
+        sim.list_owned("engine-test").await.unwrap().len(),
+        1,
+        "{:?} {:?} {:?}",
+        gcp.calls(),
+        rig.ledger.live_nodes().await.unwrap(),
+        engine.decisions(&"llm".parse().unwrap()).await.unwrap()
+    );
+    assert!(
+        gcp.all_instances().len() == 1,
+        "nothing more on the down cloud"
+    );
+    let live = rig.ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 2, "{live:?}");
+    let kept = live.iter().find(|e| e.node == on_gcp[0].node).unwrap();
+    assert_eq!(kept.state, NodeState::Serving, "left as it was: {kept:?}");
+}
+
+async fn refusal_reasons_of(rig: &Rig) -> Vec<RefusalReason> {
+    rig.ledger
+        .refusals_between(
+            "2026-11-30T00:00:00Z".parse().unwrap(),
+            "2026-12-31T00:00:00Z".parse().unwrap(),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.reason)
+        .collect()
+}
+
 #[path = "engine/budgets.rs"]
 mod budgets;
 

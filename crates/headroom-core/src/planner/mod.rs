@@ -185,6 +185,8 @@ pub enum FallbackKind {
     InstanceType,
     Zone,
     Region,
+    /// The offering is on another cloud (provider) than the first choice: the widest step.
+    Cloud,
     /// Another pool (a smaller model) serves the traffic.
     SmallerModel,
     /// The launch changed market (spot to on-demand, or back): recorded beside the location
@@ -193,10 +195,11 @@ pub enum FallbackKind {
 }
 
 impl FallbackKind {
-    pub const ALL: [FallbackKind; 5] = [
+    pub const ALL: [FallbackKind; 6] = [
         FallbackKind::InstanceType,
         FallbackKind::Zone,
         FallbackKind::Region,
+        FallbackKind::Cloud,
         FallbackKind::SmallerModel,
         FallbackKind::Market,
     ];
@@ -206,18 +209,21 @@ impl FallbackKind {
             FallbackKind::InstanceType => "instance_type",
             FallbackKind::Zone => "zone",
             FallbackKind::Region => "region",
+            FallbackKind::Cloud => "cloud",
             FallbackKind::SmallerModel => "smaller_model",
             FallbackKind::Market => "market",
         }
     }
 
     /// How `chosen` differs from `first`: the widest step of place or type the fallback took
-    /// (region, zone, instance type), and `Market` too when the market changed.
+    /// (cloud, region, zone, instance type), and `Market` too when the market changed.
     pub fn between(first: &Offering, chosen: &Offering) -> Vec<FallbackKind> {
         if first.id == chosen.id {
             return Vec::new();
         }
-        let place = if first.region != chosen.region {
+        let place = if first.provider != chosen.provider {
+            Some(FallbackKind::Cloud)
+        } else if first.region != chosen.region {
             Some(FallbackKind::Region)
         } else if first.zone != chosen.zone {
             Some(FallbackKind::Zone)

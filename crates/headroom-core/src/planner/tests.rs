@@ -530,6 +530,30 @@ mod supply_tests {
         }
     }
 
+    /// Issue 37: an offering on another cloud is a fallback of kind `cloud`, the widest step,
+    /// wherever it is, and is ranked by the same rules (here the price) as any other.
+    #[test]
+    fn a_fallback_to_another_cloud_is_of_kind_cloud() {
+        let first = offering("r1/z1/p4d/on-demand", "20");
+        let mut gone = first.clone();
+        gone.available = false;
+        // The same place and type on another cloud, and another region and type there.
+        for place in ["r1/z1/p4d/on-demand", "r2/z9/p5/on-demand"] {
+            let mut elsewhere = offering(place, "30");
+            elsewhere.offering.provider = ProviderKind::Gcp;
+            elsewhere.offering.id = format!("gcp-{}", elsewhere.offering.id).parse().unwrap();
+            let dearer_same_cloud = offering("r1/z2/p4d/on-demand", "31");
+            let offerings = [gone.clone(), elsewhere, dearer_same_cloud];
+            let p = pool(&ids(&offerings), SupplyPolicy::default());
+            let got = launched(&run(&p, &offerings, &[], 1));
+            assert_eq!(
+                got[0].1.first(),
+                Some(&FallbackKind::Cloud),
+                "{place}: {got:?}"
+            );
+        }
+    }
+
     /// Issue 19: a spot → on-demand switch records `market` beside the place it moved to.
     #[test]
     fn a_switch_of_market_is_recorded_as_market_too() {

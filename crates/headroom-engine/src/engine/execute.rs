@@ -189,9 +189,44 @@ impl Engine {
                 for kind in launch.fallbacks {
                     self.count_fallback(pool, *kind, 1);
                 }
+                if launch.fallbacks.contains(&FallbackKind::Cloud) {
+                    self.log_cloud_fallback(pool, &offering, launch.fallbacks, now)
+                        .await?;
+                }
                 Step::Next
             }
         })
+    }
+
+    /// A launch on another cloud than the pool's first choice (made, or awaiting its retry) goes
+    /// into the decision log (the ledger's record) with why: the nodes of one pool and one
+    /// budget now run on two clouds.
+    async fn log_cloud_fallback(
+        &self,
+        pool: &PoolSpec,
+        offering: &headroom_core::Offering,
+        kinds: &[FallbackKind],
+        now: Timestamp,
+    ) -> Result<(), EngineError> {
+        let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        let first = pool
+            .offerings
+            .iter()
+            .filter_map(|id| self.config.offering(id))
+            .find(|o| o.provider != offering.provider);
+        let from = first.map_or_else(String::new, |o| format!(" from {} on {}", o.id, o.provider));
+        let entry = serde_json::json!({
+            "event": "fallback",
+            "kinds": kinds,
+            "offering": offering.id,
+            "provider": offering.provider,
+            "region": offering.region,
+            "reason": format!(
+                "fallback ({}){from} to {} on {} in {}, the best offering left by price and recent refusals",
+                kinds.join(", "), offering.id, offering.provider, offering.region
+            ),
+        });
+        self.log_event(&pool.name, entry, now).await
     }
 
     /// Wakes a warm node: a running one serves the moment traffic is routed to it (with a

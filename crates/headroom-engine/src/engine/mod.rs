@@ -29,7 +29,7 @@ use headroom_core::controller::ReplicaCounts;
 use headroom_core::planner::Destination;
 use headroom_core::{
     CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
-    PoolSpec, RefusalReason, RequestId, Timestamp, WarmMode,
+    PoolSpec, ProviderKind, RefusalReason, RequestId, Timestamp, WarmMode,
 };
 use headroom_ledger::{HoldOutcome, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
@@ -93,7 +93,8 @@ pub enum EngineError {
 pub struct Engine {
     config: Arc<Config>,
     ledger: Arc<dyn Ledger>,
-    /// The provider behind [`crate::bounded_cloud::BoundedCloud`]: every call has a deadline.
+    /// The provider behind [`crate::bounded_cloud::BoundedCloud`] (a composite's members each
+    /// behind their own): every call has a deadline.
     cloud: Arc<dyn CloudProvider>,
     clock: Arc<dyn Clock>,
     /// The Kubernetes cluster, when `[kube]` is enabled: readiness and drains go through it.
@@ -176,11 +177,18 @@ impl Engine {
     ) -> Arc<Engine> {
         let metrics = Arc::new(Metrics::default());
         metrics.initialise(&config.pools);
-        let cloud: Arc<dyn CloudProvider> = Arc::new(crate::bounded_cloud::BoundedCloud {
-            inner: cloud,
-            metrics: metrics.clone(),
-            timeout: config.engine.provider_timeout,
-        });
+        let bound = |inner: Arc<dyn CloudProvider>| -> Arc<dyn CloudProvider> {
+            Arc::new(crate::bounded_cloud::BoundedCloud {
+                inner,
+                metrics: metrics.clone(),
+                timeout: config.engine.provider_timeout,
+            })
+        };
+        // A composite's clouds are bounded and labelled each by its own kind.
+        let cloud = match cloud.as_multi() {
+            Some(multi) => Arc::new(multi.map_members(bound)),
+            None => bound(cloud),
+        };
         let status = config
             .pools
             .iter()
@@ -282,15 +290,32 @@ impl Engine {
         let names: Vec<PoolName> = self.config.pools.iter().map(|p| p.name.clone()).collect();
         let owned = self.ledger.pool_leases(&names).await?;
         self.restore_recent_history(&owned).await?;
-        let inventory = self
-            .cloud
-            .list_owned(&self.config.cluster_id)
-            .await
-            .map_err(EngineError::Inventory)?;
+        // Per cloud: one that cannot be read leaves its nodes as they were this tick, and the
+        // other clouds' pools go on. Only when no cloud answers does the tick fail.
+        let mut inventory = Vec::new();
+        let mut unread = BTreeSet::new();
+        let mut failure = None;
+        let answers = self.cloud.list_owned_each(&self.config.cluster_id).await;
+        let clouds = answers.len();
+        for (kind, answer) in answers {
+            match answer {
+                Ok(instances) => inventory.extend(instances),
+                Err(e) => {
+                    tracing::warn!(provider = %kind, error = %error_chain(&e), "cannot read the cloud's inventory; its nodes stay as they were");
+                    unread.insert(kind);
+                    failure = failure.or(Some(e));
+                }
+            }
+        }
+        if let Some(e) = failure
+            && unread.len() == clouds
+        {
+            return Err(EngineError::Inventory(e));
+        }
         // Read the ledger after the inventory: an instance in the inventory had its intent
         // written before it was launched, so it cannot be mistaken for an orphan.
         let mut input = TickInput::read(self.ledger.as_ref(), owned, &inventory).await?;
-        self.observe(&mut input, &inventory).await?;
+        self.observe(&mut input, &inventory, &unread).await?;
         self.refresh_prices().await;
         self.refresh_quotas().await;
         input

@@ -28,6 +28,7 @@ impl Engine {
         &self,
         input: &mut TickInput,
         inventory: &[Instance],
+        unread: &BTreeSet<ProviderKind>,
     ) -> Result<(), EngineError> {
         let now = self.clock.now();
         let by_token: HashMap<&str, &Instance> = inventory
@@ -41,10 +42,14 @@ impl Engine {
             memory.noticed.retain(|n| live_ids.contains(n));
             memory.cluster_seen.retain(|n, _| live_ids.contains(n));
         }
+        // A node on a cloud whose inventory could not be read is not missing: leave it be. An
+        // intent without an outcome is still repeated (it reads no inventory), so its cloud's
+        // errors count toward the bound that ends it and lets the pool fall back.
         let owned_live: Vec<NodeEvent> = input
             .live
             .iter()
             .filter(|e| input.owned.contains(&e.pool))
+            .filter(|e| e.state == NodeState::Requested || !unread.contains(&e.provider))
             .cloned()
             .collect();
         for last in &owned_live {

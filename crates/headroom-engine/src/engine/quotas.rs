@@ -174,14 +174,21 @@ impl Engine {
     /// `headroom_quota_remaining_gpus{provider,region,quota}` (and `_vcpus`, and their limits),
     /// one series per quota read, in the family of its unit; quotas no longer known are removed.
     fn export_quotas(&self) {
-        let provider = self.cloud.kind().to_string();
+        // A quota is its offerings' cloud's: several clouds may name a region alike.
+        let provider_of = |q: &QuotaHeadroom| {
+            q.covers
+                .iter()
+                .find_map(|d| self.config.offering(&d.offering))
+                .map_or_else(|| self.cloud.kind(), |o| o.provider)
+                .to_string()
+        };
         let mut book = lock(&self.quotas);
         let QuotaBook { regions, exported } = &mut *book;
         let mut now_seen = BTreeSet::new();
         for (region, entry) in regions.iter() {
             for q in entry.quotas.iter().flatten() {
                 let labels = crate::metrics::QuotaLabels {
-                    provider: provider.clone(),
+                    provider: provider_of(q),
                     region: region.clone(),
                     quota: q.name.clone(),
                 };
