@@ -5,8 +5,8 @@ they deploy: every flag the Deployment passes is one `headroom serve` takes, the
 the ConfigMap carries passes `headroom config check`, the probes ask the health endpoints, the
 Service targets ports the container names, and the pod runs as the restricted profile asks.
 
-The monitoring variant (deploy/kubernetes/monitoring: ServiceMonitor, PrometheusRule, the
-Grafana dashboard's ConfigMap) is rendered too. kubernetes-validate has no schemas for the
+The monitoring component (deploy/kubernetes/monitoring: ServiceMonitor, PrometheusRule, the
+Grafana dashboard's ConfigMap) is rendered too, in an overlay of the base. kubernetes-validate has no schemas for the
 Prometheus Operator's resources, so they are checked here: the ServiceMonitor scrapes the
 Service's http port at /metrics with a token, and the PrometheusRule carries exactly the groups
 of deploy/prometheus/rules.yml (`--write-prometheusrule` regenerates it from them).
@@ -77,7 +77,16 @@ def main():
         parser.error("--headroom PATH_TO_BINARY is required")
 
     rendered = render(HERE)
-    monitoring = [o for o in yaml.safe_load_all(render(MONITORING)) if o]
+    # The monitoring component in an overlay of the base, as an operator would add it.
+    with tempfile.TemporaryDirectory() as overlay:
+        with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
+            yaml.safe_dump({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(HERE, overlay)],
+                "components": [os.path.relpath(MONITORING, overlay)],
+            }, f)
+        monitoring = [o for o in yaml.safe_load_all(render(overlay)) if o]
     base_names = {(o["kind"], o["metadata"]["name"]) for o in yaml.safe_load_all(rendered) if o}
     added = [o for o in monitoring if (o["kind"], o["metadata"]["name"]) not in base_names]
     # The Kubernetes objects the monitoring variant adds (the dashboard's ConfigMap) are

@@ -142,7 +142,8 @@ async fn aws_stocked_out_falls_back_to_gcp_in_the_same_tick_under_one_budget() {
     );
     let vms = gcp_server.server.instances();
     assert_eq!(vms.len(), 1, "one GCP VM in the same tick: {vms:?}");
-    let fallbacks = engine.metrics().fallbacks_of("llm");
+    let llm = engine.config().pool(&"llm".parse().unwrap()).unwrap();
+    let fallbacks = engine.metrics().fallbacks_of(llm);
     assert_eq!(fallbacks.get("cloud"), Some(&1), "{fallbacks:?}");
     let live = ledger.live_nodes().await.unwrap();
     assert_eq!(live.len(), 1, "{live:?}");

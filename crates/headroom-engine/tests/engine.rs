@@ -2134,7 +2134,8 @@ async fn a_stockout_on_one_cloud_falls_back_to_the_other_in_the_same_tick_under_
         .unwrap();
     assert_eq!(standing.held, "4.50".parse().unwrap());
 
-    let fallbacks = engine.metrics().fallbacks_of("llm");
+    let llm = engine.config().pool(&"llm".parse().unwrap()).unwrap();
+    let fallbacks = engine.metrics().fallbacks_of(llm);
     assert_eq!(
         fallbacks,
         [("cloud".to_string(), 1)].into(),
