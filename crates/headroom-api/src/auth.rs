@@ -17,7 +17,7 @@ use headroom_ledger::ApiToken;
 use sha2::{Digest, Sha256};
 
 use crate::AppState;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, RateLimit};
 use crate::token_cache::Lookup;
 
 /// What a token may do.
@@ -263,11 +263,12 @@ pub async fn authenticate(
     {
         return ApiError::RateLimited {
             retry_after_s: wait.as_secs().max(1),
+            limit: RateLimit::Client,
         }
         .into_response();
     }
     if !state.require_auth {
-        if let Err(limited) = rate_limit(&state, "open") {
+        if let Err(limited) = rate_limit(&state, "open", RateLimit::Open) {
             return limited.into_response();
         }
         request.extensions_mut().insert(Principal::open());
@@ -289,7 +290,11 @@ pub async fn authenticate(
     let read_only = request.method().is_safe();
     match verify(&state, &presented, read_only).await {
         Ok(principal) => {
-            if let Err(limited) = rate_limit(&state, principal.token_id.as_deref().unwrap_or("")) {
+            if let Err(limited) = rate_limit(
+                &state,
+                principal.token_id.as_deref().unwrap_or(""),
+                RateLimit::Token,
+            ) {
                 return limited.into_response();
             }
             request.extensions_mut().insert(principal);
@@ -300,7 +305,7 @@ pub async fn authenticate(
 }
 
 /// Takes one request from `key`'s allowance, or says when to come back.
-fn rate_limit(state: &AppState, key: &str) -> Result<(), ApiError> {
+fn rate_limit(state: &AppState, key: &str, limit: RateLimit) -> Result<(), ApiError> {
     use governor::clock::{Clock, DefaultClock};
     match state.rate_limiter.check_key(&key.to_string()) {
         Ok(()) => Ok(()),
@@ -308,6 +313,7 @@ fn rate_limit(state: &AppState, key: &str) -> Result<(), ApiError> {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             Err(ApiError::RateLimited {
                 retry_after_s: wait.as_secs().max(1),
+                limit,
             })
         }
     }

@@ -41,6 +41,30 @@ impl IntoResponse for Problem {
 }
 
 /// Everything a handler can fail with. Database internals never reach the client.
+/// Which allowance a 429 used up: the answer names it, so a client without a token is not told
+/// about a token's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimit {
+    /// Per client address (`api.client_requests_per_second`), before any token is looked up.
+    Client,
+    /// Per token (`api.requests_per_second`).
+    Token,
+    /// The API's one allowance when authentication is off.
+    Open,
+}
+
+impl RateLimit {
+    pub fn describe(self) -> &'static str {
+        match self {
+            RateLimit::Client => "this client address's request rate",
+            RateLimit::Token => "this token's request rate",
+            RateLimit::Open => {
+                "the API's request rate (authentication is off, so all callers share it)"
+            }
+        }
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum ApiError {
     #[error("{detail}")]
@@ -49,8 +73,11 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
-    #[error("rate limited; retry after {retry_after_s}s")]
-    RateLimited { retry_after_s: u64 },
+    #[error("rate limited ({}); retry after {retry_after_s}s", limit.describe())]
+    RateLimited {
+        retry_after_s: u64,
+        limit: RateLimit,
+    },
     #[error("the request took too long")]
     Timeout,
     /// The server already has this many requests in hand (`api.max_requests_in_flight`).
@@ -124,12 +151,18 @@ impl IntoResponse for ApiError {
                 );
                 return response;
             }
-            ApiError::RateLimited { retry_after_s } => {
+            ApiError::RateLimited {
+                retry_after_s,
+                limit,
+            } => {
                 let mut response = Problem::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "rate-limited",
                     "Too many requests",
-                    format!("this token's request rate is used up; retry after {retry_after_s} s"),
+                    format!(
+                        "{} is used up; retry after {retry_after_s} s",
+                        limit.describe()
+                    ),
                 )
                 .into_response();
                 if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {

@@ -1645,6 +1645,15 @@ async fn tokens_are_required_and_bound_to_accounts_and_scopes() {
     assert_problem(&r, StatusCode::UNAUTHORIZED, "revoked");
 }
 
+/// The `detail` of a problem+json answer.
+async fn problem_detail(response: axum::response::Response) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let problem: Value = serde_json::from_slice(&bytes).unwrap();
+    problem["detail"].as_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn a_token_past_its_rate_gets_429_with_retry_after() {
     let api = api().await;
@@ -1657,6 +1666,7 @@ async fn a_token_past_its_rate_gets_429_with_retry_after() {
     let token = mint(&api, &["*"], &[Scope::Admin]).await;
     let mut statuses = vec![];
     let mut retry_after = None;
+    let mut detail = String::new();
     for _ in 0..4 {
         let request =
             Request::get("/v1/pools").header(header::AUTHORIZATION, format!("Bearer {token}"));
@@ -1671,8 +1681,10 @@ async fn a_token_past_its_rate_gets_429_with_retry_after() {
                 .headers()
                 .get(header::RETRY_AFTER)
                 .map(|v| v.to_str().unwrap().to_string());
+            detail = problem_detail(response).await;
         }
     }
+    assert!(detail.starts_with("this token's request rate"), "{detail}");
     assert_eq!(statuses[..2], [StatusCode::OK, StatusCode::OK]);
     assert!(
         statuses[2..].contains(&StatusCode::TOO_MANY_REQUESTS),
@@ -2235,6 +2247,12 @@ async fn a_flood_of_bad_tokens_is_limited_per_client_before_any_lookup() {
         .unwrap();
     assert_eq!(flooded.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(flooded.headers().contains_key(header::RETRY_AFTER));
+    // The answer names the allowance used up: the client address's, not a token's.
+    let detail = problem_detail(flooded).await;
+    assert!(
+        detail.starts_with("this client address's request rate"),
+        "{detail}"
+    );
     let other = router
         .clone()
         .oneshot(from("198.51.100.2", &good))
