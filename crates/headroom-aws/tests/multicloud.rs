@@ -9,10 +9,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use headroom_cloud::{Clock, CloudProvider, ManualClock, MultiCloud};
+use headroom_core::ProviderKind;
 use headroom_engine::{Config, Engine};
 use headroom_gcp::GcpSettings;
 use headroom_gcp::server::ComputeServer;
 use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_testkit::{Death, DiesAfterLaunch};
 use support::{Moto, REGION, ZONE};
 
 fn config(gcp_endpoint: &str) -> String {
@@ -72,6 +74,7 @@ operation_timeout = "10s"
 
 struct Both {
     moto: Moto,
+    config: Arc<Config>,
     gcp: headroom_gcp::server::RunningServer,
     clock: Arc<ManualClock>,
     ledger: Arc<SqliteLedger>,
@@ -87,18 +90,9 @@ async fn both() -> Both {
         .await
         .unwrap();
     let config = Arc::new(Config::parse(&config(&gcp_server.endpoint()), "test").unwrap());
-    let aws = Arc::new(moto.provider(dyn_clock.clone()).await);
-    let gcp = Arc::new(
-        headroom_gcp::GcpProvider::new(
-            GcpSettings::parse(config.gcp.as_ref()).unwrap(),
-            ["us-central1-a".to_string()],
-            dyn_clock.clone(),
-        )
-        .await
-        .unwrap(),
-    );
-    let members: Vec<Arc<dyn CloudProvider>> = vec![aws, gcp];
-    let multi = Arc::new(MultiCloud::new(members).unwrap());
+    let (aws, gcp) = providers(&moto, &config, &dyn_clock).await;
+    let multi = Arc::new(MultiCloud::new(vec![aws, gcp]).unwrap());
+    let config_for_test = config.clone();
     let dir = tempfile::tempdir().unwrap();
     let ledger = Arc::new(
         SqliteLedger::open_path(&dir.path().join("l.db"))
@@ -108,12 +102,123 @@ async fn both() -> Both {
     let engine = Engine::new(config, ledger.clone(), multi, dyn_clock);
     Both {
         moto,
+        config: config_for_test,
         gcp: gcp_server,
         clock,
         ledger,
         engine,
         _dir: dir,
     }
+}
+
+/// A fresh AWS provider (moto) and GCP provider (the local server), nothing in memory: what a
+/// process that starts has.
+async fn providers(
+    moto: &Moto,
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+) -> (Arc<dyn CloudProvider>, Arc<dyn CloudProvider>) {
+    let aws = Arc::new(moto.provider(clock.clone()).await);
+    let gcp = Arc::new(
+        headroom_gcp::GcpProvider::new(
+            GcpSettings::parse(config.gcp.as_ref()).unwrap(),
+            ["us-central1-a".to_string()],
+            clock.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    (aws, gcp)
+}
+
+/// Instances on (AWS, GCP).
+async fn cloud_counts(b: &Both) -> (usize, usize) {
+    (
+        b.moto.all_instances().await.len(),
+        b.gcp.server.instances().len(),
+    )
+}
+
+/// A process dies inside the launch on `dying` (the cloud made the VM, the ledger has only the
+/// intent); a new process, with fresh providers and the same ledger, adopts that one instance:
+/// nothing leaked (no instance the ledger does not know of, none terminated as an orphan) and
+/// nothing duplicated, on either cloud.
+async fn crash_inside_a_launch_on(dying: ProviderKind) {
+    let b = both().await;
+    if dying == ProviderKind::Gcp {
+        // Every AWS offering refuses, so the launch that dies is the GCP fallback.
+        b.moto.set_faults(
+            r#"{"launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500},
+                           "p4d.24xlarge": {"code": "InsufficientInstanceCapacity", "status": 500}}}"#,
+        );
+    }
+    let config = b.config.clone();
+    let clock: Arc<dyn Clock> = b.clock.clone();
+    headroom_testkit::request(b.ledger.as_ref(), b.clock.as_ref(), "llm", 1).await;
+
+    let (aws, gcp) = providers(&b.moto, &config, &clock).await;
+    let dies = |inner: Arc<dyn CloudProvider>| -> Arc<dyn CloudProvider> {
+        Arc::new(DiesAfterLaunch {
+            inner,
+            death: Death::Panic,
+        })
+    };
+    let (aws, gcp) = match dying {
+        ProviderKind::Gcp => (aws, dies(gcp)),
+        _ => (dies(aws), gcp),
+    };
+    let first = Engine::new(
+        config.clone(),
+        b.ledger.clone(),
+        Arc::new(MultiCloud::new(vec![aws, gcp]).unwrap()),
+        clock.clone(),
+    );
+    let crashed = tokio::spawn(async move { first.tick().await }).await;
+    assert!(
+        crashed.is_err_and(|e| e.is_panic()),
+        "dies inside the launch"
+    );
+    let made = if dying == ProviderKind::Gcp {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    assert_eq!(cloud_counts(&b).await, made, "the cloud made the instance");
+
+    let (aws, gcp) = providers(&b.moto, &config, &clock).await;
+    let restarted = Engine::new(
+        config.clone(),
+        b.ledger.clone(),
+        Arc::new(MultiCloud::new(vec![aws, gcp]).unwrap()),
+        clock.clone(),
+    );
+    for _ in 0..3 {
+        restarted.tick().await.unwrap();
+        b.clock.advance(std::time::Duration::from_secs(1));
+    }
+    assert_eq!(
+        cloud_counts(&b).await,
+        made,
+        "no second instance, none terminated"
+    );
+    let live = b.ledger.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].provider, dying);
+    assert!(
+        live[0].instance.is_some(),
+        "the ledger adopted it: {live:?}"
+    );
+    assert_ne!(live[0].state, headroom_core::NodeState::Requested);
+}
+
+#[tokio::test]
+async fn a_crash_inside_the_gcp_fallback_launch_neither_leaks_nor_duplicates() {
+    crash_inside_a_launch_on(ProviderKind::Gcp).await;
+}
+
+#[tokio::test]
+async fn a_crash_inside_an_aws_launch_beside_gcp_neither_leaks_nor_duplicates() {
+    crash_inside_a_launch_on(ProviderKind::Aws).await;
 }
 
 /// Every AWS offering refuses with InsufficientInstanceCapacity: the GCP offering launches in
@@ -128,6 +233,7 @@ async fn aws_stocked_out_falls_back_to_gcp_in_the_same_tick_under_one_budget() {
         ledger,
         engine,
         _dir,
+        ..
     } = both().await;
     moto.set_faults(
         r#"{"launch": {"p5.48xlarge": {"code": "InsufficientInstanceCapacity", "status": 500},

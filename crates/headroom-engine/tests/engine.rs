@@ -2237,6 +2237,30 @@ async fn an_outage_of_one_cloud_leaves_its_nodes_be_and_the_other_cloud_working(
     assert_eq!(live.len(), 2, "{live:?}");
     let kept = live.iter().find(|e| e.node == on_gcp[0].node).unwrap();
     assert_eq!(kept.state, NodeState::Serving, "left as it was: {kept:?}");
+
+    // The down cloud pages once its inventory has been unreadable for
+    // `engine.provider_errors_alert_after` (5 minutes), not on the first missed read, and the
+    // alert names the cloud; the first read that answers resolves it.
+    let unreachable = |engine: &headroom_engine::Engine| {
+        engine
+            .active_alerts()
+            .into_iter()
+            .filter(|a| a.alert.name == "CloudUnreachable")
+            .map(|a| a.alert.labels["provider"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(unreachable(&engine).is_empty(), "not after {ticks} s");
+    let mut waited = ticks as u64;
+    while unreachable(&engine).is_empty() && waited < 600 {
+        rig.clock.advance(Duration::from_secs(10));
+        waited += 10;
+        engine.tick().await.unwrap();
+    }
+    assert_eq!(unreachable(&engine), ["gcp"]);
+    assert!((300..=310).contains(&waited), "after {waited} s");
+    gcp.set_outage(false);
+    engine.tick().await.unwrap();
+    assert!(unreachable(&engine).is_empty());
 }
 
 async fn refusal_reasons_of(rig: &Rig) -> Vec<RefusalReason> {

@@ -28,6 +28,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../scenarios/stockout-fallback.toml"),
     ),
     (
+        "multicloud-stockout",
+        include_str!("../scenarios/multicloud-stockout.toml"),
+    ),
+    (
         "spot-interruptions",
         include_str!("../scenarios/spot-interruptions.toml"),
     ),

@@ -135,6 +135,37 @@ async fn a_stockout_makes_every_policy_fall_back() {
     }
 }
 
+/// Issue 37 in the simulator: when every AWS offering stops taking launches, Headroom falls back
+/// to the pool's GCP offering (fallbacks of kind `cloud` only) and keeps the SLO the queue HPA,
+/// a node autoscaler in one cluster on one cloud, loses.
+#[tokio::test]
+async fn a_stockout_of_one_cloud_moves_headroom_to_the_other_cloud() {
+    let r = run(
+        "multicloud-stockout",
+        &[Policy::Headroom, Policy::HpaQueue],
+        Some(8.0),
+    )
+    .await;
+    let (h, hpa) = (policy(&r, "headroom"), policy(&r, "hpa-queue"));
+    assert!(
+        h.fallbacks.get("cloud").is_some_and(|n| *n > 0),
+        "{:?}",
+        h.fallbacks
+    );
+    assert!(!hpa.fallbacks.contains_key("cloud"), "{:?}", hpa.fallbacks);
+    assert!(
+        hpa.refusals.get("cloud_capacity").copied().unwrap_or(0) > 0,
+        "{:?}",
+        hpa.refusals
+    );
+    assert!(
+        h.slo_attainment > hpa.slo_attainment + 0.2,
+        "headroom {} against hpa-queue {}",
+        h.slo_attainment,
+        hpa.slo_attainment
+    );
+}
+
 /// `--reserve` on the stockout: eight p4d nodes reserved at 10.00/h (under the 21.96 on-demand
 /// rate) carry every policy's floor for less; 24 reserved at the on-demand rate end the
 /// refusals (the reservation is untouched by the stockout) and bill the nodes no one ran.

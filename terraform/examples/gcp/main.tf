@@ -2,13 +2,14 @@ locals {
   # Every argument is `name = var.name`: terraform/check.py renders this same template from the
   # variables' defaults and runs `headroom config check` on the result.
   config_toml = templatefile("${path.module}/headroom.toml.tftpl", {
-    cluster_id     = var.cluster_id
-    project        = var.project
-    zones          = var.zones
-    offerings      = var.offerings
-    pools          = var.pools
-    budgets        = var.budgets
-    alert_webhooks = var.alert_webhooks
+    cluster_id        = var.cluster_id
+    project           = var.project
+    zones             = var.zones
+    instance_template = var.instance_template
+    offerings         = var.offerings
+    pools             = var.pools
+    budgets           = var.budgets
+    alert_webhooks    = var.alert_webhooks
   })
 }
 

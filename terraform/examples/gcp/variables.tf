@@ -3,6 +3,15 @@ variable "project" {
   description = "Project for the control plane and the GPU instances ([gcp] project in the configuration)."
 }
 
+variable "instance_template" {
+  type        = string
+  description = "Instance template the GPU nodes are built from ([gcp] instance_template): the node image, boot disk, network and service account that joins the cluster, for example \"global/instanceTemplates/headroom-gpu\". Headroom only instantiates it."
+  validation {
+    condition     = can(regex("^(projects/[^/]+/)?(global|regions/[^/]+)/instanceTemplates/[^/]+$", var.instance_template))
+    error_message = "instance_template must be a template path such as global/instanceTemplates/NAME or projects/P/regions/R/instanceTemplates/NAME."
+  }
+}
+
 variable "region" {
   type        = string
   description = "Region of Cloud Run and Cloud SQL."

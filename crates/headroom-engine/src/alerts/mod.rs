@@ -462,6 +462,7 @@ mod tests {
             "ReservationIdle",
             "ReservationEnding",
             "OrphanInstances",
+            "CloudUnreachable",
             WATCHDOG,
         ];
         for name in names {

@@ -8,7 +8,8 @@ use headroom_cloud::InstanceId;
 use headroom_core::budget::BudgetStanding;
 use headroom_core::controller::ScalingHold;
 use headroom_core::{
-    Budget, ErrorClass, Money, OfferingId, PoolName, QuotaHeadroom, RefusalReason, Timestamp,
+    Budget, ErrorClass, Money, OfferingId, PoolName, ProviderKind, QuotaHeadroom, RefusalReason,
+    Timestamp,
 };
 use headroom_ledger::RefusalRecord;
 
@@ -40,8 +41,21 @@ pub struct AlertSnapshot<'a> {
     pub budgets: Vec<(Budget, BudgetStanding)>,
     /// Owned pools whose every offering a known quota covers, with the room those quotas leave.
     pub quota_room: Vec<PoolQuotaRoom>,
+    /// Clouds whose inventory the latest ticks could not read (while others answered), when
+    /// this process owns the first pool.
+    pub unreadable_clouds: Vec<UnreadableCloud>,
     /// Whether this process sends the deployment's [`super::WATCHDOG`].
     pub watchdog: bool,
+}
+
+/// A cloud of a several-cloud deployment whose inventory cannot be read: its nodes stay as they
+/// were and its offerings fail over to the other clouds, but nothing it holds is reconciled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableCloud {
+    pub provider: ProviderKind,
+    /// The first tick of this spell that could not read it.
+    pub since: Timestamp,
+    pub last_error: String,
 }
 
 /// What the quotas of a pool's whole fallback chain still take, against what it may grow by.
@@ -108,6 +122,11 @@ pub fn conditions(s: &AlertSnapshot<'_>) -> Vec<Alert> {
             .filter_map(|(b, standing)| budget_condition(b, standing)),
     );
     holding.extend(s.quota_room.iter().filter_map(quota_condition));
+    holding.extend(
+        s.unreadable_clouds
+            .iter()
+            .filter_map(|c| unreadable_cloud_condition(c, s.now, s.provider_errors_after)),
+    );
     if s.watchdog {
         holding.push(Alert::new(
             super::WATCHDOG,
@@ -275,6 +294,26 @@ fn provider_errors_condition(
     })
 }
 
+/// `CloudUnreachable`: one cloud's inventory has been unreadable for at least `after` (the span
+/// `ProviderErrors` waits too); a blip of one tick does not page.
+fn unreadable_cloud_condition(
+    c: &UnreadableCloud,
+    now: Timestamp,
+    after: chrono::Duration,
+) -> Option<Alert> {
+    (now - c.since >= after).then(|| {
+        Alert::new(
+            "CloudUnreachable",
+            "critical",
+            &[("provider", c.provider.to_string())],
+            format!(
+                "cannot read the {} inventory since {} (last: {}); its nodes are left as they were and not reconciled, its offerings fall back to the other clouds; check the provider's endpoint, credentials and status page",
+                c.provider, c.since, c.last_error
+            ),
+        )
+    })
+}
+
 /// `QuotaBelowMaxReplicas`: the quotas of a pool's whole fallback chain take fewer nodes than
 /// its `max_replicas` would add, so a burst will be refused before the pool's own limit.
 fn quota_condition(q: &PoolQuotaRoom) -> Option<Alert> {
@@ -398,6 +437,29 @@ mod tests {
         assert_eq!(alert.name, "QuotaBelowMaxReplicas");
         assert!(
             alert.summary.contains("take 3 more nodes"),
+            "{}",
+            alert.summary
+        );
+    }
+
+    /// `CloudUnreachable` waits for its span, names the cloud and its last error.
+    #[test]
+    fn an_unreadable_cloud_pages_only_after_its_span() {
+        let cloud = UnreadableCloud {
+            provider: ProviderKind::Gcp,
+            since: at("2026-11-30T09:00:00Z"),
+            last_error: "ServiceUnavailable".into(),
+        };
+        let after = chrono::Duration::minutes(5);
+        assert!(unreadable_cloud_condition(&cloud, at("2026-11-30T09:04:59Z"), after).is_none());
+        let alert = unreadable_cloud_condition(&cloud, at("2026-11-30T09:05:00Z"), after).unwrap();
+        assert_eq!(alert.name, "CloudUnreachable");
+        assert_eq!(
+            alert.labels.get("provider").map(String::as_str),
+            Some("gcp")
+        );
+        assert!(
+            alert.summary.contains("ServiceUnavailable"),
             "{}",
             alert.summary
         );

@@ -3,7 +3,7 @@
 //! the loop ([`crate::alerts::AlertDelivery`]).
 
 use super::*;
-use crate::alerts::rules::{self, AlertSnapshot, ReservationUse};
+use crate::alerts::rules::{self, AlertSnapshot, ReservationUse, UnreadableCloud};
 use crate::alerts::{ActiveAlert, AlertBook};
 use crate::config::OrphanPolicy;
 
@@ -13,6 +13,8 @@ pub(super) struct AlertMemory {
     book: AlertBook,
     /// Reservations with no node on them, since when.
     reservation_idle_since: HashMap<OfferingId, Timestamp>,
+    /// Clouds whose inventory the latest tick could not read, since when (a read clears it).
+    unreadable_clouds: BTreeMap<ProviderKind, UnreadableCloud>,
 }
 
 impl Engine {
@@ -33,6 +35,30 @@ impl Engine {
     /// One delivery round: at most 50 attempts, each notification retried on its own.
     pub async fn deliver_alerts(&self) -> Result<(), EngineError> {
         Ok(self.delivery.round().await?)
+    }
+
+    /// Remembers which clouds this tick's inventory read reached and which it did not.
+    pub(super) fn note_inventory_reads(
+        &self,
+        answered: &BTreeSet<ProviderKind>,
+        unread: &BTreeMap<ProviderKind, String>,
+        now: Timestamp,
+    ) {
+        let mut memory = lock(&self.alerting);
+        memory
+            .unreadable_clouds
+            .retain(|kind, _| !answered.contains(kind));
+        for (kind, error) in unread {
+            let entry = memory
+                .unreadable_clouds
+                .entry(*kind)
+                .or_insert_with(|| UnreadableCloud {
+                    provider: *kind,
+                    since: now,
+                    last_error: String::new(),
+                });
+            entry.last_error.clone_from(error);
+        }
     }
 
     /// Evaluates alert conditions for the pools this process owns (and deployment-wide ones, by
@@ -151,6 +177,15 @@ impl Engine {
             reservations,
             budgets,
             quota_room: self.quota_room(input),
+            unreadable_clouds: if owns_first {
+                lock(&self.alerting)
+                    .unreadable_clouds
+                    .values()
+                    .cloned()
+                    .collect()
+            } else {
+                Vec::new()
+            },
             watchdog: owns_first && self.config.alerts.watchdog,
         })
     }

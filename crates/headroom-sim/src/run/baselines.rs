@@ -76,6 +76,10 @@ impl Fleet {
             .iter()
             .filter_map(|id| sc.config.offering(id).cloned())
             .collect();
+        // A node autoscaler (the cluster autoscaler, Karpenter) adds nodes to one cluster on one
+        // cloud: the baselines keep to the cloud of the pool's first offering.
+        let home = order.first().map(|o| o.provider);
+        order.retain(|o| Some(o.provider) == home);
         // Reserved capacity first, as Karpenter and an open EC2 capacity reservation do: it is
         // paid for whether used or not. Then the cheapest.
         order.sort_by_key(|o| (o.market != Market::Reserved, o.price_usd_per_hour));
