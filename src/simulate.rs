@@ -12,7 +12,7 @@ use crate::BadInput;
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// A built-in scenario (seed-000-backlog, seed-001-burst, stockout-fallback,
-    /// spot-interruptions, spot-price-spike, budget-clamp, azure-code-trace, flash-burst,
+    /// multicloud-stockout, spot-interruptions, spot-price-spike, budget-clamp, azure-code-trace, flash-burst,
     /// slow-ramp, compressed-day, scale-to-zero, smaller-model-handover, long-context-chat) or a
     /// scenario TOML file.
     #[arg(
