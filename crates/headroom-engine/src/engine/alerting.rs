@@ -37,17 +37,17 @@ impl Engine {
         Ok(self.delivery.round().await?)
     }
 
-    /// Remembers which clouds this tick's inventory read reached and which it did not.
+    /// Remembers which clouds this tick's inventory read did not reach (with their errors);
+    /// every other cloud answered, which ends its spell.
     pub(super) fn note_inventory_reads(
         &self,
-        answered: &BTreeSet<ProviderKind>,
         unread: &BTreeMap<ProviderKind, String>,
         now: Timestamp,
     ) {
         let mut memory = lock(&self.alerting);
         memory
             .unreadable_clouds
-            .retain(|kind, _| !answered.contains(kind));
+            .retain(|kind, _| unread.contains_key(kind));
         for (kind, error) in unread {
             let entry = memory
                 .unreadable_clouds

@@ -293,27 +293,23 @@ impl Engine {
         // Per cloud: one that cannot be read leaves its nodes as they were this tick, and the
         // other clouds' pools go on. Only when no cloud answers does the tick fail.
         let mut inventory = Vec::new();
-        let mut unread = BTreeSet::new();
-        let (mut answered, mut unread_errors) = (BTreeSet::new(), BTreeMap::new());
+        // The clouds that did not answer, with their errors.
+        let mut unread = BTreeMap::new();
         let mut failure = None;
         let answers = self.cloud.list_owned_each(&self.config.cluster_id).await;
         let clouds = answers.len();
         for (kind, answer) in answers {
             match answer {
-                Ok(instances) => {
-                    inventory.extend(instances);
-                    answered.insert(kind);
-                }
+                Ok(instances) => inventory.extend(instances),
                 Err(e) => {
                     let error = error_chain(&e);
                     tracing::warn!(provider = %kind, error = %error, "cannot read the cloud's inventory; its nodes stay as they were");
-                    unread.insert(kind);
-                    unread_errors.insert(kind, error);
+                    unread.insert(kind, error);
                     failure = failure.or(Some(e));
                 }
             }
         }
-        self.note_inventory_reads(&answered, &unread_errors, self.clock.now());
+        self.note_inventory_reads(&unread, self.clock.now());
         if let Some(e) = failure
             && unread.len() == clouds
         {

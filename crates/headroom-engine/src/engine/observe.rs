@@ -28,7 +28,7 @@ impl Engine {
         &self,
         input: &mut TickInput,
         inventory: &[Instance],
-        unread: &BTreeSet<ProviderKind>,
+        unread: &BTreeMap<ProviderKind, String>,
     ) -> Result<(), EngineError> {
         let now = self.clock.now();
         let by_token: HashMap<&str, &Instance> = inventory
@@ -49,7 +49,7 @@ impl Engine {
             .live
             .iter()
             .filter(|e| input.owned.contains(&e.pool))
-            .filter(|e| e.state == NodeState::Requested || !unread.contains(&e.provider))
+            .filter(|e| e.state == NodeState::Requested || !unread.contains_key(&e.provider))
             .cloned()
             .collect();
         for last in &owned_live {
