@@ -17,8 +17,8 @@
 //! limit; scale in after a stabilisation below a fraction of the thresholds — the ski-rental
 //! break-even of getting a replica back, or the whole window when the pool's own rises recur
 //! within it; no more than one change of direction per cooldown unless the objective is at
-//! risk; and hold — neither up nor
-//! down — when the signal is missing or stale, or when work waits but nothing departs (a
+//! risk (a scale-in that left a queue the ready replicas cannot keep up with is undone at once);
+//! and hold — neither up nor down — when the signal is missing or stale, or when work waits but nothing departs (a
 //! dispatch failure more replicas would not fix). Every decision carries the rule that won, a
 //! sentence saying why, and the three-way classification of queue age against utilisation.
 
@@ -668,18 +668,30 @@ impl Activation<'_> {
         })
     }
 
-    /// Whether the objective is at risk now: the oldest request past its threshold, or more
-    /// queued than the ready replicas drain within the drain window. Only then may the
-    /// direction change twice within a cooldown.
+    /// Whether the objective is at risk now: the oldest request past its threshold, more
+    /// queued than the ready replicas drain within the drain window, or a queue above the
+    /// HPA target (one per replica without one) that grows because arrivals outrun what the
+    /// ready replicas serve — it only gets older until more capacity lands. Only then may the
+    /// direction change twice within a cooldown: a scale-in that left too little is undone
+    /// at once, not after the queue has grown for the rest of the cooldown.
     fn slo_at_risk(&self, s: &Signals, counts: ReplicaCounts) -> bool {
         let old = match (self.policy.oldest_age_threshold, s.oldest_age_s) {
             (Some(threshold), Some(age)) => age >= threshold.as_secs_f64(),
             _ => false,
         };
-        let drainable = f64::from(counts.ready)
-            * throughput(self.policy, s, counts.ready)
-            * self.policy.backlog_drain.as_secs_f64();
-        old || s.queue_depth as f64 > drainable
+        let serving = f64::from(counts.ready) * throughput(self.policy, s, counts.ready);
+        let drainable = serving * self.policy.backlog_drain.as_secs_f64();
+        let outrun = s
+            .arrival_rate_rps
+            .is_some_and(|arrivals| self.queue_outruns(s, counts.ready, arrivals, serving));
+        old || s.queue_depth as f64 > drainable || outrun
+    }
+
+    /// Whether the queue is past the HPA target (one per ready replica without one) and grows:
+    /// `arrivals` above what the ready replicas serve (`serving`, in the same unit).
+    fn queue_outruns(&self, s: &Signals, ready: u32, arrivals: f64, serving: f64) -> bool {
+        let per_replica = self.policy.target_queue_per_replica.unwrap_or(1.0);
+        s.queue_depth as f64 > f64::from(ready.max(1)) * per_replica && arrivals > serving
     }
 
     /// Whether the target changed in the other direction less than `direction_cooldown` ago.

@@ -67,7 +67,7 @@ impl Activation<'_> {
         .into_iter()
         .flatten()
         .collect();
-        match self.lead_time_cap(s, counts, per_replica_rps) {
+        match self.lead_time_cap(s, counts, per_replica_rps, memory) {
             Some((cap, why)) => proposals
                 .into_iter()
                 .map(|(rule, n, reason)| match rule {
@@ -86,14 +86,16 @@ impl Activation<'_> {
     /// drains the backlog within the time a new replica takes to serve — a woken warm node the
     /// rungs after its disk, a new one the whole ladder. A replica that lands after the
     /// backlog it was bought for is gone is idle for minutes: a spike of seconds that asks the
-    /// queue rule for fifty replicas gets the few that drain it in time.
+    /// queue rule for fifty replicas gets the few that drain it in time. Arrivals that still
+    /// rise under a growing queue are taken at the rate they will have when the replicas land.
     pub(super) fn lead_time_cap(
         &self,
         s: &Signals,
         counts: ReplicaCounts,
         per_replica_rps: f64,
+        memory: &ControllerMemory,
     ) -> Option<(u32, String)> {
-        let work = Work::of(self.policy, s, per_replica_rps)?;
+        let mut work = Work::of(self.policy, s, per_replica_rps)?;
         let ladder = &self.pool.ladder;
         let lead = if counts.warm > 0 {
             ladder.from_stopped_total()
@@ -101,6 +103,22 @@ impl Activation<'_> {
             ladder.cold_total()
         };
         let utilization = self.policy.target_utilization.clamp(0.1, 1.0);
+        // A queue that outruns the ready replicas while arrivals rise steadily through four
+        // breach windows is a burst on its way up: the replicas bought now land on the rate of
+        // then, projected along the rise (at most twice the rate now, as the ramp rule does).
+        // Without the queue a rise is what the target utilisation's margin absorbs; a step
+        // (a spike) is no rise to extrapolate.
+        let now_rate = work.arrivals;
+        let serving_now = f64::from(counts.ready) * work.per_replica;
+        let window = self.policy.breach_window;
+        let rising = self
+            .queue_outruns(s, counts.ready, now_rate, serving_now)
+            .then(|| memory.arrival_windows(self.now, window))
+            .flatten()
+            .and_then(|means| steady_growth(&means, window));
+        if let Some(slope) = rising {
+            work.arrivals = (now_rate + slope * lead.as_secs_f64()).min(2.0 * now_rate);
+        }
         // What the queue grows by until then, when arrivals outrun the replicas serving
         // meanwhile: a queue that keeps growing is no spike, and the replicas that land must
         // drain that growth within the drain window as well. The ready ones serve throughout,
@@ -109,7 +127,9 @@ impl Activation<'_> {
         // counting only the ready ones would buy again what is already on its way.
         let serving =
             (f64::from(counts.ready) + f64::from(counts.starting) / 2.0) * work.per_replica;
-        let growth = (work.arrivals - serving).max(0.0) * lead.as_secs_f64();
+        // Along a rise the queue grows at the mean of the rate now and the rate then.
+        let mean_arrivals = (now_rate + work.arrivals) / 2.0;
+        let growth = (mean_arrivals - serving).max(0.0) * lead.as_secs_f64();
         let drain = self.policy.backlog_drain.as_secs_f64().max(1.0);
         let cap = drain_rule(
             work.arrivals / utilization,
@@ -126,12 +146,20 @@ impl Activation<'_> {
         } else {
             String::new()
         };
+        let rate = match rising {
+            Some(slope) => format!(
+                "{:.1} {unit}/s rising {slope:.2} a second to {:.1}",
+                now_rate,
+                work.arrivals,
+                unit = work.unit
+            ),
+            None => format!("{:.1}", work.arrivals),
+        };
         Some((
             cap,
             format!(
-                "a new replica serves in {}s: {:.1} {unit}/s and {:.0} {unit} queued drained by then{grows} need",
+                "a new replica serves in {}s: {rate} {unit}/s and {:.0} {unit} queued drained by then{grows} need",
                 lead.as_secs(),
-                work.arrivals,
                 work.backlog,
                 unit = work.unit,
             ),
@@ -252,17 +280,7 @@ impl Activation<'_> {
         memory.remember_arrivals(self.now, work.arrivals, window * span);
         let means = memory.arrival_windows(self.now, window)?;
         let (first, last) = (means[0], means[RAMP_WINDOWS - 1]);
-        let steps: Vec<f64> = means.windows(2).map(|w| w[1] - w[0]).collect();
-        let (smallest, largest) = steps.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), s| {
-            (lo.min(*s), hi.max(*s))
-        });
-        // Growth in every window, by a tenth overall, and steady: a step in the rate seen
-        // through a rolling average (traffic that starts, a burst) grows in one or two windows
-        // and hardly in the others, and is no trend to extrapolate.
-        if !(smallest > 0.0 && last >= 1.1 * first && smallest * 3.0 >= largest) {
-            return None;
-        }
-        let growth = (last - first) / (f64::from(span - 1) * window.as_secs_f64());
+        let growth = steady_growth(&means, window)?;
         let ladder = &self.pool.ladder;
         let lead = if counts.warm > 0 {
             ladder.from_stopped_total()
@@ -310,6 +328,21 @@ impl Activation<'_> {
         );
         (Rule::Forecast, f.replicas, why)
     }
+}
+
+/// The growth per second through consecutive windows' mean arrival rates, when it is growth
+/// in every window, by a tenth overall, and steady: a step in the rate seen through a rolling
+/// average (traffic that starts, a burst, a spike) grows in one or two windows and hardly in
+/// the others, and is no trend to extrapolate.
+fn steady_growth(means: &[f64; RAMP_WINDOWS], window: Duration) -> Option<f64> {
+    let (first, last) = (means[0], means[RAMP_WINDOWS - 1]);
+    let steps = means.windows(2).map(|w| w[1] - w[0]);
+    let (smallest, largest) = steps.fold((f64::INFINITY, 0.0_f64), |(lo, hi), s| {
+        (lo.min(s), hi.max(s))
+    });
+    let steady = smallest > 0.0 && last >= 1.1 * first && smallest * 3.0 >= largest;
+    let span = (RAMP_WINDOWS - 1) as f64 * window.as_secs_f64();
+    steady.then(|| (last - first) / span.max(f64::MIN_POSITIVE))
 }
 
 /// The ramp rule's window: four breach windows, at least a minute, so a burst of seconds is

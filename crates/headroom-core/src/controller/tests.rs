@@ -911,6 +911,85 @@ fn a_direction_change_inside_the_cooldown_only_when_the_objective_is_at_risk() {
     );
 }
 
+/// A scale-in that left too little is undone at once: a queue past one per ready replica that
+/// grows because arrivals outrun the ready replicas only gets older for the rest of the
+/// cooldown. The same queue while the ready replicas keep up drains by itself and waits.
+#[test]
+fn a_queue_that_outruns_the_replicas_left_after_a_scale_in_is_a_risk_to_the_objective() {
+    let (p, down) = scaled_down_in_a_cooldown();
+    assert_eq!(down.target, 2);
+    // Two replicas serve 20 req/s; 40 arrive and 30 wait: far from the 1,200 the drain window
+    // allows, but growing by 20 a second.
+    let outrun = decide(
+        &p,
+        Some(&Signals::queue(30, 40.0, secs(30))),
+        ready(2),
+        down.memory.clone(),
+        secs(30),
+    );
+    assert_eq!(outrun.scaling_hold, None, "{}", outrun.reason);
+    assert!(outrun.target > 2, "{}", outrun.reason);
+    assert!(
+        outrun.reason.contains("against the direction cooldown"),
+        "{}",
+        outrun.reason
+    );
+    // 15 arrive: the two replicas drain the 30 while serving them; the cooldown holds.
+    let keeping_up = decide(
+        &p,
+        Some(&Signals::queue(30, 15.0, secs(30))),
+        ready(2),
+        down.memory,
+        secs(30),
+    );
+    assert_eq!(
+        (keeping_up.target, keeping_up.scaling_hold),
+        (2, Some(ScalingHold::DirectionCooldown)),
+        "{}",
+        keeping_up.reason
+    );
+}
+
+/// A burst on its way up: 110 queued outrun five ready replicas (50 req/s) while arrivals
+/// still climb a request a second from 56. Replicas bought now land a cold start (190 s)
+/// later, so the lead-time cap takes the rate of then, at most twice the rate now (112, 12
+/// replicas), and the queue's growth at the mean rate ((84 - 50) × 190 = 6,460, drained within
+/// the 60 s window: 11 more): the queue rule's 55 is capped at 23. The same queue after a flat
+/// 56 req/s, or after a step to it, is capped at the rate of now: 6 + 2 = 8.
+#[test]
+fn a_rate_still_rising_under_a_growing_queue_is_capped_at_the_rate_the_replicas_land_on() {
+    let p = pool(
+        5,
+        50,
+        quick(ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            target_queue_per_replica: Some(2.0),
+            breach_window: Duration::from_secs(4),
+            ..base()
+        }),
+    );
+    let last = |rate: &dyn Fn(i64) -> f64| {
+        let mut m = memory(5);
+        let mut decision = None;
+        for t in 0..=16 {
+            let queue = 30 + 5 * t as u64;
+            let s = Signals::queue(queue, rate(t), secs(t));
+            let d = decide(&p, Some(&s), ready(5), m, secs(t));
+            m = d.memory.clone();
+            decision = Some(d);
+        }
+        decision.unwrap()
+    };
+    let rising = last(&|t| 40.0 + t as f64);
+    assert_eq!(rising.target, 23, "{}", rising.reason);
+    let flat = last(&|_| 56.0);
+    assert_eq!(flat.target, 8, "{}", flat.reason);
+    assert!(!flat.reason.contains("rising"), "{}", flat.reason);
+    // A step from 40 to 56 four seconds ago (a spike) grew in one window only: no rise.
+    let step = last(&|t| if t < 12 { 40.0 } else { 56.0 });
+    assert_eq!(step.target, 8, "{}", step.reason);
+}
+
 #[test]
 fn a_forecast_launches_ahead_of_a_recurring_rise_but_never_on_a_missing_signal() {
     let p = ten_per_replica(600);
