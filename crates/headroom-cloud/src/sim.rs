@@ -369,6 +369,12 @@ impl SimCloud {
             .and_then(|i| i.user_data.clone())
     }
 
+    /// Forgets every client token, as a cloud does once its idempotency window has passed: a
+    /// launch repeated with a token seen before then starts a second instance.
+    pub fn forget_client_tokens(&self) {
+        self.state().by_token.clear();
+    }
+
     /// Every instance ever created, whatever its phase (for tests and the simulator).
     pub fn all_instances(&self) -> Vec<Instance> {
         let now = self.clock.now();

@@ -1297,6 +1297,60 @@ async fn quota_falls_back_throttling_is_retried_and_an_invalid_request_halts_the
     );
 }
 
+/// A launch repeated after the cloud forgot its client token (its idempotency window passed)
+/// leaves two live instances for one ledger node: the second would bill unseen, since the
+/// engine matches instances to nodes by token. The pool halts and says which instances share
+/// which token, and nothing is terminated on a guess.
+#[tokio::test]
+async fn two_live_instances_for_one_client_token_halt_the_pool_and_name_both() {
+    let h = harness(CONFIG).await;
+    h.request(1).await;
+    h.run_for(30).await;
+    let first = h.cloud.list_owned("engine-test").await.unwrap();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let original = &first[0];
+    let offering = h
+        .config
+        .offerings
+        .iter()
+        .find(|o| o.offering.id == original.offering)
+        .unwrap()
+        .offering
+        .clone();
+    h.cloud.forget_client_tokens();
+    let again = LaunchSpec {
+        offering,
+        client_token: original.client_token.clone(),
+        tags: original.tags.clone(),
+        user_data: None,
+    };
+    let duplicate = h.cloud.launch(&again).await.unwrap();
+    assert_ne!(duplicate.id, original.id);
+    h.run_for(5).await;
+    let status = h.engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    let why = status.halted.expect("the pool halts");
+    for named in [
+        original.id.to_string(),
+        duplicate.id.to_string(),
+        original.client_token.clone(),
+    ] {
+        assert!(why.contains(&named), "{named} not in: {why}");
+    }
+    assert!(
+        h.engine
+            .active_alerts()
+            .iter()
+            .any(|a| a.alert.name == "PoolHalted" && a.alert.summary.contains(&why)),
+        "{:?}",
+        h.engine.active_alerts()
+    );
+    assert_eq!(
+        h.live_instances().await,
+        2,
+        "nothing is terminated on a guess"
+    );
+}
+
 /// `CONFIG` with the simulated cloud's GPU quota in us-east-2 (where `cheap` is) set to `gpus`,
 /// and `engine` lines added to `[engine]`.
 fn quota_config(gpus: u32, engine: &str) -> String {

@@ -11,9 +11,11 @@
 //! nothing.
 //!
 //! What a plan guarantees against its input is asserted at the end of [`plan`] in debug builds
-//! (`postconditions`), and `proptests` feeds it random inputs.
+//! (`postconditions`), and `proptests` feeds it random inputs. The promises about money and
+//! instances ([`guard`]) are checked in every build by the engine before it applies a plan.
 
 mod governor;
+pub mod guard;
 mod postconditions;
 #[cfg(test)]
 mod proptests;

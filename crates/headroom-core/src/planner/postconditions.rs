@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Action, Destination, NodeView, Plan, PlanInput};
 use crate::budget::HardAction;
-use crate::{Market, Money, NodeId, NodeState, OfferingId, RefusalReason, RequestId};
+use crate::{Market, NodeId, NodeState, OfferingId, RefusalReason, RequestId};
 
 pub(super) fn check(input: &PlanInput<'_>, plan: &Plan) {
     let nodes: BTreeMap<&NodeId, &NodeView> = input.nodes.iter().map(|n| (&n.id, n)).collect();
@@ -21,6 +21,10 @@ pub(super) fn check(input: &PlanInput<'_>, plan: &Plan) {
         "request ids are unique"
     );
 
+    // The money and instance invariants, which every build checks before applying a plan.
+    if let Err(violation) = super::guard::check(input, plan) {
+        panic!("{violation}");
+    }
     let tally = Tally::of(input, plan);
     limits(input, plan, &tally);
     rebalancing(input, plan, &tally);
@@ -28,7 +32,6 @@ pub(super) fn check(input: &PlanInput<'_>, plan: &Plan) {
     warm_floor(input, plan, &nodes, &tally);
     demand(input, plan, &tally);
     refusals(input, plan, &tally);
-    holds(input, plan, &nodes);
     launch_offerings(input, plan);
     quotas(input, plan);
 }
@@ -141,16 +144,11 @@ impl Tally {
 fn limits(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
     let pool = input.pool;
     let step = pool.max_scale_up_per_step;
-    debug_assert!(tally.wakes + tally.launches <= step, "per-step limit");
     let period_room = pool
         .supply
         .max_launches_per_period
         .map_or(u32::MAX, |max| max.saturating_sub(input.launches_in_period));
     debug_assert!(tally.launches <= period_room, "per-period limit");
-    debug_assert!(
-        input.global_room.is_none_or(|room| tally.launches <= room),
-        "global ceiling"
-    );
     // Rebalancing replacements may go past max_replicas while they boot; nothing else may.
     let supplied = tally.supplied(plan);
     debug_assert!(
@@ -421,51 +419,6 @@ fn refusals(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
                 "every reservation slot is used"
             );
         }
-    }
-}
-
-/// Each hold is its node's price for the hold horizon, and together they fit the budget.
-fn holds(input: &PlanInput<'_>, plan: &Plan, nodes: &BTreeMap<&NodeId, &NodeView>) {
-    let mut total = Money::ZERO;
-    let mut any = false;
-    for action in &plan.actions {
-        let (hold, prices): (Money, Vec<Money>) = match action {
-            Action::Wake { node, hold, .. } => (
-                *hold,
-                nodes
-                    .get(node)
-                    .map(|n| n.price_usd_per_hour)
-                    .into_iter()
-                    .collect(),
-            ),
-            Action::Launch { offering, hold, .. } => (
-                *hold,
-                input
-                    .offerings
-                    .iter()
-                    .filter(|c| &c.offering.id == offering)
-                    .map(|c| c.offering.price_usd_per_hour)
-                    .collect(),
-            ),
-            _ => continue,
-        };
-        debug_assert!(
-            prices
-                .iter()
-                .any(|p| p.per_hour_for(input.hold_horizon) == hold),
-            "a hold is the price for the hold horizon"
-        );
-        total += hold;
-        any = true;
-    }
-    if let Some(standing) = input.budget
-        && any
-    {
-        debug_assert!(
-            standing.spent + standing.held + total <= standing.ceiling,
-            "the plan's holds fit in the budget's remaining {}",
-            standing.remaining()
-        );
     }
 }
 

@@ -156,6 +156,83 @@ fn budget_refuses_what_the_ceiling_cannot_hold() {
     }));
 }
 
+/// What the engine checks in release builds before it applies a plan: a plan the planner made
+/// passes; the same plan with a launch that holds nothing, with its holds past the budget, past
+/// the per-step limit or past the global ceiling is refused, naming the invariant and the
+/// numbers.
+#[test]
+fn the_release_guard_refuses_a_plan_that_would_spend_or_buy_past_what_is_allowed() {
+    let p = pool(10, 3, 0);
+    let offerings = [offering("cheap", "2", true)];
+    let nodes = [node("w1", NodeState::Warm, Destination::Warm)];
+    let mut i = input(&p, &offerings, &nodes, 3);
+    i.budget = Some(BudgetStanding {
+        ceiling: "100".parse().unwrap(),
+        spent: "90".parse().unwrap(),
+        held: "4".parse().unwrap(),
+    });
+    let planned = plan(&i);
+    assert_eq!(launches(&planned).len(), 2, "{:?}", planned.actions);
+    assert_eq!(guard::check(&i, &planned), Ok(()));
+    let broken = |edit: &dyn Fn(&mut Vec<Action>)| {
+        let mut actions = planned.actions.clone();
+        edit(&mut actions);
+        let plan = Plan {
+            actions,
+            ..planned.clone()
+        };
+        guard::check(&i, &plan).unwrap_err()
+    };
+
+    let unheld = broken(&|actions| {
+        for a in actions.iter_mut() {
+            if let Action::Launch { hold, .. } = a {
+                *hold = Money::ZERO;
+            }
+        }
+    });
+    assert_eq!(unheld.invariant, "hold");
+    assert_eq!(
+        unheld.detail,
+        "launch on cheap holds $0.000000, not its price for the hold horizon ($2.000000)"
+    );
+    let launch = planned
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::Launch { .. }))
+        .unwrap()
+        .clone();
+    let overspent = broken(&|actions| actions.push(launch.clone()));
+    assert_eq!(overspent.invariant, "budget");
+    assert_eq!(
+        overspent.detail,
+        "the plan holds $7.000000 where the budget has $6.000000 left"
+    );
+
+    let mut roomy = i.clone();
+    roomy.budget = None;
+    let past_step = {
+        let mut actions = planned.actions.clone();
+        actions.push(launch.clone());
+        guard::check(
+            &roomy,
+            &Plan {
+                actions,
+                ..planned.clone()
+            },
+        )
+        .unwrap_err()
+    };
+    assert_eq!(past_step.invariant, "per_step");
+    roomy.global_room = Some(1);
+    let past_ceiling = guard::check(&roomy, &planned).unwrap_err();
+    assert_eq!(past_ceiling.invariant, "global_ceiling");
+    assert_eq!(
+        past_ceiling.detail,
+        "2 launches where the global ceiling leaves room for 1"
+    );
+}
+
 #[test]
 fn requests_are_served_by_priority_before_organic_demand() {
     let p = pool(2, 10, 0);

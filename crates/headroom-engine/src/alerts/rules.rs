@@ -177,7 +177,7 @@ fn pool_conditions(status: &PoolStatus) -> Vec<Alert> {
             "PoolHalted",
             "critical",
             &labels,
-            format!("pool {pool} launches nothing: the cloud refused its request as invalid or not permitted ({why}); fix the configuration or permissions and restart"),
+            format!("pool {pool} launches nothing: {why}; restart once it is fixed"),
         ));
     }
     if status.handed_to_fallback > 0 {

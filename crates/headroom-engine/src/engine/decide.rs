@@ -296,7 +296,7 @@ impl Engine {
         let budget = input
             .standing(self.ledger.as_ref(), &pool.account, now)
             .await?;
-        Ok(planner::plan(&PlanInput {
+        let plan_input = PlanInput {
             pool,
             offerings: &offerings,
             nodes: &nodes,
@@ -310,7 +310,23 @@ impl Engine {
             global_room,
             warm_target: Some(warm_target),
             quotas: &quotas,
-        }))
+        };
+        let plan = planner::plan(&plan_input);
+        // Checked in release builds too: a plan that breaks a money or instance invariant is a
+        // planner bug, and applying it could spend or buy what nobody allowed. Nothing of it is
+        // applied, and the pool stops until someone looks.
+        if let Err(violation) = planner::guard::check(&plan_input, &plan) {
+            tracing::error!(pool = %pool.name, invariant = violation.invariant, detail = %violation.detail, "a plan broke an invariant and was not applied; pool halted");
+            lock(&self.halted).insert(
+                pool.name.clone(),
+                format!(
+                    "a plan broke the {} invariant ({}) and was not applied: a planner bug, report it",
+                    violation.invariant, violation.detail
+                ),
+            );
+            return Ok(planner::Plan::default());
+        }
+        Ok(plan)
     }
 
     /// Hands the organic replicas no offering of `pool` could supply to its fallback pool (a

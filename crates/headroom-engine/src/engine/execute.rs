@@ -543,7 +543,10 @@ impl Engine {
             tracing::error!(pool = %pool.name, offering = %offering.id, %detail, "launch refused as invalid or not permitted; pool halted");
             lock(&self.halted).insert(
                 pool.name.clone(),
-                format!("{code} on {}: {detail}", offering.id),
+                format!(
+                    "the cloud refused its request as invalid or not permitted ({code} on {}: {detail}); fix the configuration or permissions",
+                    offering.id
+                ),
             );
         } else {
             tracing::error!(pool = %pool.name, offering = %offering.id, %detail, "launch refused; not falling back for this class");

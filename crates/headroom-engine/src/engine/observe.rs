@@ -52,6 +52,7 @@ impl Engine {
             .filter(|e| e.state == NodeState::Requested || !unread.contains_key(&e.provider))
             .cloned()
             .collect();
+        self.halt_on_shared_tokens(inventory, &owned_live);
         for last in &owned_live {
             if let Some(instance) = by_token.get(last.client_token.as_str())
                 && let Some(reclaim_at) = instance.interruption_notice
@@ -82,6 +83,28 @@ impl Engine {
             .collect();
         input.orphans = self.handle_orphans(&orphans, now).await?;
         Ok(())
+    }
+
+    /// Halts the pool of any owned node whose client token two live instances carry: a launch
+    /// repeated after the cloud forgot the token (its idempotency window passed) started a
+    /// second instance the ledger does not know and the map by token would hide. Checked in
+    /// every build; on-call terminates the extra instance by hand, since which one the workload
+    /// uses is not the engine's to guess.
+    fn halt_on_shared_tokens(&self, inventory: &[Instance], owned_live: &[NodeEvent]) {
+        for (token, ids) in shared_tokens(inventory) {
+            let Some(node) = owned_live.iter().find(|e| e.client_token == token) else {
+                continue;
+            };
+            let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+            let why = format!(
+                "live instances {} carry the client token {token} of node {} (the ledger names {}): a launch was repeated after the cloud forgot its token; terminate the extra instance",
+                ids.join(", "),
+                node.node,
+                node.instance.as_deref().unwrap_or("no instance yet")
+            );
+            tracing::error!(pool = %node.pool, %why, "two live instances for one client token; pool halted");
+            lock(&self.halted).entry(node.pool.clone()).or_insert(why);
+        }
     }
 
     /// Records an interruption notice once per node: the decision log says what happened and
@@ -196,4 +219,23 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Client tokens that more than one live instance (neither terminated nor reclaimed) carries,
+/// with those instances.
+fn shared_tokens(inventory: &[Instance]) -> BTreeMap<&str, Vec<&InstanceId>> {
+    let mut by_token: BTreeMap<&str, Vec<&InstanceId>> = BTreeMap::new();
+    for instance in inventory {
+        if !matches!(
+            instance.phase,
+            InstancePhase::Terminated | InstancePhase::Interrupted
+        ) {
+            by_token
+                .entry(instance.client_token.as_str())
+                .or_default()
+                .push(&instance.id);
+        }
+    }
+    by_token.retain(|_, ids| ids.len() > 1);
+    by_token
 }

@@ -64,8 +64,9 @@ pub struct PoolStatus {
     /// The governor's last clamp of this pool's demand, if it still stands: the reason
     /// (`max_replicas`, `global_ceiling`, `budget`, `no_offering`) and the replicas refused.
     pub clamped: Option<Clamp>,
-    /// Set when a cloud said the pool's request is invalid or not permitted: the pool launches
-    /// nothing until the configuration is fixed and Headroom restarted.
+    /// Set when a cloud said the pool's request is invalid or not permitted, or a plan broke a
+    /// money or instance invariant (`headroom_core::planner::guard`): the pool launches nothing
+    /// until the cause is fixed and Headroom restarted.
     pub halted: Option<String>,
     /// Replicas this pool runs for pools that fell back to it (it is their smaller model).
     pub serving_for_others: u32,
