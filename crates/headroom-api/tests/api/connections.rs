@@ -109,9 +109,10 @@ async fn slow_headers_and_idle_connections_are_closed_within_the_header_timeout(
         ..Limits::default()
     })
     .await;
-    // A header sent a byte at a time, every 100 ms, never finished.
-    let (mut read, mut write) = TcpStream::connect(server.addr).await.unwrap().into_split();
+    // A header sent a byte at a time, every 100 ms, never finished. Timed from before the
+    // connect: the server may accept (and start its timer) before the client's connect returns.
     let started = Instant::now();
+    let (mut read, mut write) = TcpStream::connect(server.addr).await.unwrap().into_split();
     let trickle = tokio::spawn(async move {
         for byte in b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: "
             .iter()
