@@ -1,7 +1,7 @@
 //! The plan's promises about money and instances, checked in every build (release too) before
 //! the executor applies a plan: every launch and wake carries its hold (its price for the hold
 //! horizon), the holds fit in what the budget has left, and the plan adds no more nodes than the
-//! per-step limit and the global ceiling allow. The debug postconditions check much more; these
+//! per-step limit, the per-period limit and the global ceiling allow. The debug postconditions check much more; these
 //! are the ones whose failure would spend money or buy instances nobody allowed, so a release
 //! build refuses the plan rather than trust it. A violation is a planner bug, not bad input.
 
@@ -13,7 +13,7 @@ use crate::Money;
 /// Which promise a plan broke, with the numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// `hold`, `budget`, `per_step` or `global_ceiling`.
+    /// `hold`, `budget`, `per_step`, `per_period` or `global_ceiling`.
     pub invariant: &'static str,
     pub detail: String,
 }
@@ -91,7 +91,8 @@ fn budget(input: &PlanInput<'_>, total: Option<Money>) -> Result<(), Violation> 
     Ok(())
 }
 
-/// Launches and wakes within the per-step limit, launches within the global ceiling.
+/// Launches and wakes within the per-step limit, launches within the per-period limit and the
+/// global ceiling.
 fn node_limits(input: &PlanInput<'_>, plan: &Plan) -> Result<(), Violation> {
     let launches = plan
         .actions
@@ -109,6 +110,17 @@ fn node_limits(input: &PlanInput<'_>, plan: &Plan) -> Result<(), Violation> {
             invariant: "per_step",
             detail: format!(
                 "{launches} launches and {wakes} wakes past the per-step limit of {step}"
+            ),
+        });
+    }
+    if let Some(max) = input.pool.supply.max_launches_per_period
+        && launches > max.saturating_sub(input.launches_in_period)
+    {
+        return Err(Violation {
+            invariant: "per_period",
+            detail: format!(
+                "{launches} launches where the period's limit of {max} leaves room for {}",
+                max.saturating_sub(input.launches_in_period)
             ),
         });
     }

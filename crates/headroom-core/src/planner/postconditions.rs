@@ -140,7 +140,8 @@ impl Tally {
     }
 }
 
-/// The per-step, per-period, global and max-replicas limits, and what a deferral means.
+/// The max-replicas limit and what a deferral means (the per-step, per-period and global limits
+/// are the guard's).
 fn limits(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
     let pool = input.pool;
     let step = pool.max_scale_up_per_step;
@@ -148,7 +149,6 @@ fn limits(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
         .supply
         .max_launches_per_period
         .map_or(u32::MAX, |max| max.saturating_sub(input.launches_in_period));
-    debug_assert!(tally.launches <= period_room, "per-period limit");
     // Rebalancing replacements may go past max_replicas while they boot; nothing else may.
     let supplied = tally.supplied(plan);
     debug_assert!(

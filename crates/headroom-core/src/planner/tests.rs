@@ -158,8 +158,8 @@ fn budget_refuses_what_the_ceiling_cannot_hold() {
 
 /// What the engine checks in release builds before it applies a plan: a plan the planner made
 /// passes; the same plan with a launch that holds nothing, with its holds past the budget, past
-/// the per-step limit or past the global ceiling is refused, naming the invariant and the
-/// numbers.
+/// the per-step limit, the per-period limit or the global ceiling is refused, naming the
+/// invariant and the numbers.
 #[test]
 fn the_release_guard_refuses_a_plan_that_would_spend_or_buy_past_what_is_allowed() {
     let p = pool(10, 3, 0);
@@ -224,6 +224,16 @@ fn the_release_guard_refuses_a_plan_that_would_spend_or_buy_past_what_is_allowed
         .unwrap_err()
     };
     assert_eq!(past_step.invariant, "per_step");
+    let mut limited_pool = p.clone();
+    limited_pool.supply.max_launches_per_period = Some(5);
+    let mut period = roomy.clone();
+    period.pool = &limited_pool;
+    period.launches_in_period = 4;
+    let past_period = guard::check(&period, &planned).unwrap_err();
+    assert_eq!(
+        past_period.detail,
+        "2 launches where the period's limit of 5 leaves room for 1"
+    );
     roomy.global_room = Some(1);
     let past_ceiling = guard::check(&roomy, &planned).unwrap_err();
     assert_eq!(past_ceiling.invariant, "global_ceiling");
