@@ -113,14 +113,14 @@ fn node_limits(input: &PlanInput<'_>, plan: &Plan) -> Result<(), Violation> {
             ),
         });
     }
+    let period_left = input.launches_left_in_period();
     if let Some(max) = input.pool.supply.max_launches_per_period
-        && launches > max.saturating_sub(input.launches_in_period)
+        && launches > period_left
     {
         return Err(Violation {
             invariant: "per_period",
             detail: format!(
-                "{launches} launches where the period's limit of {max} leaves room for {}",
-                max.saturating_sub(input.launches_in_period)
+                "{launches} launches where the period's limit of {max} leaves room for {period_left}"
             ),
         });
     }

@@ -178,6 +178,14 @@ impl PlanInput<'_> {
             .unwrap_or(self.pool.warm_pool_size)
             .max(self.pool.warm_pool_size)
     }
+
+    /// Launches the per-period limit still allows (`u32::MAX` without one).
+    pub fn launches_left_in_period(&self) -> u32 {
+        self.pool
+            .supply
+            .max_launches_per_period
+            .map_or(u32::MAX, |max| max.saturating_sub(self.launches_in_period))
+    }
 }
 
 /// Why a launch went somewhere other than the pool's first choice.

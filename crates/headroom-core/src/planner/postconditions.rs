@@ -145,10 +145,7 @@ impl Tally {
 fn limits(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
     let pool = input.pool;
     let step = pool.max_scale_up_per_step;
-    let period_room = pool
-        .supply
-        .max_launches_per_period
-        .map_or(u32::MAX, |max| max.saturating_sub(input.launches_in_period));
+    let period_room = input.launches_left_in_period();
     // Rebalancing replacements may go past max_replicas while they boot; nothing else may.
     let supplied = tally.supplied(plan);
     debug_assert!(

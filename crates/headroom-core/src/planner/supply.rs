@@ -43,9 +43,7 @@ impl<'a> Builder<'a> {
                 .min_by_key(|c| price_band(c.offering.price_usd_per_hour.micros() as i128))
                 .map(|c| &c.offering)
         };
-        let period_left = policy
-            .max_launches_per_period
-            .map_or(u32::MAX, |max| max.saturating_sub(input.launches_in_period));
+        let period_left = input.launches_left_in_period();
         Builder {
             input,
             plan: Plan::default(),

@@ -316,9 +316,8 @@ impl Engine {
         // planner bug, and applying it could spend or buy what nobody allowed. Nothing of it is
         // applied, and the pool stops until someone looks.
         if let Err(violation) = planner::guard::check(&plan_input, &plan) {
-            tracing::error!(pool = %pool.name, invariant = violation.invariant, detail = %violation.detail, "a plan broke an invariant and was not applied; pool halted");
-            lock(&self.halted).insert(
-                pool.name.clone(),
+            self.halt_pool(
+                &pool.name,
                 format!(
                     "a plan broke the {} invariant ({}) and was not applied: a planner bug, report it",
                     violation.invariant, violation.detail

@@ -540,9 +540,8 @@ impl Engine {
         } else if reason == RefusalReason::Cloud(ErrorClass::InvalidRequest) {
             // Our request is wrong or not permitted: every retry would fail the same way (and
             // may spam the cloud's audit log). Stop the pool and alert.
-            tracing::error!(pool = %pool.name, offering = %offering.id, %detail, "launch refused as invalid or not permitted; pool halted");
-            lock(&self.halted).insert(
-                pool.name.clone(),
+            self.halt_pool(
+                &pool.name,
                 format!(
                     "the cloud refused its request as invalid or not permitted ({code} on {}: {detail}); fix the configuration or permissions",
                     offering.id

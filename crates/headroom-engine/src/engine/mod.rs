@@ -113,7 +113,8 @@ pub struct Engine {
     offerings: Mutex<offerings::OfferingBook>,
     /// Each region's quotas as last read (quota preflight).
     quotas: Mutex<quotas::QuotaBook>,
-    /// Pools stopped by an invalid-request or permission refusal, with the cloud's message.
+    /// Pools stopped until a restart, with why: an invalid-request or permission refusal, a
+    /// plan that broke an invariant, two live instances for one client token (`halt_pool`).
     halted: Mutex<HashMap<PoolName, String>>,
     status: Mutex<BTreeMap<PoolName, PoolStatus>>,
     /// The instances serving per pool at the end of the last tick (instance id, GPUs).
@@ -235,6 +236,16 @@ impl Engine {
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// Stops `pool` launching until Headroom restarts (status `halted`, alert `PoolHalted`),
+    /// logged once with `why`; a pool already halted keeps its first reason.
+    pub(super) fn halt_pool(&self, pool: &PoolName, why: String) {
+        let mut halted = lock(&self.halted);
+        if !halted.contains_key(pool) {
+            tracing::error!(%pool, %why, "pool halted");
+            halted.insert(pool.clone(), why);
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {

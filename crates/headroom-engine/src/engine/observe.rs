@@ -102,8 +102,7 @@ impl Engine {
                 node.node,
                 node.instance.as_deref().unwrap_or("no instance yet")
             );
-            tracing::error!(pool = %node.pool, %why, "two live instances for one client token; pool halted");
-            lock(&self.halted).entry(node.pool.clone()).or_insert(why);
+            self.halt_pool(&node.pool, why);
         }
     }
 
