@@ -2406,6 +2406,148 @@ async fn a_new_owner_keeps_the_demand_history_its_forecast_and_the_warm_pool_siz
     );
 }
 
+/// What a tick's decision for the pool says: the desired target, the rule, the hold and the
+/// reason.
+type Said = (u32, Option<Rule>, Option<ScalingHold>, Option<String>);
+
+fn said(engine: &Engine) -> Said {
+    let status = engine.pool_status(&"llm".parse().unwrap()).unwrap();
+    (
+        status.desired,
+        status.rule,
+        status.scaling_hold,
+        status.reason,
+    )
+}
+
+/// Twenty req/s for four minutes (the rule wants 4 at 5 each), then quiet: the signal at
+/// 5-second step `step`.
+fn burst_then_quiet(step: usize) -> SignalInput {
+    if step < 48 {
+        SignalInput {
+            arrival_rate_rps: Some(20.0),
+            ..quiet()
+        }
+    } else {
+        quiet()
+    }
+}
+
+/// Two identical deployments driven by the same clock steps and signals, every 5 s for 15
+/// minutes; one runs uninterrupted, the other's engine is dropped after step `crash_after`
+/// and a new one on the same ledger and cloud (a restart after a crash) takes over. Every
+/// decision the new engine makes is the uninterrupted one's. Returns what the uninterrupted
+/// engine said at each step.
+async fn twin_runs(config: &str, crash_after: usize) -> Vec<Said> {
+    let (steady, crashing) = (harness(config).await, harness(config).await);
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let mut engine = Some(crashing.engine.clone());
+    let mut successor = None;
+    let mut run = Vec::new();
+    for step in 0..180 {
+        let current = successor.as_ref().or(engine.as_ref()).unwrap().clone();
+        for e in [&steady.engine, &current] {
+            e.push_signal(&pool, burst_then_quiet(step));
+            e.tick().await.unwrap();
+        }
+        let (expected, got) = (said(&steady.engine), said(&current));
+        if successor.is_some() {
+            assert_eq!(
+                got, expected,
+                "step {step} after a crash at step {crash_after}"
+            );
+        }
+        run.push(expected);
+        if step == crash_after {
+            // Only the ledger and the cloud outlive the process.
+            drop(engine.take());
+            successor = Some(crashing.restarted());
+        }
+        steady.clock.advance(Duration::from_secs(5));
+        crashing.clock.advance(Duration::from_secs(5));
+    }
+    run
+}
+
+/// Issue 34 item 2: the controller's memory survives a restart. A fresh memory would forget
+/// the breach windows, the direction cooldown and how long the pool has been idle, and scale
+/// in a full cold start late (or, on a scale-up's heels, undo it inside the cooldown).
+#[tokio::test]
+async fn a_restarted_engine_decides_as_the_one_that_kept_running() {
+    let run = twin_runs(CONFIG, 60).await;
+    // The scenario has what a fresh memory would get wrong: a scale-up, then a stretch idle,
+    // then the scale-in — after the crash at step 60 (five minutes in, one minute idle).
+    let first_up = run.iter().position(|s| s.0 == 4).expect("scaled up to 4");
+    assert!(first_up < 10, "{first_up}");
+    let down = run
+        .iter()
+        .position(|s| s.1 == Some(Rule::ScaleDown))
+        .expect("scaled in");
+    assert!(
+        down > 60 + 20,
+        "scaled in well after the crash: step {down}"
+    );
+    assert!(run[down].0 < 4, "{:?}", run[down]);
+    // Crashes elsewhere in the run: between the two breach windows, just after the scale-up
+    // (in the direction cooldown, replicas still booting) and at the first idle step.
+    for crash_after in [0, 3, 48] {
+        assert_eq!(
+            twin_runs(CONFIG, crash_after).await,
+            run,
+            "crash at step {crash_after}"
+        );
+    }
+}
+
+/// A shadow-mode pool keeps its memory across a restart too (it decides without acting).
+#[tokio::test]
+async fn a_restarted_engine_in_shadow_mode_decides_as_the_one_that_kept_running() {
+    let config = CONFIG.replace(
+        "replica_throughput_rps = 5.0",
+        "replica_throughput_rps = 5.0\nshadow = true",
+    );
+    let run = twin_runs(&config, 20).await;
+    assert!(
+        run.iter().any(|s| s.0 == 4),
+        "the shadow decision scaled up"
+    );
+}
+
+/// A memory in the ledger this version cannot read is logged and left: the new owner starts
+/// from the replicas that exist, as with no memory at all, and writes its own.
+#[tokio::test]
+async fn a_controller_memory_that_does_not_read_back_is_ignored() {
+    let h = harness(CONFIG).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    for step in 0..10 {
+        h.engine.push_signal(&pool, burst_then_quiet(step));
+        h.engine.tick().await.unwrap();
+        h.clock.advance(Duration::from_secs(5));
+    }
+    assert_eq!(said(&h.engine).0, 4);
+    let (written_at, body) = h.ledger.controller_memory(&pool).await.unwrap().unwrap();
+    assert!(body.contains("\"target\":4"), "{body}");
+    h.ledger
+        .record_controller_memory(&pool, h.clock.now(), "{\"target\": \"four\"")
+        .await
+        .unwrap();
+    h.clock.advance(Duration::from_secs(5));
+    let next = h.restarted();
+    next.push_signal(&pool, quiet());
+    next.tick().await.unwrap();
+    let (desired, rule, hold, reason) = said(&next);
+    // Afresh: the four launched are the target it starts from; nothing is idle for long yet.
+    assert_eq!(
+        (desired, rule, hold),
+        (4, Some(Rule::Steady), None),
+        "{reason:?}"
+    );
+    let (rewritten_at, body) = h.ledger.controller_memory(&pool).await.unwrap().unwrap();
+    assert!(rewritten_at > written_at, "its own memory written after it");
+    let memory: headroom_core::controller::ControllerMemory = serde_json::from_str(&body).unwrap();
+    assert_eq!(memory.target, 4);
+}
+
 #[tokio::test]
 async fn with_forecast_off_the_history_is_kept_but_not_acted_on() {
     let config = CONFIG

@@ -574,6 +574,21 @@ pub trait Ledger: Send + Sync + Debug {
         since: i64,
     ) -> Result<Vec<(i64, u32)>, LedgerError>;
 
+    /// Records `pool`'s scaling-controller memory (`body`, its JSON) as of `at`; an instant
+    /// already recorded for the pool keeps its first body (a retried write).
+    async fn record_controller_memory(
+        &self,
+        pool: &PoolName,
+        at: Timestamp,
+        body: &str,
+    ) -> Result<(), LedgerError>;
+
+    /// `pool`'s latest recorded controller memory with its instant, if any.
+    async fn controller_memory(
+        &self,
+        pool: &PoolName,
+    ) -> Result<Option<(Timestamp, String)>, LedgerError>;
+
     /// Records a scheduled window declared through the API (`spec` is its JSON); an `id`
     /// already recorded keeps its first window (a retried request).
     async fn add_schedule_window(

@@ -913,6 +913,41 @@ where
         .collect()
     }
 
+    async fn record_controller_memory(
+        &self,
+        pool: &PoolName,
+        at: Timestamp,
+        body: &str,
+    ) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO controller_memory (pool, {at}, body) VALUES (?, ?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(pool.as_str())
+        .bind(D::time(at))
+        .bind(body)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn controller_memory(
+        &self,
+        pool: &PoolName,
+    ) -> Result<Option<(Timestamp, String)>, LedgerError> {
+        let row = Self::query(
+            "SELECT {at}, body FROM controller_memory WHERE pool = ? ORDER BY {at} DESC LIMIT 1",
+        )
+        .bind(pool.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            let at: D::Time = row.try_get(format!("at{}", D::TIME_SUFFIX).as_str())?;
+            Ok((D::timestamp(at)?, row.try_get("body")?))
+        })
+        .transpose()
+    }
+
     async fn add_schedule_window(
         &self,
         id: &str,

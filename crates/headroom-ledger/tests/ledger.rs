@@ -615,6 +615,45 @@ async fn demand_minutes_round_trip(ledger: &dyn Ledger) {
     assert_eq!(later.len(), 11);
 }
 
+/// A pool's controller memory reads back as its latest row; an instant written twice keeps its
+/// first body; another pool's memory stays apart; a pool never written has none.
+async fn controller_memory_round_trip(ledger: &dyn Ledger) {
+    let (llama, other) = ("llama".parse().unwrap(), "other".parse().unwrap());
+    assert_eq!(ledger.controller_memory(&llama).await.unwrap(), None);
+    let at = t("2026-11-30T09:00:00.250Z");
+    let later = at + chrono::Duration::milliseconds(1001);
+    let body = format!(
+        r#"{{"target": 3, "levels": [{}]}}"#,
+        vec!["[\"2026-11-30T09:00:00Z\", 2]"; 900].join(", ")
+    );
+    ledger
+        .record_controller_memory(&llama, at, &body)
+        .await
+        .unwrap();
+    ledger
+        .record_controller_memory(&llama, later, r#"{"target": 4}"#)
+        .await
+        .unwrap();
+    ledger
+        .record_controller_memory(&llama, later, r#"{"target": 99}"#)
+        .await
+        .unwrap();
+    ledger
+        .record_controller_memory(&other, later + chrono::Duration::seconds(5), &body)
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.controller_memory(&llama).await.unwrap(),
+        Some((later, r#"{"target": 4}"#.to_string())),
+        "the latest row, and the first body written at its instant"
+    );
+    let (at_back, body_back) = ledger.controller_memory(&other).await.unwrap().unwrap();
+    assert_eq!(
+        (at_back, body_back.len()),
+        (later + chrono::Duration::seconds(5), body.len())
+    );
+}
+
 /// Windows declared through the API read back until cancelled; a retried add keeps the first;
 /// a cancellation names the window's own pool.
 async fn schedule_windows_round_trip(ledger: &dyn Ledger) {
@@ -1387,6 +1426,12 @@ macro_rules! behaviour_suite {
             async fn demand_minutes() {
                 let (_guard, ledger) = $open.await;
                 demand_minutes_round_trip(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn controller_memory() {
+                let (_guard, ledger) = $open.await;
+                controller_memory_round_trip(ledger.as_ref()).await;
             }
 
             #[tokio::test]

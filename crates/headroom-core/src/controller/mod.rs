@@ -114,8 +114,12 @@ pub enum Direction {
     Down,
 }
 
-/// What the controller remembers between activations. Plain data, owned by the caller.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// What the controller remembers between activations. Plain data, owned by the caller, who
+/// may keep it anywhere (the engine writes it to the ledger after each decision, as JSON, so the
+/// next owner of a pool decides as this one would have). A field added later must default
+/// (`#[serde(default)]`), so a memory written before it still reads back.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ControllerMemory {
     /// The target the controller last settled on.
     pub target: u32,
@@ -147,6 +151,13 @@ pub struct ControllerMemory {
     /// Recent arrival rates in thousandths of the pool's unit per second, for the ramp rule,
     /// at most [`MAX_LEVELS`].
     pub arrivals: std::collections::VecDeque<(Timestamp, u64)>,
+}
+
+/// What [`ControllerMemory::series_mark`] says of the recent series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesMark {
+    levels: (Option<(Timestamp, u32)>, usize),
+    arrivals: (Option<(Timestamp, u64)>, usize),
 }
 
 /// Rises remembered at most.
@@ -182,6 +193,59 @@ fn remember<T>(
 }
 
 impl ControllerMemory {
+    /// The memory without its recent series (levels and arrivals, which grow every activation):
+    /// what changes only when the controller's state does (a window counted, a cooldown begun,
+    /// a stabilisation started, a rise). Every field is named, so one added later is kept here
+    /// or left out on purpose.
+    pub fn state(&self) -> ControllerMemory {
+        let ControllerMemory {
+            target,
+            breach_windows,
+            breach_window_at,
+            age_windows,
+            age_window_at,
+            low_since,
+            last_scale_down_at,
+            last_change,
+            scale_ups,
+            levels: _,
+            rising,
+            swing_low,
+            swing_high,
+            fell_at,
+            rises,
+            arrivals: _,
+        } = self;
+        ControllerMemory {
+            target: *target,
+            breach_windows: *breach_windows,
+            breach_window_at: *breach_window_at,
+            age_windows: *age_windows,
+            age_window_at: *age_window_at,
+            low_since: *low_since,
+            last_scale_down_at: *last_scale_down_at,
+            last_change: *last_change,
+            scale_ups: scale_ups.clone(),
+            levels: std::collections::VecDeque::new(),
+            rising: *rising,
+            swing_low: *swing_low,
+            swing_high: *swing_high,
+            fell_at: *fell_at,
+            rises: rises.clone(),
+            arrivals: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// The newest entry and the length of each recent series: they change only by an entry
+    /// added (a new instant at the back) or forgotten (a shorter series), so these say whether
+    /// the series changed without comparing them whole.
+    pub fn series_mark(&self) -> SeriesMark {
+        SeriesMark {
+            levels: (self.levels.back().copied(), self.levels.len()),
+            arrivals: (self.arrivals.back().copied(), self.arrivals.len()),
+        }
+    }
+
     /// Records `level` at `now`, forgetting what is older than `keep`.
     fn remember_level(&mut self, now: Timestamp, level: u32, keep: Duration) {
         remember(&mut self.levels, now, level, keep);

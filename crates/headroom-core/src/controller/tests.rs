@@ -1063,3 +1063,38 @@ fn a_scheduled_floor_holds_even_without_a_signal_and_never_passes_max_replicas()
     );
     assert!(d.target >= 6 && d.rule != Rule::Scheduled, "{d:?}");
 }
+
+/// The memory reads back from JSON as it was (the engine keeps it in the ledger so the next
+/// owner of a pool decides as this one would have): a run whose memory goes through JSON at every
+/// activation decides exactly as one that keeps it, through bursts, scale-ins and ramps with a
+/// 300 s stabilisation window at 1 s activations; a body written before a field existed reads
+/// back with that field's default.
+#[test]
+fn the_memory_round_trips_through_json_and_decides_the_same() {
+    let p = ten_per_replica(300);
+    let rate = |t: i64| match t % 400 {
+        0..60 => 100.0,
+        60..200 => 20.0 + (t % 400 - 60) as f64,
+        _ => 20.0,
+    };
+    let (mut kept, mut stored) = (memory(2), memory(2));
+    let mut largest = 0;
+    for t in 0..=1600 {
+        let signal = Signals::queue((t % 7) as u64, rate(t), secs(t));
+        let a = decide(&p, Some(&signal), ready(kept.target), kept, secs(t));
+        let b = decide(&p, Some(&signal), ready(stored.target), stored, secs(t));
+        assert_eq!(
+            (a.target, a.rule, &a.reason, a.scaling_hold),
+            (b.target, b.rule, &b.reason, b.scaling_hold),
+            "at {t}s"
+        );
+        let body = serde_json::to_string(&b.memory).unwrap();
+        largest = largest.max(body.len());
+        stored = serde_json::from_str(&body).unwrap();
+        assert_eq!(stored, b.memory, "at {t}s");
+        kept = a.memory;
+    }
+    assert!(largest > 0 && largest < 64 * 1024, "{largest} bytes");
+    let old: ControllerMemory = serde_json::from_str(r#"{"target": 3}"#).unwrap();
+    assert_eq!(old, memory(3));
+}

@@ -19,6 +19,8 @@ const MAX_FALLBACK_ROUNDS: usize = 16;
 pub(super) struct ControlMemory {
     /// The controller's own memory per pool (breach windows, stabilisation, cooldowns).
     pub memory: HashMap<PoolName, ControllerMemory>,
+    /// What this process last wrote to the ledger (or read back) of each pool's memory.
+    pub memory_written: HashMap<PoolName, super::controller_memory::Written>,
     /// The controller's last answer per pool, for status.
     pub decisions: HashMap<PoolName, Decision>,
     pub log: decisions::DecisionLog,
@@ -160,8 +162,10 @@ impl Engine {
         let signal = self.signal(&pool.name);
         let (target, closed) = {
             let mut control = lock(&self.control);
-            // After a restart the controller has no memory: it starts from the replicas that
-            // exist, so a pool with no signal yet holds where it is instead of draining to zero.
+            // The memory is read back from the ledger when this process takes the pool
+            // (`controller_memory.rs`). Without one (a pool never decided, or a memory that does
+            // not read back) the controller starts from the replicas that exist, so a pool with
+            // no signal yet holds where it is instead of draining to zero.
             // Taken out and put back: the memory holds the controller's recent series, so it
             // is moved, not copied, every activation.
             let memory = control
@@ -233,6 +237,7 @@ impl Engine {
                 .append_decision(&pool.name, closed.at, &json)
                 .await?;
         }
+        self.persist_controller_memory(&pool.name, now).await?;
         self.persist_demand(&pool.name, now).await?;
         Ok(target)
     }

@@ -44,6 +44,7 @@ use crate::metrics::Metrics;
 
 mod alerting;
 mod cluster_steps;
+mod controller_memory;
 mod decide;
 mod decisions;
 mod execute;

@@ -1,8 +1,9 @@
 //! What the engine remembers of a pool's recent past — launches in the current launch period,
-//! the cloud's recent refusals of its offerings and, with a cluster, the readiness rungs already
-//! stamped — rebuilt from the ledger when this process takes the pool (at start, or on taking
-//! over another replica's lease). Without it a restart would forget the per-period limit, send
-//! one more launch to every offering that just refused, and stamp rungs a second time.
+//! the cloud's recent refusals of its offerings, the demand history, the controller's memory and,
+//! with a cluster, the readiness rungs already stamped — rebuilt from the ledger when this
+//! process takes the pool (at start, or on taking over another replica's lease). Without it a
+//! restart would forget the per-period limit, send one more launch to every offering that just
+//! refused, stamp rungs a second time, and count the controller's windows and cooldowns afresh.
 
 use super::offerings::RECENT_REFUSALS;
 use super::*;
@@ -48,6 +49,7 @@ impl Engine {
                 self.load_rung_stamps(&pool.name).await?;
             }
             self.restore_demand(pool, now).await?;
+            self.restore_controller_memory(&pool.name).await?;
             // What this process saw itself is never replaced, only what it cannot have seen.
             if !launches.is_empty() {
                 lock(&self.control)
