@@ -107,3 +107,38 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> Timestamp {
+        "2026-11-30T09:00:00Z".parse::<Timestamp>().unwrap() + chrono::Duration::seconds(s)
+    }
+
+    /// A row when nothing was written, when the state changes, and for a series-only change
+    /// once the last row is a minute old; never for a memory that did not change.
+    #[test]
+    fn a_memory_is_written_on_a_change_of_state_and_a_minute_apart_for_its_series() {
+        let mut memory = ControllerMemory {
+            target: 2,
+            ..ControllerMemory::default()
+        };
+        let (body, mut written) = due(&memory, None, at(0)).expect("nothing written yet");
+        assert_eq!(
+            serde_json::from_str::<ControllerMemory>(&body).unwrap(),
+            memory
+        );
+        assert!(due(&memory, Some(&written), at(600)).is_none(), "unchanged");
+        memory.levels.push_back((at(1), 1));
+        assert!(due(&memory, Some(&written), at(1)).is_none(), "series only");
+        memory.low_since = Some(at(2));
+        (_, written) = due(&memory, Some(&written), at(2)).expect("a stabilisation began");
+        memory.levels.push_back((at(3), 1));
+        assert!(due(&memory, Some(&written), at(61)).is_none());
+        assert!(
+            due(&memory, Some(&written), at(62)).is_some(),
+            "a minute on"
+        );
+    }
+}
