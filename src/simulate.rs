@@ -38,6 +38,12 @@ pub struct SimulateArgs {
     /// scenario's synthetic traffic, with the scenario's pools.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Replay a spot offering's availability from a SkyPilot spot trace
+    /// ({"metadata": {"gap_seconds": N}, "data": [counts...]}) in place of the scenario's
+    /// capacity and interruption faults on it: launches past the count are refused and a count
+    /// that falls reclaims what runs above it. Repeat for several offerings.
+    #[arg(long = "spot-trace", value_name = "OFFERING=FILE", conflicts_with_all = ["corpus", "suite"])]
+    spot_traces: Vec<String>,
     /// headroom, hpa-utilization, hpa-queue, keda-karpenter, predictive, static or oracle; repeat
     /// for several (default: all).
     #[arg(long = "policy", value_name = "P")]
@@ -169,7 +175,14 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let name = args.scenario.as_deref().unwrap_or_default();
-    let scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--scenario", e))?;
+    let mut scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--scenario", e))?;
+    let spot_traces = args
+        .spot_traces
+        .iter()
+        .map(|spec| headroom_sim::spot_trace::SpotTrace::read(spec, &scenario))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("--spot-trace", e))?;
+    headroom_sim::spot_trace::apply(&mut scenario, &spot_traces);
     let trace = match &args.trace {
         Some(path) => Some(
             headroom_sim::arrivals::read_trace(path, scenario.trace_tier)

@@ -2396,6 +2396,24 @@ fn simulate_prints_each_policy_and_reports_bad_input_on_one_line() {
             ],
             "--trace",
         ),
+        (
+            vec![
+                "--scenario",
+                "spot-interruptions",
+                "--spot-trace",
+                "use1-p4d-od=/nonexistent.json",
+            ],
+            "--spot-trace",
+        ),
+        (
+            vec![
+                "--scenario",
+                "spot-interruptions",
+                "--spot-trace",
+                "p4d.json",
+            ],
+            "--spot-trace",
+        ),
     ] {
         simulate_refuses(&bad, flag);
     }

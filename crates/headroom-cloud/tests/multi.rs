@@ -22,6 +22,7 @@ fn offering(id: &str, provider: ProviderKind, region: &str) -> Offering {
         market: Market::OnDemand,
         price_usd_per_hour: "30".parse().unwrap(),
         gpus_per_node: 8,
+        warm_usd_per_hour: headroom_core::Money::ZERO,
     }
 }
 

@@ -21,6 +21,7 @@ fn offering(id: &str, market: Market, gpus: u32) -> Offering {
         market,
         price_usd_per_hour: "55.04".parse().unwrap(),
         gpus_per_node: gpus,
+        warm_usd_per_hour: headroom_core::Money::ZERO,
     }
 }
 
@@ -156,6 +157,25 @@ async fn capacity_and_quota_refuse_with_their_class() {
     let err = cloud.launch(&spec(&o, "d")).await.unwrap_err();
     assert_eq!(err.class(), ErrorClass::Quota);
     assert_eq!(cloud.list_owned("t").await.unwrap().len(), 3);
+}
+
+/// A stopped instance gave up its host: starting it meets a stockout as a launch does, and
+/// it stays stopped (and whole) to be started once there is room.
+#[tokio::test]
+async fn a_wake_is_refused_for_capacity_like_a_launch() {
+    let o = offering("o", Market::OnDemand, 1);
+    let cloud = sim(clock(), vec![(o.clone(), 2, 0.0)]);
+    let parked = cloud.launch(&spec(&o, "a")).await.unwrap();
+    cloud.stop(&parked.id).await.unwrap();
+    cloud.set_capacity(&o.id, 0);
+    let err = cloud.start(&parked.id).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Capacity, "{err}");
+    assert_eq!(
+        cloud.describe(&parked.id).await.unwrap().phase,
+        InstancePhase::Stopped
+    );
+    cloud.set_capacity(&o.id, 1);
+    assert!(cloud.start(&parked.id).await.is_ok());
 }
 
 #[tokio::test]

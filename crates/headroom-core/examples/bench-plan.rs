@@ -41,6 +41,7 @@ fn fleet(pools: usize, nodes_per_pool: usize, now: headroom_core::Timestamp) -> 
                 market: markets[i % 2],
                 price_usd_per_hour: Money::from_micros(1_000_000 + 250_000 * i as i64),
                 gpus_per_node: 8,
+                warm_usd_per_hour: headroom_core::Money::ZERO,
             });
             c.available = i % 7 != 0;
             c.recent_refusals = (i % 3) as u32;

@@ -81,6 +81,28 @@ pub struct Offering {
     pub price_usd_per_hour: Money,
     /// Accelerators per node, e.g. 8 for a p5.48xlarge.
     pub gpus_per_node: u32,
+    /// What a parked (stopped) node still costs per hour: its volumes, which every cloud bills
+    /// while the instance is stopped.
+    pub warm_usd_per_hour: Money,
+}
+
+/// What a block volume costs per GB-month on `provider`: AWS gp3 ($0.08) and GCP pd-balanced
+/// ($0.10), the volumes a GPU node's image and weights sit on; the simulated cloud bills as AWS.
+pub fn volume_usd_per_gb_month(provider: ProviderKind) -> Money {
+    match provider {
+        ProviderKind::Sim | ProviderKind::Aws => Money::from_micros(80_000),
+        ProviderKind::Gcp => Money::from_micros(100_000),
+    }
+}
+
+/// Hours in the month the clouds price volumes by (365 × 24 / 12).
+pub const HOURS_PER_MONTH: i64 = 730;
+
+/// What a stopped node with `volume_gb` of volumes costs per hour on `provider`, to the
+/// micro-dollar (rounded up: a parked node is never priced below its bill).
+pub fn parked_usd_per_hour(provider: ProviderKind, volume_gb: u32) -> Money {
+    let monthly = volume_usd_per_gb_month(provider).micros() * i64::from(volume_gb);
+    Money::from_micros((monthly + HOURS_PER_MONTH - 1) / HOURS_PER_MONTH)
 }
 
 /// A reservation the deployment pays for: `nodes` instances of one offering at its hourly

@@ -71,6 +71,7 @@ fn offering(id: &str, zone: &str, instance_type: &str, market: Market) -> Offeri
         market,
         price_usd_per_hour: "3.67".parse().unwrap(),
         gpus_per_node: 1,
+        warm_usd_per_hour: headroom_core::Money::ZERO,
     }
 }
 

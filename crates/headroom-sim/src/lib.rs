@@ -13,6 +13,7 @@ pub mod replay;
 pub mod reserve;
 pub mod run;
 pub mod scenario;
+pub mod spot_trace;
 pub mod traffic;
 
 pub use error::SimError;

@@ -95,6 +95,9 @@ pub enum FaultKind {
     Interrupt(f64),
     /// The next `count` launches on the offering fail with `class`.
     LaunchErrors(ErrorClass, u32),
+    /// The spot market can run this many instances from now on, and what runs above it is
+    /// reclaimed with the usual notice (a replayed availability trace, `--spot-trace`).
+    Available(u32),
     /// The spot market's price per hour from now on: what running spot nodes cost, what the
     /// cloud quotes, and the most a launch may pay is checked against it.
     SpotPrice(Money),

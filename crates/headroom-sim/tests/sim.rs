@@ -1,6 +1,7 @@
 //! The simulator against the seeds' numbers, determinism, and its input errors.
 
 use headroom_sim::run::Sample;
+use headroom_sim::scenario::FaultKind;
 use headroom_sim::{Policy, Report, scenario};
 
 async fn run(name: &str, policies: &[Policy], minutes: Option<f64>) -> Report {
@@ -13,6 +14,14 @@ async fn run(name: &str, policies: &[Policy], minutes: Option<f64>) -> Report {
 
 fn series<'a>(r: &'a Report, policy: &str) -> &'a [Sample] {
     &r.series.iter().find(|(p, _)| p == policy).unwrap().1
+}
+
+/// `key` was counted at least once in `counts` (refusals or fallbacks by kind).
+fn assert_counted(counts: &std::collections::BTreeMap<String, u64>, key: &str) {
+    assert!(
+        counts.get(key).is_some_and(|n| *n > 0),
+        "no {key} in {counts:?}"
+    );
 }
 
 fn policy<'a>(r: &'a Report, name: &str) -> &'a headroom_sim::run::PolicyReport {
@@ -502,6 +511,15 @@ async fn a_pool_without_a_floor_scales_to_zero_and_wakes_for_the_first_request()
             "nodes ran while idle ({from}..{to} s): {busy:?}"
         );
     }
+    // Idle, the pool pays only what a stopped node is billed: its warm node's volumes (the
+    // default for one GPU, 150 GB, at gp3's $0.08 a GB-month).
+    let cost_at = |t: f64| samples.iter().find(|x| x.t_s >= t).unwrap().cost_usd;
+    let idle = cost_at(290.0) - cost_at(10.0);
+    let volumes = 150.0 * 0.08 / 730.0 * 280.0 / 3600.0;
+    assert!(
+        (idle - volumes).abs() < 2e-6,
+        "idle for 280 s cost {idle}, a parked node's volumes {volumes}"
+    );
     // Each session is served: replicas are ready within a minute of its first request.
     for start in [301.0, 1801.0, 3001.0] {
         let ready_by = samples
@@ -537,16 +555,8 @@ async fn when_every_large_offering_is_refused_the_smaller_model_carries_the_inte
     );
     // The large model never grows past its floor: every launch of it is refused.
     assert_eq!(big.peak_ready_replicas, 4, "{big:?}");
-    assert!(
-        h.refusals.get("cloud_capacity").is_some_and(|n| *n > 0),
-        "{:?}",
-        h.refusals
-    );
-    assert!(
-        h.fallbacks.get("smaller_model").is_some_and(|n| *n > 0),
-        "{:?}",
-        h.fallbacks
-    );
+    assert_counted(&h.refusals, "cloud_capacity");
+    assert_counted(&h.fallbacks, "smaller_model");
     // The small pool has no traffic of its own: all it serves arrived at the large pool.
     assert_eq!(small.requests, 0);
     assert!(small.served <= small.taken_over, "{small:?}");
@@ -723,4 +733,57 @@ async fn the_suite_scoreboard_renders_as_the_readmes_markdown_table() {
         assert_eq!(cells[..2], ["seed-000-backlog", p.policy.as_str()]);
         assert_eq!(cells[4], format!("{:.2}", p.cost_usd));
     }
+}
+
+/// A SkyPilot-format availability trace for the spot offering: 40 instances, then 2 from the
+/// third minute. Every policy's spot nodes above 2 are reclaimed after the notice; Headroom is
+/// refused on spot and falls back to on-demand, keeping its floor; the hindsight planner gets no
+/// spot either (it pays on-demand as well, instead of relaunching ahead onto the old market).
+#[tokio::test]
+async fn a_replayed_spot_trace_reclaims_what_runs_above_its_count_for_every_policy() {
+    let trace = headroom_sim::spot_trace::SpotTrace::parse(
+        "test.json",
+        "use1-p4d-spot".parse().unwrap(),
+        r#"{"metadata": {"gap_seconds": 60}, "data": [40, 40, 2]}"#,
+    )
+    .unwrap();
+    let mut plain = scenario::load("spot-interruptions").unwrap();
+    plain.duration_s = 8.0 * 60.0;
+    let mut traced = plain.clone();
+    headroom_sim::spot_trace::apply(&mut traced, &[trace]);
+    let spot_faults: Vec<_> = traced
+        .faults
+        .iter()
+        .filter(|f| f.offering.as_str() == "use1-p4d-spot")
+        .map(|f| (f.at_s, f.kind.clone()))
+        .collect();
+    assert_eq!(
+        spot_faults,
+        vec![
+            (0.0, FaultKind::Available(40)),
+            (120.0, FaultKind::Available(2))
+        ],
+        "the trace replaces the scenario's own wave on that offering"
+    );
+    let policies = [Policy::Headroom, Policy::Oracle];
+    let before = headroom_sim::run(&plain, None, &policies, None)
+        .await
+        .unwrap();
+    let after = headroom_sim::run(&traced, None, &policies, None)
+        .await
+        .unwrap();
+    let h = policy(&after, "headroom");
+    assert_counted(&h.refusals, "cloud_capacity");
+    assert_counted(&h.fallbacks, "market");
+    let last = series(&after, "headroom").last().unwrap();
+    assert!(last.ready >= 8, "the floor is kept on on-demand: {last:?}");
+    // On-demand p4d costs about nine times spot: the hindsight planner pays it too.
+    let (oracle_before, oracle_after) = (
+        policy(&before, "oracle").cost_usd,
+        policy(&after, "oracle").cost_usd,
+    );
+    assert!(
+        oracle_after > 2.0 * oracle_before,
+        "hindsight ${oracle_before:.2} without the trace, ${oracle_after:.2} with it"
+    );
 }

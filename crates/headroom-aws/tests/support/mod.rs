@@ -178,6 +178,7 @@ pub fn offering(id: &str, instance_type: &str, market: Market, price: &str) -> O
         market,
         price_usd_per_hour: price.parse().unwrap(),
         gpus_per_node: 1,
+        warm_usd_per_hour: headroom_core::Money::ZERO,
     }
 }
 

@@ -49,6 +49,7 @@ fn choice(i: usize) -> impl Strategy<Value = OfferingChoice> {
                     market,
                     price_usd_per_hour: price,
                     gpus_per_node: 8,
+                    warm_usd_per_hour: crate::Money::ZERO,
                 },
                 available,
                 recent_refusals: refusals,

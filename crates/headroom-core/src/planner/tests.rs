@@ -39,6 +39,7 @@ fn offering(id: &str, price: &str, available: bool) -> OfferingChoice {
             market: Market::OnDemand,
             price_usd_per_hour: price.parse().unwrap(),
             gpus_per_node: 1,
+            warm_usd_per_hour: crate::Money::ZERO,
         },
         available,
         recent_refusals: 0,
@@ -354,6 +355,7 @@ mod budget_action_tests {
                 market: Market::OnDemand,
                 price_usd_per_hour: "1".parse().unwrap(),
                 gpus_per_node: 1,
+                warm_usd_per_hour: crate::Money::ZERO,
             },
             available: true,
             recent_refusals: 0,
@@ -451,6 +453,7 @@ mod supply_tests {
             market: Market::parse(parts[3]).unwrap(),
             price_usd_per_hour: price.parse().unwrap(),
             gpus_per_node: 8,
+            warm_usd_per_hour: crate::Money::ZERO,
         })
     }
 

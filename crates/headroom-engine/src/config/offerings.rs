@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use headroom_core::offering::parked_usd_per_hour;
 use headroom_core::{Market, Money, Offering, Timestamp};
 
 use super::raw::RawOffering;
@@ -10,6 +11,16 @@ use super::{DEFAULT_SIM_LADDER, OfferingConfig, Problems, Reservation};
 /// The dearest hourly price a configuration may name: well above any GPU instance, far below
 /// what the ledger's integer arithmetic could not hold over a whole hold horizon.
 pub(super) const MOST_PER_HOUR: Money = Money::from_micros(10_000 * 1_000_000);
+
+/// The volumes a GPU node keeps while stopped when the offering does not say: a root volume
+/// with the serving image, and room for weights that grows with the GPUs a model is sized to
+/// (a 70B model, 140 GB in 16 bits, on 8 GPUs: 500 GB in all).
+pub fn default_volume_gb(gpus: u32) -> u32 {
+    100 + 50 * gpus.min(64)
+}
+
+/// The largest volume set an offering may name (a petabyte): a bound, not a real node's.
+const MOST_VOLUME_GB: u32 = 1 << 20;
 
 pub(super) fn offerings(raw: Vec<RawOffering>, p: &mut Problems) -> Vec<OfferingConfig> {
     let mut offerings = Vec::new();
@@ -37,6 +48,23 @@ fn offering(key: &str, o: RawOffering, p: &mut Problems) -> OfferingConfig {
         MOST_PER_HOUR,
         "55.04",
     );
+    if let Some(warm) = o.warm_usd_per_hour {
+        p.money(
+            &format!("{key}.warm_usd_per_hour"),
+            warm,
+            Money::ZERO,
+            MOST_PER_HOUR,
+            "0.0548",
+        );
+    }
+    let volume_gb = o.volume_gb.unwrap_or_else(|| default_volume_gb(o.gpus));
+    if !(1..=MOST_VOLUME_GB).contains(&volume_gb) {
+        p.add(
+            &format!("{key}.volume_gb"),
+            format!("must be between 1 and {MOST_VOLUME_GB}"),
+            "set the GB of volumes a node keeps while stopped, e.g. 500",
+        );
+    }
     if !(1..=64).contains(&o.gpus) {
         p.add(
             &format!("{key}.gpus"),
@@ -75,6 +103,9 @@ fn offering(key: &str, o: RawOffering, p: &mut Problems) -> OfferingConfig {
             market: o.market,
             price_usd_per_hour: o.price_usd_per_hour,
             gpus_per_node: o.gpus,
+            warm_usd_per_hour: o
+                .warm_usd_per_hour
+                .unwrap_or_else(|| parked_usd_per_hour(o.provider, volume_gb)),
         },
         sim_capacity: o.sim_capacity,
         sim_ladder,

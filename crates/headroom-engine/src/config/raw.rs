@@ -188,6 +188,9 @@ pub(super) struct RawOffering {
     pub(super) market: Market,
     pub(super) price_usd_per_hour: Money,
     pub(super) gpus: u32,
+    /// GB of volumes a node keeps while parked; prices `warm_usd_per_hour` unless it is set.
+    pub(super) volume_gb: Option<u32>,
+    pub(super) warm_usd_per_hour: Option<Money>,
     #[serde(default = "default_sim_capacity")]
     pub(super) sim_capacity: u32,
     pub(super) sim_ladder: Option<RawLadder>,

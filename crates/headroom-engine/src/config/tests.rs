@@ -631,3 +631,36 @@ fn scheduled_windows_are_checked_in_one_line_each() {
         assert!(e[0].contains(&format!("`{key}`")), "{change}: {e:?}");
     }
 }
+
+#[test]
+fn a_parked_node_pays_its_volumes_priced_from_their_size_or_as_set() {
+    let p5: OfferingId = "use1-p5-od".parse().unwrap();
+    let warm = |text: &str| {
+        Config::parse(text, "t.toml")
+            .unwrap()
+            .offering(&p5)
+            .unwrap()
+            .warm_usd_per_hour
+    };
+    // 8 GPUs: 500 GB at gp3's $0.08 a GB-month over 730 hours, rounded up to the micro-dollar.
+    assert_eq!(warm(EXAMPLE), "0.054795".parse().unwrap());
+    let with = |line: &str| {
+        EXAMPLE.replacen(
+            "\"55.04\"\ngpus = 8\n",
+            &format!("\"55.04\"\ngpus = 8\n{line}\n"),
+            1,
+        )
+    };
+    assert_eq!(warm(&with("volume_gb = 1000")), "0.109590".parse().unwrap());
+    assert_eq!(
+        warm(&with("warm_usd_per_hour = \"0.2\"")),
+        "0.2".parse().unwrap()
+    );
+    for (line, key) in [
+        ("volume_gb = 0", "].volume_gb"),
+        ("warm_usd_per_hour = \"-1\"", "].warm_usd_per_hour"),
+    ] {
+        let e = errors(&with(line));
+        assert!(e[0].contains(key), "{line}: {}", e[0]);
+    }
+}

@@ -64,27 +64,35 @@ pub(crate) trait PolicyDriver {
 }
 
 /// What the nodes of `pool` running in `cloud` cost now: dollars per hour and GPUs. Booting and
-/// ready nodes are paid; stopped warm nodes cost only their disks, which the simulated cloud
-/// does not price. Spot bills at the market price, whatever a policy believed it would.
+/// ready nodes are paid; stopped warm nodes pay their volumes (the offering's
+/// `warm_usd_per_hour`). Spot bills at the market price, whatever a policy believed it would.
 pub fn cloud_paying(
     cloud: &SimCloud,
     pool: &str,
     offerings: &HashMap<OfferingId, Offering>,
 ) -> (f64, f64) {
     let (mut usd_per_hour, mut gpus) = (0.0, 0.0);
-    for i in cloud.all_instances().into_iter().filter(|i| {
-        i.tags.pool == pool
-            && matches!(
-                i.phase,
-                InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
-            )
-    }) {
-        if let Some(o) = offerings.get(&i.offering) {
-            let price = cloud
-                .spot_price(&i.offering)
-                .unwrap_or(o.price_usd_per_hour);
-            usd_per_hour += price.as_f64_lossy();
-            gpus += o.gpus_per_node as f64;
+    for i in cloud
+        .all_instances()
+        .into_iter()
+        .filter(|i| i.tags.pool == pool)
+    {
+        let Some(o) = offerings.get(&i.offering) else {
+            continue;
+        };
+        match i.phase {
+            InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready => {
+                let price = cloud
+                    .spot_price(&i.offering)
+                    .unwrap_or(o.price_usd_per_hour);
+                usd_per_hour += price.as_f64_lossy();
+                gpus += o.gpus_per_node as f64;
+            }
+            // A stopped instance keeps its volumes, and the cloud bills them.
+            InstancePhase::Stopped => {
+                usd_per_hour += o.warm_usd_per_hour.as_f64_lossy();
+            }
+            _ => {}
         }
     }
     (usd_per_hour, gpus)

@@ -575,26 +575,38 @@ fn apply_fault(cloud: &SimCloud, f: &Fault, now: Timestamp) {
         FaultKind::Capacity(n) => cloud.set_capacity(&f.offering, n),
         FaultKind::LaunchErrors(class, n) => cloud.inject_launch_fault(&f.offering, class, n),
         FaultKind::SpotPrice(price) => cloud.set_spot_price(&f.offering, price),
+        // A wave is announced now and reclaims after the usual notice, as on AWS: every policy
+        // sees the instances go at the same instant; Headroom also sees the notice.
         FaultKind::Interrupt(share) => {
-            // The wave is announced now and reclaims after the usual notice, as on AWS: every
-            // policy sees the instances go at the same instant; Headroom also sees the notice.
-            let live = cloud
-                .all_instances()
-                .into_iter()
-                .filter(|i| i.offering == f.offering)
-                .filter(|i| {
-                    matches!(
-                        i.phase,
-                        InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
-                    )
-                })
-                .count();
-            let n = (live as f64 * share).round() as u32;
-            let reclaim_at =
-                now + chrono::Duration::seconds(headroom_cloud::sim::INTERRUPTION_NOTICE_S);
-            cloud.interrupt(&f.offering, n, reclaim_at);
+            let n = (live_on(cloud, &f.offering) as f64 * share).round() as u32;
+            cloud.interrupt(&f.offering, n, reclaim_at(now));
+        }
+        FaultKind::Available(n) => {
+            cloud.set_capacity(&f.offering, n);
+            let above = (live_on(cloud, &f.offering) as u32).saturating_sub(n);
+            cloud.interrupt(&f.offering, above, reclaim_at(now));
         }
     }
+}
+
+/// Instances of `offering` that run or are on their way.
+fn live_on(cloud: &SimCloud, offering: &OfferingId) -> usize {
+    cloud
+        .all_instances()
+        .into_iter()
+        .filter(|i| &i.offering == offering)
+        .filter(|i| {
+            matches!(
+                i.phase,
+                InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
+            )
+        })
+        .count()
+}
+
+/// When a wave announced at `now` reclaims: after the usual notice.
+fn reclaim_at(now: Timestamp) -> Timestamp {
+    now + chrono::Duration::seconds(headroom_cloud::sim::INTERRUPTION_NOTICE_S)
 }
 
 fn direction_changes(desired: &[u32]) -> u32 {

@@ -28,14 +28,25 @@ pub struct Supply {
     home: usize,
     /// The most replicas that can be ready at each tick.
     most: Vec<u32>,
-    /// Interruption waves: (tick announced, tick the nodes go, offering, share).
-    waves: Vec<(usize, usize, usize, f64)>,
+    /// Interruption waves: (tick announced, tick the nodes go, offering, what they take).
+    waves: Vec<(usize, usize, usize, Take)>,
+}
+
+/// What a wave reclaims of the nodes on its offering when it is announced.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    /// This share of them (a wave of interruptions).
+    Share(f64),
+    /// Those above this many (the market's availability fell).
+    Above(u32),
 }
 
 /// One offering's price and availability, per tick.
 #[derive(Debug, Clone)]
 struct OfferingTrack {
     gpus: u32,
+    /// What a node parked on it pays per hour (its volumes).
+    warm_usd_per_hour: f64,
     cold_ticks: usize,
     wake_ticks: usize,
     /// Dollars per node-hour in force.
@@ -115,14 +126,16 @@ impl Supply {
         let waves = sc
             .faults
             .iter()
-            .filter_map(|f| match f.kind {
-                FaultKind::Interrupt(share) => {
-                    let o = configured.iter().position(|(c, _, _)| c.id == f.offering)?;
-                    let go = f.at_s + headroom_cloud::sim::INTERRUPTION_NOTICE_S as f64;
-                    let at = (f.at_s / tick_s).round() as usize;
-                    Some((at, (go / tick_s).round() as usize, o, share))
-                }
-                _ => None,
+            .filter_map(|f| {
+                let take = match f.kind {
+                    FaultKind::Interrupt(share) => Take::Share(share),
+                    FaultKind::Available(n) => Take::Above(n),
+                    _ => return None,
+                };
+                let o = configured.iter().position(|(c, _, _)| c.id == f.offering)?;
+                let go = f.at_s + headroom_cloud::sim::INTERRUPTION_NOTICE_S as f64;
+                let at = (f.at_s / tick_s).round() as usize;
+                Some((at, (go / tick_s).round() as usize, o, take))
             })
             .collect();
         let mut supply = Supply {
@@ -220,7 +233,34 @@ impl Supply {
         for (layer, plan) in &plans {
             self.book(*layer, plan, &mut costed);
         }
+        self.book_parked(&plans, &mut costed);
         costed
+    }
+
+    /// The warm pool's nodes pay their volumes at their home offering's rate in every tick
+    /// they neither climb nor serve, parked as a policy's are, up to their last climb or
+    /// service: after it the node is released (one never woken is released at the start).
+    fn book_parked(&self, plans: &[(u32, IntervalPlan)], costed: &mut Costed) {
+        let disk = self.offerings[self.home].warm_usd_per_hour;
+        for layer in self.floor + 1..=self.floor + self.warm {
+            let mut running = vec![false; self.ticks];
+            for (_, plan) in plans.iter().filter(|(l, _)| *l == layer) {
+                let mut mark = |from: usize, to: usize| {
+                    let to = to.min(self.ticks);
+                    if from < to {
+                        running[from..to].fill(true);
+                    }
+                };
+                mark(plan.serve_from, plan.end());
+                for (_, first, ticks) in &plan.climbs {
+                    mark(*first, *first + *ticks);
+                }
+            }
+            let last = running.iter().rposition(|r| *r).unwrap_or(0);
+            for (k, _) in running[..last].iter().enumerate().filter(|(_, r)| !**r) {
+                costed.usd_per_hour[k] += disk;
+            }
+        }
     }
 
     /// A wave reclaims its share of the oracle's nodes on its offering, as it does every
@@ -232,24 +272,33 @@ impl Supply {
         plans: &mut Vec<(u32, IntervalPlan)>,
         occupancy: &mut [Vec<u32>],
     ) {
-        let (announced, go, o, share) = self.waves[w];
+        let (announced, go, o, take) = self.waves[w];
         if go >= self.ticks {
             return;
         }
         let on_it = occupancy[o].get(announced).copied().unwrap_or(0);
-        let take = (f64::from(on_it) * share).round() as usize;
+        let (count, may_return) = match take {
+            Take::Share(share) => ((f64::from(on_it) * share).round() as usize, true),
+            Take::Above(n) => (on_it.saturating_sub(n) as usize, false),
+        };
         let mut hit: Vec<usize> = (0..plans.len())
             .filter(|i| plans[*i].1.serving_on(go) == Some(o))
             .collect();
         hit.sort_by_key(|i| plans[*i].1.end());
-        for i in hit.into_iter().take(take) {
+        for i in hit.into_iter().take(count) {
             let (layer, plan) = &mut plans[i];
             let end = plan.end();
             plan.occupy(occupancy, -1);
             plan.truncate(go);
             plan.occupy(occupancy, 1);
             let layer = *layer;
-            if let Some(rest) = self.plan_interval(go, end, Layer::Cold, o, occupancy) {
+            // A replacement launched ahead would land on the offering before its count fell;
+            // once the market's availability fell, it goes elsewhere (the offering seen as full).
+            let mut seen = occupancy.to_vec();
+            if !may_return {
+                seen[o].fill(u32::MAX);
+            }
+            if let Some(rest) = self.plan_interval(go, end, Layer::Cold, o, &seen) {
                 rest.occupy(occupancy, 1);
                 plans.push((layer, rest));
             }
@@ -392,7 +441,7 @@ fn track(
                         (false, _) => None,
                     };
                 }
-                FaultKind::Capacity(n) => room = n,
+                FaultKind::Capacity(n) | FaultKind::Available(n) => room = n,
                 _ => {}
             }
             next += 1;
@@ -413,6 +462,7 @@ fn track(
         .collect();
     OfferingTrack {
         gpus: o.gpus_per_node,
+        warm_usd_per_hour: o.warm_usd_per_hour.as_f64_lossy(),
         cold_ticks: ticks_of(ladder.cold_total().as_secs_f64(), tick_s),
         wake_ticks: ticks_of(ladder.from_stopped_total().as_secs_f64(), tick_s),
         price,
