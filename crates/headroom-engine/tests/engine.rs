@@ -604,19 +604,34 @@ fn answering_receiver(
     bodies
 }
 
-#[tokio::test]
-async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resolve() {
-    // A port with nobody listening yet: the webhook is down.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A local port nobody listens on (until a test binds it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
-    let text = format!(
-        "{}\n[alerts]\nrepeat_interval = \"1h\"\nwatchdog = false\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/api/v2/alerts\"\nformat = \"alertmanager\"\n",
+        .port()
+}
+
+/// One pool with a floor of one and no signal yet (`PoolSignalsMissing` fires), repeats hourly,
+/// no watchdog, and one webhook of `format` at `path` on local `port`.
+fn signal_missing_alerted(port: u16, path: &str, format: &str) -> String {
+    format!(
+        "{}\n[alerts]\nrepeat_interval = \"1h\"\nwatchdog = false\n[[alerts.webhooks]]\nurl = \"http://127.0.0.1:{port}/{path}\"\nformat = \"{format}\"\n",
         CONFIG.replace("min_replicas = 0", "min_replicas = 1")
-    );
-    let h = harness(&text).await;
+    )
+}
+
+#[tokio::test]
+async fn alerts_wait_in_the_outbox_while_the_webhook_is_down_then_fire_and_resolve() {
+    // A port with nobody listening yet: the webhook is down.
+    let port = free_port();
+    let h = harness(&signal_missing_alerted(
+        port,
+        "api/v2/alerts",
+        "alertmanager",
+    ))
+    .await;
     let pool: headroom_core::PoolName = "llm".parse().unwrap();
     h.engine.tick().await.unwrap();
     let active = h.engine.active_alerts();
@@ -2686,4 +2701,100 @@ async fn a_scheduled_window_has_its_capacity_ready_when_it_opens() {
         h.engine.tick().await.unwrap();
     }
     assert!(status(&h).desired < 3, "{:?}", status(&h));
+}
+
+/// A restart does not send a firing alert again as new: the new owner reads the alert book
+/// back from the ledger, sends nothing while the alert still holds (no repeat is due), and one
+/// resolved notification, with the original start, once it clears.
+#[tokio::test]
+async fn a_restart_keeps_the_firing_alerts_and_resolves_them_once() {
+    // A port with nobody listening: every notification stays in the outbox, to be read.
+    let h = harness(&signal_missing_alerted(free_port(), "hook", "json")).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    h.engine.tick().await.unwrap();
+    let active = h.engine.active_alerts();
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0].alert.name, "PoolSignalsMissing");
+    let started = active[0].starts_at;
+    let sent = || async {
+        h.ledger
+            .pending_alerts(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| serde_json::from_str::<serde_json::Value>(&p.body).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sent().await.len(), 1);
+
+    h.clock.advance(Duration::from_secs(120));
+    let next = h.restarted();
+    for _ in 0..3 {
+        next.tick().await.unwrap();
+        h.clock.advance(Duration::from_secs(60));
+    }
+    let active = next.active_alerts();
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0].starts_at, started, "the original start kept");
+    assert_eq!(
+        sent().await.len(),
+        1,
+        "nothing sent again as new: {:?}",
+        sent().await
+    );
+
+    // The signal arrives: the hold ends and the alert resolves, once, with its original start.
+    next.push_signal(
+        &pool,
+        SignalInput {
+            queue_depth: 0,
+            arrival_rate_rps: Some(1.0),
+            ..SignalInput::default()
+        },
+    );
+    next.tick().await.unwrap();
+    h.clock.advance(Duration::from_secs(5));
+    next.tick().await.unwrap();
+    assert!(next.active_alerts().is_empty());
+    let sent = sent().await;
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let iso = |t: headroom_core::Timestamp| serde_json::to_value(t).unwrap();
+    assert_eq!(
+        (
+            &sent[1]["status"],
+            &sent[1]["alert"]["name"],
+            &sent[1]["starts_at"]
+        ),
+        (
+            &serde_json::json!("resolved"),
+            &serde_json::json!("PoolSignalsMissing"),
+            &iso(started)
+        ),
+        "{sent:?}"
+    );
+    let (_, book) = h.ledger.alert_book("llm").await.unwrap().unwrap();
+    assert_eq!(book, "[]", "the resolution written");
+}
+
+/// An alert book in the ledger this version cannot read is logged and left: its alerts fire
+/// afresh, as with none, and the new owner writes its own.
+#[tokio::test]
+async fn an_alert_book_that_does_not_read_back_is_ignored() {
+    let text = format!(
+        "{}\n[alerts]\nwatchdog = false\n",
+        CONFIG.replace("min_replicas = 0", "min_replicas = 1")
+    );
+    let h = harness(&text).await;
+    h.ledger
+        .record_alert_book("llm", h.clock.now(), "[{\"alert\": 4")
+        .await
+        .unwrap();
+    h.clock.advance(Duration::from_secs(5));
+    let next = h.restarted();
+    next.tick().await.unwrap();
+    let active = next.active_alerts();
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0].starts_at, h.clock.now(), "fired afresh");
+    let (_, body) = h.ledger.alert_book("llm").await.unwrap().unwrap();
+    assert!(body.contains("PoolSignalsMissing"), "{body}");
 }

@@ -589,6 +589,19 @@ pub trait Ledger: Send + Sync + Debug {
         pool: &PoolName,
     ) -> Result<Option<(Timestamp, String)>, LedgerError>;
 
+    /// Records the alerts firing in `scope` (a pool's name, or "" for deployment-wide alerts;
+    /// `body`, their JSON) as of `at`; an instant already recorded for the scope keeps its first
+    /// body (a retried write).
+    async fn record_alert_book(
+        &self,
+        scope: &str,
+        at: Timestamp,
+        body: &str,
+    ) -> Result<(), LedgerError>;
+
+    /// `scope`'s latest recorded alert book with its instant, if any.
+    async fn alert_book(&self, scope: &str) -> Result<Option<(Timestamp, String)>, LedgerError>;
+
     /// Records a scheduled window declared through the API (`spec` is its JSON); an `id`
     /// already recorded keeps its first window (a retried request).
     async fn add_schedule_window(

@@ -135,6 +135,49 @@ where
         sqlx::query(AssertSqlSafe(render::<D>(template)))
     }
 
+    /// Adds a `(key, at, body)` row to `table` (a state kept as JSON, the latest row per key
+    /// standing); an instant already recorded for the key keeps its first body (a retried
+    /// write).
+    async fn record_body(
+        &self,
+        table: &str,
+        key_column: &str,
+        key: &str,
+        at: Timestamp,
+        body: &str,
+    ) -> Result<(), LedgerError> {
+        Self::query(&format!(
+            "INSERT INTO {table} ({key_column}, {{at}}, body) VALUES (?, ?, ?)
+             ON CONFLICT DO NOTHING"
+        ))
+        .bind(key)
+        .bind(D::time(at))
+        .bind(body)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// `key`'s latest row in `table` (see [`Self::record_body`]) with its instant, if any.
+    async fn latest_body(
+        &self,
+        table: &str,
+        key_column: &str,
+        key: &str,
+    ) -> Result<Option<(Timestamp, String)>, LedgerError> {
+        let row = Self::query(&format!(
+            "SELECT {{at}}, body FROM {table} WHERE {key_column} = ? ORDER BY {{at}} DESC LIMIT 1"
+        ))
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            let at: D::Time = row.try_get(format!("at{}", D::TIME_SUFFIX).as_str())?;
+            Ok((D::timestamp(at)?, row.try_get("body")?))
+        })
+        .transpose()
+    }
+
     /// Closes an outbox notification with `outcome`; the first outcome recorded stands.
     async fn close_alert(&self, seq: i64, outcome: &str, at: Timestamp) -> Result<(), LedgerError> {
         Self::query(
@@ -919,33 +962,30 @@ where
         at: Timestamp,
         body: &str,
     ) -> Result<(), LedgerError> {
-        Self::query(
-            "INSERT INTO controller_memory (pool, {at}, body) VALUES (?, ?, ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(pool.as_str())
-        .bind(D::time(at))
-        .bind(body)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.record_body("controller_memory", "pool", pool.as_str(), at, body)
+            .await
     }
 
     async fn controller_memory(
         &self,
         pool: &PoolName,
     ) -> Result<Option<(Timestamp, String)>, LedgerError> {
-        let row = Self::query(
-            "SELECT {at}, body FROM controller_memory WHERE pool = ? ORDER BY {at} DESC LIMIT 1",
-        )
-        .bind(pool.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            let at: D::Time = row.try_get(format!("at{}", D::TIME_SUFFIX).as_str())?;
-            Ok((D::timestamp(at)?, row.try_get("body")?))
-        })
-        .transpose()
+        self.latest_body("controller_memory", "pool", pool.as_str())
+            .await
+    }
+
+    async fn record_alert_book(
+        &self,
+        scope: &str,
+        at: Timestamp,
+        body: &str,
+    ) -> Result<(), LedgerError> {
+        self.record_body("alert_book", "scope", scope, at, body)
+            .await
+    }
+
+    async fn alert_book(&self, scope: &str) -> Result<Option<(Timestamp, String)>, LedgerError> {
+        self.latest_body("alert_book", "scope", scope).await
     }
 
     async fn add_schedule_window(

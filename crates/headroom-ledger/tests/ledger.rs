@@ -654,6 +654,39 @@ async fn controller_memory_round_trip(ledger: &dyn Ledger) {
     );
 }
 
+/// A scope's alert book reads back as its latest row (an empty list once all resolved); an
+/// instant written twice keeps its first body; the deployment-wide scope ("") and a pool's stay
+/// apart; a scope never written has none.
+async fn alert_book_round_trip(ledger: &dyn Ledger) {
+    assert_eq!(ledger.alert_book("llama").await.unwrap(), None);
+    let at = t("2026-11-30T09:00:00.250Z");
+    let later = at + chrono::Duration::milliseconds(1001);
+    let firing = r#"[{"alert": {"name": "PoolSignalsMissing"}}]"#;
+    ledger.record_alert_book("llama", at, firing).await.unwrap();
+    ledger
+        .record_alert_book("llama", later, "[]")
+        .await
+        .unwrap();
+    ledger
+        .record_alert_book("llama", later, firing)
+        .await
+        .unwrap();
+    ledger
+        .record_alert_book("", later + chrono::Duration::seconds(5), firing)
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.alert_book("llama").await.unwrap(),
+        Some((later, "[]".to_string())),
+        "the latest row, and the first body written at its instant"
+    );
+    assert_eq!(
+        ledger.alert_book("").await.unwrap(),
+        Some((later + chrono::Duration::seconds(5), firing.to_string()))
+    );
+    assert_eq!(ledger.alert_book("other").await.unwrap(), None);
+}
+
 /// Windows declared through the API read back until cancelled; a retried add keeps the first;
 /// a cancellation names the window's own pool.
 async fn schedule_windows_round_trip(ledger: &dyn Ledger) {
@@ -1432,6 +1465,12 @@ macro_rules! behaviour_suite {
             async fn controller_memory() {
                 let (_guard, ledger) = $open.await;
                 controller_memory_round_trip(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn alert_book() {
+                let (_guard, ledger) = $open.await;
+                alert_book_round_trip(ledger.as_ref()).await;
             }
 
             #[tokio::test]

@@ -120,6 +120,34 @@ pub struct Alert {
     pub summary: String,
 }
 
+/// An [`Alert`] as the ledger's alert book holds it, its severity one the rules give.
+#[derive(Deserialize)]
+struct StoredAlert {
+    name: String,
+    severity: String,
+    labels: BTreeMap<String, String>,
+    summary: String,
+}
+
+// By hand: a derive would ask for `'de: 'static` because of the `&'static str`.
+impl<'de> Deserialize<'de> for Alert {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Alert, D::Error> {
+        let stored = StoredAlert::deserialize(d)?;
+        let severity = ["critical", "warning", "info", "none"]
+            .into_iter()
+            .find(|s| *s == stored.severity)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!("unknown severity {:?}", stored.severity))
+            })?;
+        Ok(Alert {
+            name: stored.name,
+            severity,
+            labels: stored.labels,
+            summary: stored.summary,
+        })
+    }
+}
+
 impl Alert {
     pub fn new(
         name: &str,
@@ -197,7 +225,7 @@ impl Notification {
 
 /// An alert that is firing.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActiveAlert {
     pub alert: Alert,
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
@@ -218,6 +246,26 @@ pub struct AlertBook {
 impl AlertBook {
     pub fn active(&self) -> Vec<ActiveAlert> {
         self.active.values().cloned().collect()
+    }
+
+    /// The alerts firing within `scope`.
+    pub fn active_in(&self, scope: impl Fn(&Alert) -> bool) -> Vec<ActiveAlert> {
+        self.active
+            .values()
+            .filter(|a| scope(&a.alert))
+            .cloned()
+            .collect()
+    }
+
+    /// Replaces the alerts within `scope` with `alerts` (read back from the ledger when this
+    /// process takes their pool), without notifying: they keep their `starts_at`, and repeats
+    /// and keep-alive resends follow their stored times; one that no longer holds resolves at
+    /// the next `update` like any other.
+    pub fn restore(&mut self, scope: impl Fn(&Alert) -> bool, alerts: Vec<ActiveAlert>) {
+        self.active.retain(|_, a| !scope(&a.alert));
+        for active in alerts.into_iter().filter(|a| scope(&a.alert)) {
+            self.active.insert(active.alert.key(), active);
+        }
     }
 
     /// Folds in the conditions that hold at `now` (within `scope`, the keys this process

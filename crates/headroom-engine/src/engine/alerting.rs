@@ -10,7 +10,9 @@ use crate::config::OrphanPolicy;
 /// What the alert phase remembers between ticks.
 #[derive(Debug, Default)]
 pub(super) struct AlertMemory {
-    book: AlertBook,
+    pub book: AlertBook,
+    /// What this process last wrote to the ledger (or read back) of each scope's alerts.
+    pub written: HashMap<String, super::alert_book::Written>,
     /// Reservations with no node on them, since when.
     reservation_idle_since: HashMap<OfferingId, Timestamp>,
     /// Clouds whose inventory the latest tick could not read, since when (a read clears it).
@@ -84,6 +86,15 @@ impl Engine {
             settings.repeat_interval,
             settings.resend_interval,
         );
+        let scopes: Vec<&str> = self
+            .config
+            .pools
+            .iter()
+            .filter(|p| owned.contains(&p.name))
+            .map(|p| p.name.as_str())
+            .chain(owns_first.then_some(""))
+            .collect();
+        self.persist_alert_book(&scopes, now).await?;
         // A keep-alive is worth sending only promptly: none is queued behind undelivered
         // notifications (the webhook is down or slow), so keep-alives never push a firing or a
         // resolve out of the bounded outbox.

@@ -42,6 +42,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::metrics::Metrics;
 
+mod alert_book;
 mod alerting;
 mod cluster_steps;
 mod controller_memory;

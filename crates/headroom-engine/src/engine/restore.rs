@@ -1,9 +1,10 @@
 //! What the engine remembers of a pool's recent past — launches in the current launch period,
-//! the cloud's recent refusals of its offerings, the demand history, the controller's memory and,
-//! with a cluster, the readiness rungs already stamped — rebuilt from the ledger when this
-//! process takes the pool (at start, or on taking over another replica's lease). Without it a
-//! restart would forget the per-period limit, send one more launch to every offering that just
-//! refused, stamp rungs a second time, and count the controller's windows and cooldowns afresh.
+//! the cloud's recent refusals of its offerings, the demand history, the controller's memory, the
+//! alerts firing and, with a cluster, the readiness rungs already stamped — rebuilt from the
+//! ledger when this process takes the pool (at start, or on taking over another replica's
+//! lease). Without it a restart would forget the per-period limit, send one more launch to every
+//! offering that just refused, stamp rungs a second time, count the controller's windows and
+//! cooldowns afresh, and send every firing alert again as new.
 
 use super::offerings::RECENT_REFUSALS;
 use super::*;
@@ -50,6 +51,15 @@ impl Engine {
             }
             self.restore_demand(pool, now).await?;
             self.restore_controller_memory(&pool.name).await?;
+            self.restore_alert_book(pool.name.as_str()).await?;
+            if self
+                .config
+                .pools
+                .first()
+                .is_some_and(|p| p.name == pool.name)
+            {
+                self.restore_alert_book("").await?;
+            }
             // What this process saw itself is never replaced, only what it cannot have seen.
             if !launches.is_empty() {
                 lock(&self.control)

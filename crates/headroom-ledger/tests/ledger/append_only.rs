@@ -8,7 +8,7 @@ use headroom_ledger::{ApiToken, RuntimeRole};
 /// Writes at least one row to every ledger table through the ledger's own API, as `serve` does:
 /// a request and its cancellation, a held launch, a refusal, a budget, an alert queued and
 /// delivered, a token and its revocation, a decision, demand minutes, a scheduled window and
-/// its cancellation, a controller memory.
+/// its cancellation, a controller memory, an alert book.
 async fn fill_every_table(ledger: &dyn Ledger) {
     let (req, _) = ledger
         .record_capacity_request(&new_request(Some("fill"), 1))
@@ -109,6 +109,7 @@ async fn fill_every_table(ledger: &dyn Ledger) {
         .record_controller_memory(&llama, at, r#"{"target": 1}"#)
         .await
         .unwrap();
+    ledger.record_alert_book("llama", at, "[]").await.unwrap();
     let leases = ledger
         .pool_leases(&["llama".parse().unwrap()])
         .await
