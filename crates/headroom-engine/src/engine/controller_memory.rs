@@ -2,9 +2,9 @@
 //! and arrivals) kept in the ledger (`controller_memory`), so a process that takes a pool, after
 //! a restart or a lease move, decides as its last owner would have instead of starting afresh.
 //!
-//! The table is append-only like every ledger table, and a memory is about 16 KB of JSON for a
-//! 300 s stabilisation window at 1 s activations (its series hold an entry an activation), so it
-//! is not written every activation: a row when the memory's state changes (a window counted, a
+//! The table is append-only like every ledger table, and a memory's series hold an entry an
+//! activation within the stabilisation window (a 300 s window at 1 s activations: up to 64 KB of
+//! JSON, which the core's round-trip test checks), so it is not written every activation: a row when the memory's state changes (a window counted, a
 //! cooldown begun, a stabilisation started or ended, a rise, a new target), and otherwise at most
 //! every [`REFRESH`] while its series change; a memory that does not change at all (a pool
 //! holding for its signal) is not written again. The state a new owner reads back is exact; its
