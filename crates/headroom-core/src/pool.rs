@@ -93,6 +93,11 @@ pub struct ScalingPolicy {
     pub direction_cooldown: Duration,
     /// Replicas kept whatever the signal says, for bursts shorter than the cold start.
     pub min_capacity: u32,
+    /// Ready replicas kept above what the rules want while they want any: spare capacity that
+    /// serves the first of a rise at once while more comes up the ladder, as an overprovisioning
+    /// buffer of pause pods does under Karpenter. Not demand: neither the warm pool, the
+    /// forecast nor shedding counts it.
+    pub buffer_replicas: u32,
     /// GPU utilisation at or above this is "high" in the three-way classification.
     pub utilization_high: f64,
     /// A signal older than this is missing: the pool holds instead of scaling.
@@ -135,6 +140,7 @@ impl Default for ScalingPolicy {
             scale_down_period: Duration::ZERO,
             direction_cooldown: Duration::from_secs(60),
             min_capacity: 0,
+            buffer_replicas: 0,
             utilization_high: 0.7,
             signal_max_age: Duration::from_secs(30),
             shadow: false,

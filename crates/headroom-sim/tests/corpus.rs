@@ -29,9 +29,20 @@ proptest! {
         prop_assert!((2..=8).contains(&main.min_replicas));
         prop_assert!(main.max_replicas >= main.min_replicas + 2 && main.max_replicas <= 48);
         prop_assert!(main.warm_pool_size <= 4);
+        // The careful team's buffer, a quarter of the floor, is the baselines' pause pods and
+        // Headroom's buffer on every pool alike (within a small pool's bounds).
+        prop_assert_eq!(sc.hpa.overprovision, main.min_replicas.div_ceil(4));
+        for pool in &sc.pools {
+            prop_assert_eq!(pool.spec.scaling.buffer_replicas, sc.hpa.overprovision.min(pool.spec.max_replicas));
+        }
         prop_assert!(sc.faults.windows(2).all(|w| w[0].at_s <= w[1].at_s));
         prop_assert!(sc.faults.iter().all(|f| f.at_s < sc.duration_s + 600.0));
         prop_assert_eq!(sc.config.budgets.len(), usize::from(p.budget.is_some()));
+        // Under a budget, holds run for the shortest horizon the configuration accepts.
+        if p.budget.is_some() {
+            let shortest = std::time::Duration::from_secs(u64::from(2 * p.cold_start_s).max(244));
+            prop_assert_eq!(sc.config.engine.hold_horizon, shortest);
+        }
         prop_assert!(p.bursts.len() <= 3);
         for s in &sc.streams {
             prop_assert!((0..sc.duration_s as u32).step_by(5).all(|t| s.rate.rate_at(f64::from(t)) >= 0.0));

@@ -13,6 +13,9 @@
 //!   projected one cold start ahead — demand growing slower than a breach window notices but
 //!   faster than a cold start can follow.
 //!
+//! The pool's `buffer_replicas` ride on the winner: spare ready replicas above demand (not on
+//! an idle pool), which serve a rise at once while more climb the ladder.
+//!
 //! Around them: scale up only after consecutive breaching windows and within a per-period
 //! limit; scale in after a stabilisation below a fraction of the thresholds — the ski-rental
 //! break-even of getting a replica back, or the whole window when the pool's own rises recur
@@ -412,7 +415,8 @@ pub enum Classification {
 pub struct Decision {
     /// Desired replicas (ready plus on the way), within the pool's bounds.
     pub target: u32,
-    /// What the rules asked for before limits and the max-replicas clamp.
+    /// What the rules asked for before limits and the max-replicas clamp; the target may be
+    /// above it by the pool's `buffer_replicas`.
     pub unclamped: u32,
     pub rule: Rule,
     /// One sentence: the numbers behind the rule that won.
@@ -623,7 +627,7 @@ struct Winner {
     rule: Rule,
     /// What the rules asked for before limits and the max-replicas clamp.
     unclamped: u32,
-    /// The rules' answer within the pool's bounds.
+    /// The rules' answer plus the buffer, within the pool's bounds.
     wanted: u32,
     /// Set when the rules asked for more than `max_replicas`.
     max_limited: Option<Limit>,
@@ -1013,10 +1017,21 @@ impl Winner {
             })
             .unwrap_or((Rule::Floor, step.floor, String::new()));
         let max_replicas = step.pool.max_replicas;
+        // The buffer rides on demand, never on an idle pool: one at zero stays at zero.
+        let buffer = if raw > 0 {
+            step.policy.buffer_replicas
+        } else {
+            0
+        };
+        let why = if buffer > 0 {
+            format!("{why}, plus a buffer of {buffer}")
+        } else {
+            why
+        };
         Winner {
             rule,
             unclamped: raw,
-            wanted: raw.clamp(step.floor, max_replicas),
+            wanted: raw.saturating_add(buffer).clamp(step.floor, max_replicas),
             max_limited: (raw > max_replicas).then_some(Limit::MaxReplicas),
             why,
             classification,

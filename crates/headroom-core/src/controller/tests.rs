@@ -203,6 +203,78 @@ fn scale_up_waits_for_two_breaching_windows() {
     assert_eq!((second.target, second.rule), (21, Rule::BacklogDrain));
 }
 
+/// A buffer is spare ready capacity above what the rules want, as pause pods are under
+/// Karpenter: a pool at its floor runs the floor plus the buffer, a pool in a rise the rise plus
+/// the buffer (within `max_replicas`), and scale-in keeps it. It is not demand: the rules'
+/// proposals, which size the warm pool and shedding, do not include it. An idle pool without a
+/// floor stays at zero.
+#[test]
+fn a_buffer_keeps_spare_replicas_ready_above_demand_but_not_on_an_idle_pool() {
+    let policy = ScalingPolicy {
+        replica_throughput_rps: 10.0,
+        buffer_replicas: 2,
+        ..quick(base())
+    };
+    let p = pool(8, 16, policy);
+    let calm = |t| Signals::queue(0, 40.0, t);
+    let at_floor = decide(&p, Some(&calm(t0())), ready(8), memory(8), t0());
+    assert_eq!(at_floor.target, 10, "{}", at_floor.reason);
+    assert!(
+        at_floor.reason.contains("plus a buffer of 2"),
+        "{}",
+        at_floor.reason
+    );
+    assert_eq!(at_floor.unclamped, 8, "the rules asked for the floor");
+    let demand = at_floor.proposals.iter().map(|p| p.replicas).max();
+    assert_eq!(demand, Some(8), "proposals are demand, without the buffer");
+    // A rise to 120 req/s wants 12: the pool runs 14.
+    let rise = decide(
+        &p,
+        Some(&Signals::queue(0, 120.0, secs(10))),
+        ready(10),
+        at_floor.memory,
+        secs(10),
+    );
+    assert_eq!(rise.target, 14, "{}", rise.reason);
+    // A rise past the pool's bounds: the buffer is clamped, the rules are not limited by it.
+    let big = decide(
+        &p,
+        Some(&Signals::queue(0, 150.0, secs(20))),
+        ready(14),
+        rise.memory,
+        secs(20),
+    );
+    assert_eq!((big.target, big.limited), (16, None), "{}", big.reason);
+    // Back to calm: scale-in stops at the floor plus the buffer, never below.
+    let (mut remembered, mut target) = (big.memory, big.target);
+    for t in (30..=1800).step_by(10) {
+        let d = decide(&p, Some(&calm(secs(t))), ready(target), remembered, secs(t));
+        (remembered, target) = (d.memory, d.target);
+    }
+    assert_eq!(target, 10);
+    // Without a floor and without demand, no buffer: the pool scales to zero.
+    let to_zero = pool(0, 16, policy);
+    let idle = decide(
+        &to_zero,
+        Some(&Signals::queue(0, 0.0, t0())),
+        ready(0),
+        memory(0),
+        t0(),
+    );
+    assert_eq!(idle.target, 0, "{}", idle.reason);
+    // Without a buffer the same pool runs its floor.
+    let plain = pool(
+        8,
+        16,
+        ScalingPolicy {
+            buffer_replicas: 0,
+            ..policy
+        },
+    );
+    let d = decide(&plain, Some(&calm(t0())), ready(8), memory(8), t0());
+    assert_eq!(d.target, 8, "{}", d.reason);
+}
+
 /// At zero replicas nothing serves while breach windows run or a scale-down cools down: the
 /// first request brings the first replica at once; the rest waits for the windows as usual.
 #[test]

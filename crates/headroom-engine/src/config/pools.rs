@@ -90,6 +90,16 @@ pub(super) fn pools(raw: Vec<RawPool>, known: &Known, p: &mut Problems) -> Pools
                 "raise warm_pool_max to at least warm_pool_size, or remove it",
             );
         }
+        if scaling.buffer_replicas > raw.max_replicas {
+            p.add(
+                &format!("{key}.scaling.buffer_replicas"),
+                format!(
+                    "{} is above max_replicas {}",
+                    scaling.buffer_replicas, raw.max_replicas
+                ),
+                "keep a buffer smaller than the pool, e.g. a quarter of min_replicas",
+            );
+        }
         let ladder = p.ladder(&format!("{key}.ladder"), &raw.ladder);
         let supply = supply::supply(&format!("{key}.supply"), &raw.supply, &raw.name, p);
         pools.specs.push(PoolSpec {

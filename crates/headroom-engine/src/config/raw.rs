@@ -228,6 +228,7 @@ pub(super) struct RawScaling {
     pub(super) scale_down_period: Option<String>,
     pub(super) direction_cooldown: Option<String>,
     pub(super) min_capacity: Option<u32>,
+    pub(super) buffer_replicas: Option<u32>,
     pub(super) utilization_high: Option<f64>,
     pub(super) signal_max_age: Option<String>,
     pub(super) age_classes: Option<Vec<String>>,

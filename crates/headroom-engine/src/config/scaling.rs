@@ -69,6 +69,7 @@ pub(super) fn scaling(key: &str, s: &RawScaling, p: &mut Problems) -> ScalingPol
             Within::secs(0, HOUR, "60s"),
         ),
         min_capacity: s.min_capacity.unwrap_or(d.min_capacity),
+        buffer_replicas: s.buffer_replicas.unwrap_or(d.buffer_replicas),
         utilization_high: s.utilization_high.unwrap_or(d.utilization_high),
         signal_max_age: duration(
             "signal_max_age",

@@ -664,3 +664,24 @@ fn a_parked_node_pays_its_volumes_priced_from_their_size_or_as_set() {
         assert!(e[0].contains(key), "{line}: {}", e[0]);
     }
 }
+
+#[test]
+fn a_buffer_is_read_and_never_larger_than_the_pool() {
+    let with = |line: &str| {
+        EXAMPLE.replacen(
+            "[pools.scaling]\n",
+            &format!("[pools.scaling]\n{line}\n"),
+            1,
+        )
+    };
+    let config = Config::parse(&with("buffer_replicas = 2"), "t.toml").unwrap();
+    assert_eq!(config.pools[0].scaling.buffer_replicas, 2);
+    assert_eq!(
+        config.pools[1].scaling.buffer_replicas, 0,
+        "none unless set"
+    );
+    let e = errors(&with("buffer_replicas = 25"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("`pools[0].scaling.buffer_replicas`"), "{e:?}");
+    assert!(e[0].contains("above max_replicas 24"), "{e:?}");
+}
