@@ -1736,6 +1736,78 @@ async fn postgres_a_statement_stuck_on_a_lock_is_cancelled_at_the_statement_time
     assert_eq!(ledger.node_events().await.unwrap().len(), 1);
 }
 
+/// A node parked at $0.50/h, as a process writes it before a restart.
+fn parked_at_half_a_dollar() -> NodeEvent {
+    let mut parked = event(
+        "p1",
+        NodeState::Warm,
+        "2026-11-30T10:00:00Z",
+        None,
+        "released",
+    );
+    parked.parked_usd_per_hour = "0.5".parse().unwrap();
+    parked.hold = "1".parse().unwrap();
+    parked
+}
+
+/// A restarted process reads back the parked price its predecessor wrote: the SQLite file
+/// reopened.
+#[tokio::test]
+async fn sqlite_a_parked_price_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let written = parked_at_half_a_dollar();
+    {
+        let ledger = SqliteLedger::open_path(&path).await.unwrap();
+        ledger.append_node_event(&written).await.unwrap();
+    }
+    let reopened = SqliteLedger::open_path(&path).await.unwrap();
+    assert_eq!(reopened.node_events().await.unwrap(), [written]);
+}
+
+/// A row written as a build before the parked price wrote it (its column list without
+/// `parked_price_micros`) reads back 0, and a node parked on it costs nothing parked.
+#[tokio::test]
+async fn sqlite_a_row_without_a_parked_price_reads_back_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let ledger = SqliteLedger::open_path(&path).await.unwrap();
+    let raw = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
+            instance_type, market, request_id, destination, state, instance_id, client_token,
+            price_micros, gpus, hold_micros, reason, at_ms, event_key)
+         VALUES ('old', 'llama', 'ml', 'use1-g5', 'sim', 'us-east-1', 'use1-az1', 'g5.xlarge',
+            'on-demand', NULL, 'serve', 'warm', 'i-old', 'tok-old', 1006000, 1, 0, 'released',
+            1796029200000, 'old/warm/released/0')",
+    )
+    .execute(&raw)
+    .await
+    .unwrap();
+    let events = ledger.node_events().await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].parked_usd_per_hour, Money::ZERO);
+    assert_eq!(
+        headroom_ledger::derive::spend(&events, None, None, t("2026-11-30T19:00:00Z")),
+        Money::ZERO
+    );
+}
+
+/// The same on PostgreSQL: a new connection of a new process.
+#[tokio::test]
+async fn postgres_a_parked_price_survives_reconnecting() {
+    let db_url = headroom_testkit::fresh_postgres_database("headroom_test").await;
+    let written = parked_at_half_a_dollar();
+    {
+        let ledger = PostgresLedger::connect(&db_url).await.unwrap();
+        ledger.append_node_event(&written).await.unwrap();
+    }
+    let reconnected = PostgresLedger::connect(&db_url).await.unwrap();
+    assert_eq!(reconnected.node_events().await.unwrap(), [written]);
+}
+
 #[tokio::test]
 async fn postgres_ledger_is_append_only() {
     let (db_url, ledger) = postgres_ledger().await;
