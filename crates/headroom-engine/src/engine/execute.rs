@@ -404,7 +404,13 @@ impl Engine {
         if let Some(pool) = self.config.pool(&last.pool) {
             let detail = park_refused_detail(last, hold, &standing);
             tracing::warn!(pool = %pool.name, node = %last.node, %detail, "park hold refused");
-            self.record_budget_refusal(input, pool, last, detail)
+            // The node was leaving its request (if it had one) to park: the refusal is the
+            // parked node's, and closes no request.
+            let detached = NodeEvent {
+                request: None,
+                ..last.clone()
+            };
+            self.record_budget_refusal(input, pool, &detached, detail)
                 .await?;
         }
         self.terminate_node(input, last, "budget").await
