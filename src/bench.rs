@@ -425,6 +425,7 @@ async fn admit_timed(
         state: NodeState::Requested,
         instance: None,
         price_usd_per_hour: Money::from_micros(1_000_000),
+        parked_usd_per_hour: Money::ZERO,
         gpus: 1,
         hold: Money::from_micros(1_000_000),
         reason: Some(headroom_ledger::LAUNCH.to_string()),

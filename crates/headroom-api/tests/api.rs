@@ -1009,12 +1009,15 @@ async fn budget_reports_count_a_configured_reservation_s_idle_hours_as_spend() {
     let money = |v: &Value| v.as_str().unwrap().parse::<headroom_core::Money>().unwrap();
     let idle = money(&totals["reserved_idle"]);
     assert!(idle > headroom_core::Money::ZERO, "{totals}");
-    let parts =
-        money(&totals["on_demand"]) + money(&totals["spot"]) + money(&totals["reserved"]) + idle;
+    let parts = money(&totals["on_demand"])
+        + money(&totals["spot"])
+        + money(&totals["reserved"])
+        + idle
+        + money(&totals["parked"]);
     assert_eq!(
         money(&totals["spend"]),
         parts,
-        "spend is every market plus idle"
+        "spend is every market plus idle plus parked volumes"
     );
 
     let focus = get(format!("/v1/reports/budget?{range}&format=focus")).await;

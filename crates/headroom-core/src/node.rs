@@ -107,8 +107,10 @@ impl NodeState {
         )
     }
 
-    /// Compute is billed in this state. Stopped warm nodes are not (their disks are, and are
-    /// not modelled yet); running ones (standby) are.
+    /// Compute is billed in this state: what GPU-hours, reservation use and running nodes' hold
+    /// renewals count. A node parked warm and stopped ([`NodeState::Warm`]) pays for its volumes
+    /// only, at its offering's parked price (`Offering::warm_usd_per_hour`; see
+    /// [`crate::cost::accrued`]); a running one (standby) pays for its compute.
     pub fn is_billable(self) -> bool {
         matches!(
             self,

@@ -77,8 +77,8 @@ impl Batched for EventWrite {
     }
 }
 
-/// How many bytes `e`'s twenty values take in an insert's Bind message: its texts, its key
-/// (node, state, reason and a millisecond time), four numbers, and each value's overhead.
+/// How many bytes `e`'s twenty-one values take in an insert's Bind message: its texts, its key
+/// (node, state, reason and a millisecond time), five numbers, and each value's overhead.
 fn event_bytes(e: &NodeEvent) -> usize {
     let text = [
         e.node.0.as_str(),
@@ -102,7 +102,7 @@ fn event_bytes(e: &NodeEvent) -> usize {
     .sum::<usize>();
     let key =
         e.node.0.len() + e.state.as_str().len() + e.reason.as_deref().map_or(0, str::len) + 16;
-    text + key + 3 * 8 + 4 + 20 * BYTES_PER_VALUE
+    text + key + 4 * 8 + 4 + 21 * BYTES_PER_VALUE
 }
 
 #[async_trait]
@@ -303,11 +303,9 @@ where
                 decisions.push(Decision::Admitted(None));
                 continue;
             };
-            let increment = if event.is_hold_renewal() {
+            let increment = {
                 let history: Vec<NodeEvent> = history.iter().map(|(_, e)| e.clone()).collect();
                 admitted_increment(&history, event)
-            } else {
-                event.hold
             };
             if !standing.admits(increment) {
                 decisions.push(Decision::OverBudget(standing));

@@ -2,12 +2,15 @@
 //! its open nodes, so that an admission's cost does not grow with the ledger. Pure, like
 //! [`crate::derive`], and exactly equal to it (the SQL side asserts so in debug builds).
 //!
-//! A node's history splits into *runs*: each begins with an activation (a launch intent, or a
-//! wake of a node parked warm) and lasts until the next. A run that ends parked warm or final
-//! (*settled*) costs nothing more; its spend within the period is added to the checkpoint's
-//! `settled` total once, at the first admission that sees it settled. Open runs are priced from
-//! their node's history at every read. Spend is per span and a run's boundary follows a span
-//! that is not billed, so the two add up to [`crate::derive::standing`] to the micro-dollar.
+//! A node's history splits into *runs*: a run begins with the first hold admitted for a node
+//! not open in the checkpoint and lasts until the node is final (*settled*: it costs nothing
+//! more); its spend within the period is added to the checkpoint's `settled` total once, at the
+//! first admission that sees it settled. A node parked warm pays for its volumes, so its run
+//! stays open while it is parked (a wake, a park or a renewal keeps the run it is in). Open runs
+//! are priced from their node's history at every read. Spend is per span and a run's boundary
+//! follows a span that costs nothing (a final state; in checkpoints written before parked nodes
+//! were billed, a park whose row carries no parked price, which bills nothing), so the two add
+//! up to [`crate::derive::standing`] to the micro-dollar.
 
 use std::collections::BTreeMap;
 
@@ -28,9 +31,10 @@ pub struct Checkpoint {
     pub open: Vec<(NodeId, i64)>,
 }
 
-/// Whether a run whose last event is in `state` costs nothing more: parked warm, or final.
+/// Whether a run whose last event is in `state` costs nothing more: only once final (a node
+/// parked warm still pays for its volumes).
 pub fn settles(state: NodeState) -> bool {
-    state.is_final() || state == NodeState::Warm
+    state.is_final()
 }
 
 /// `open` as stored: `node:seq` pairs separated by commas (node ids have neither).
@@ -171,5 +175,68 @@ mod tests {
         assert_eq!(decode_open(&encode_open(&open)), Some(open));
         assert_eq!(decode_open(""), Some(Vec::new()));
         assert_eq!(decode_open("n-1"), None);
+    }
+
+    /// A node parked warm pays for its volumes: its run stays open, and a checkpoint advanced
+    /// over it stands exactly where the whole history does.
+    #[test]
+    fn a_parked_node_s_run_stays_open_and_matches_the_history() {
+        let t = |s: &str| -> Timestamp { s.parse().unwrap() };
+        let money = |s: &str| -> Money { s.parse().unwrap() };
+        let launch = NodeEvent {
+            node: NodeId("p1".into()),
+            pool: "llama".parse().unwrap(),
+            account: "ml".parse().unwrap(),
+            offering: "o".parse().unwrap(),
+            provider: headroom_core::ProviderKind::Sim,
+            region: "r".into(),
+            zone: "z".into(),
+            instance_type: "t".into(),
+            market: headroom_core::Market::OnDemand,
+            request: None,
+            destination: crate::Destination::Serve,
+            state: NodeState::Requested,
+            instance: None,
+            client_token: "hr-p1".into(),
+            price_usd_per_hour: money("2"),
+            parked_usd_per_hour: money("0.5"),
+            gpus: 1,
+            hold: money("2"),
+            reason: Some(crate::LAUNCH.into()),
+            at: t("2026-11-30T09:00:00Z"),
+        };
+        let serving = launch.next(NodeState::Serving, "ready", t("2026-11-30T09:00:00Z"));
+        let mut parked = serving.next(NodeState::Warm, "released", t("2026-11-30T10:00:00Z"));
+        parked.hold = money("1");
+        let budget = Budget {
+            account: "ml".parse().unwrap(),
+            period: BudgetPeriod::Day,
+            ceiling: money("10"),
+            soft_threshold_percent: 80,
+            hard_action: headroom_core::HardAction::Refuse,
+        };
+        let events: Vec<(i64, NodeEvent)> = [launch, serving, parked]
+            .into_iter()
+            .zip(1..)
+            .map(|(e, s)| (s, e))
+            .collect();
+        let (seeded, checkpoint) = seed(&events, &budget, t("2026-11-30T10:30:00Z"));
+        assert_eq!(checkpoint.open, [(NodeId("p1".into()), 1)]);
+        assert_eq!((seeded.spent, seeded.held), (money("2.25"), money("0.75")));
+        let nodes: BTreeMap<NodeId, Vec<(i64, NodeEvent)>> =
+            [(NodeId("p1".into()), events.clone())].into();
+        let later = t("2026-11-30T12:00:00Z");
+        let (standing_then, next) = advance(&checkpoint, &budget, &nodes, later).unwrap();
+        let plain: Vec<NodeEvent> = events.into_iter().map(|(_, e)| e).collect();
+        assert_eq!(
+            standing_then,
+            crate::derive::standing(&plain, &budget, later)
+        );
+        // Two parked hours at $0.50 on the hour served at $2; $1 held at the park, all spent.
+        assert_eq!(
+            (standing_then.spent, standing_then.held),
+            (money("3"), Money::ZERO)
+        );
+        assert_eq!(next.open, checkpoint.open, "a parked node's run stays open");
     }
 }

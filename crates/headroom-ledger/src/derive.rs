@@ -24,6 +24,7 @@ fn spans(history: &[&NodeEvent]) -> Vec<StateSpan> {
             at: e.at,
             state: e.state,
             price_usd_per_hour: e.price_usd_per_hour,
+            parked_usd_per_hour: e.parked_usd_per_hour,
         })
         .collect()
 }
@@ -44,14 +45,18 @@ pub fn node_spend(history: &[&NodeEvent], until: Timestamp) -> Money {
     spend
 }
 
-/// Money still held for one node: the hold of its current activation less what that activation
-/// has cost so far. Released (zero) once the node is final or parked warm (stopped, not billed);
-/// a wake places a new hold.
+/// Money still held for one node: its latest hold (a launch's, a wake's, a park's, a renewal's)
+/// less what the node has cost since. Released (zero) once the node is final. A node parked warm
+/// pays for its volumes and keeps the hold its park placed (renewed like a running node's);
+/// one parked without a parked price (its events written before the ledger recorded one) costs
+/// nothing parked and holds nothing, as parked nodes did then.
 pub fn node_held(history: &[&NodeEvent], until: Timestamp) -> Money {
     let Some(last) = history.last() else {
         return Money::ZERO;
     };
-    if last.state.is_final() || last.state == headroom_core::NodeState::Warm {
+    let unpriced_park =
+        last.state == headroom_core::NodeState::Warm && last.parked_usd_per_hour == Money::ZERO;
+    if last.state.is_final() || unpriced_park {
         return Money::ZERO;
     }
     let Some(start) = history.iter().rposition(|e| e.hold > Money::ZERO) else {

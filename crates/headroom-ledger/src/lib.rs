@@ -183,10 +183,18 @@ pub struct NodeEvent {
     pub instance: Option<String>,
     /// The idempotency token sent with the cloud call (AWS ClientToken, GCP requestId).
     pub client_token: String,
+    /// What the node's compute costs per hour: billed in the states that bill compute
+    /// ([`NodeState::is_billable`]).
     pub price_usd_per_hour: Money,
+    /// What the node costs per hour parked warm and stopped ([`NodeState::Warm`]): its volumes,
+    /// from its offering (`Offering::warm_usd_per_hour`). Events written before the ledger
+    /// recorded it read back zero: a node parked then was not billed for it when the event was
+    /// written, and stays so (its later events copy the zero; a new launch records the price).
+    pub parked_usd_per_hour: Money,
     /// Accelerators on the node, for GPU-hours.
     pub gpus: u32,
-    /// Money held against the budget when this activation began; zero on later events.
+    /// Money held against the budget from this event on, replacing what the node held before
+    /// (a launch, a wake, a park, a renewal); zero on events that keep the hold they follow.
     pub hold: Money,
     /// Why the node changed state (`launch`, `wake`, `ready`, `release`, a cloud error code, …).
     pub reason: Option<String>,
@@ -221,6 +229,7 @@ impl NodeEvent {
             state: NodeState::Requested,
             instance: None,
             price_usd_per_hour: offering.price_usd_per_hour,
+            parked_usd_per_hour: offering.warm_usd_per_hour,
             gpus: offering.gpus_per_node,
             hold,
             reason: Some(LAUNCH.to_string()),
@@ -240,6 +249,26 @@ impl NodeEvent {
         )
     }
 
+    /// What the node costs per hour in this event's state: compute while billable, volumes
+    /// while parked warm, nothing otherwise. A hold placed by this event is spent down at it.
+    pub fn hourly_rate(&self) -> Money {
+        headroom_core::cost::hourly_rate(
+            self.state,
+            self.price_usd_per_hour,
+            self.parked_usd_per_hour,
+        )
+    }
+
+    /// What a hold placed in this event's state is sized by: the parked price when parked warm,
+    /// else the compute price (a launch intent holds for the compute it is about to run).
+    pub fn hold_rate(&self) -> Money {
+        if self.state == NodeState::Warm {
+            self.parked_usd_per_hour
+        } else {
+            self.price_usd_per_hour
+        }
+    }
+
     /// Whether this event begins an activation: a launch intent or a wake.
     pub fn begins_activation(&self) -> bool {
         self.reason
@@ -247,8 +276,8 @@ impl NodeEvent {
             .is_some_and(|r| ACTIVATION_REASONS.contains(&r))
     }
 
-    /// A running node's hold renewed: the same state again, holding `hold` afresh from `at`.
-    /// What it still held is replaced, so the ledger admits only the difference.
+    /// A running or parked node's hold renewed: the same state again, holding `hold` afresh
+    /// from `at`. What it still held is replaced, so the ledger admits only the difference.
     pub fn hold_renewal(last: &NodeEvent, hold: Money, at: Timestamp) -> NodeEvent {
         NodeEvent {
             hold,
@@ -256,7 +285,8 @@ impl NodeEvent {
         }
     }
 
-    /// Whether this event renews a running node's hold (rather than beginning an activation).
+    /// Whether this event renews a running or parked node's hold (rather than beginning an
+    /// activation).
     pub fn is_hold_renewal(&self) -> bool {
         self.reason.as_deref() == Some(HOLD_RENEWAL)
     }
@@ -279,7 +309,7 @@ pub const LAUNCH: &str = "launch";
 /// The reason of the event that wakes a warm node toward serving.
 pub const WAKE: &str = "wake";
 
-/// The reason of the event that renews a running node's hold before it lapses.
+/// The reason of the event that renews a running or parked node's hold before it lapses.
 pub const HOLD_RENEWAL: &str = "hold_renewal";
 
 /// The reasons of the events that begin an activation toward serving or warm: a launch, a wake.
@@ -456,12 +486,13 @@ pub trait Ledger: Send + Sync + Debug {
     /// node's second terminal event (terminated or refused) is ignored.
     async fn append_node_event(&self, event: &NodeEvent) -> Result<(), LedgerError>;
 
-    /// Records an event that places a hold (a launch intent, a wake) only if the account's
-    /// budget in force can carry it: the check and the write are one transaction, serialised per
-    /// account, so concurrent launches can never overspend a ceiling. Accounts without a budget
-    /// are admitted. An event already recorded is `Placed` again without a second hold. A
-    /// renewal ([`NodeEvent::hold_renewal`]) replaces what its node still holds, so only the
-    /// difference is admitted.
+    /// Records an event that places a hold (a launch intent, a wake, a park, a renewal) only if
+    /// the account's budget in force can carry it: the check and the write are one transaction,
+    /// serialised per account, so concurrent launches can never overspend a ceiling. Accounts
+    /// without a budget are admitted. An event already recorded is `Placed` again without a
+    /// second hold. A hold replaces what its node still holds (a renewal's
+    /// [`NodeEvent::hold_renewal`], a park's, a parked node's wake), so only the difference is
+    /// admitted.
     async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError>;
 
     /// The latest event that placed a hold (a launch, a wake, a renewal) of each of `nodes`

@@ -75,6 +75,7 @@ where
             instance: row.try_get("instance_id")?,
             client_token: row.try_get("client_token")?,
             price_usd_per_hour: Money::from_micros(row.try_get("price_micros")?),
+            parked_usd_per_hour: Money::from_micros(row.try_get("parked_price_micros")?),
             gpus: Self::uint(row, "gpus")?,
             hold: Money::from_micros(row.try_get("hold_micros")?),
             reason: row.try_get("reason")?,

@@ -65,9 +65,6 @@ pub(crate) fn admitted_increment(
     account_events: &[NodeEvent],
     event: &NodeEvent,
 ) -> headroom_core::Money {
-    if !event.is_hold_renewal() {
-        return event.hold;
-    }
     let history: Vec<&NodeEvent> = account_events
         .iter()
         .filter(|e| e.node == event.node)
@@ -222,10 +219,10 @@ where
         format!(
             "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
                 instance_type, market, request_id, destination, state, instance_id, client_token,
-                price_micros, gpus, hold_micros, reason, {{at}}, event_key)
+                price_micros, parked_price_micros, gpus, hold_micros, reason, {{at}}, event_key)
              VALUES {}
              ON CONFLICT DO NOTHING",
-            dialect::rows(rows, 20)
+            dialect::rows(rows, 21)
         )
     }
 
@@ -252,6 +249,7 @@ where
                 .bind(e.instance.as_deref())
                 .bind(e.client_token.as_str())
                 .bind(e.price_usd_per_hour.micros())
+                .bind(e.parked_usd_per_hour.micros())
                 .bind(D::int(e.gpus))
                 .bind(e.hold.micros())
                 .bind(e.reason.as_deref())

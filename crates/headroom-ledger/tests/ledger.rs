@@ -61,6 +61,7 @@ fn event(
         instance: Some(format!("i-{node}")),
         client_token: format!("tok-{node}"),
         price_usd_per_hour: "1.006".parse().unwrap(),
+        parked_usd_per_hour: Money::ZERO,
         gpus: 1,
         hold: if reason == "launch" {
             "1.006".parse().unwrap()
@@ -1253,12 +1254,12 @@ async fn callers_that_give_up_leave_the_other_answers_true(ledger: Arc<dyn Ledge
 
 /// A renewal replaces what its node still holds: only the difference is admitted, the renewed
 /// node reads back as its latest hold, and the summary does not count it as new capacity.
-async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
-    let money = |s: &str| -> Money { s.parse().unwrap() };
+/// Account `ml`'s daily budget of `ceiling`, in force from 09:00.
+async fn ml_day_budget(ledger: &dyn Ledger, ceiling: &str) -> Budget {
     let budget = Budget {
         account: "ml".parse().unwrap(),
         period: BudgetPeriod::Day,
-        ceiling: money("3"),
+        ceiling: ceiling.parse().unwrap(),
         soft_threshold_percent: 80,
         hard_action: HardAction::Refuse,
     };
@@ -1266,16 +1267,28 @@ async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
         .put_budget(&budget, t("2026-11-30T09:00:00Z"))
         .await
         .unwrap();
-    // r1 holds $1 at $2/h and serves at once; r2 holds $1.5 and is not billed yet.
-    let mut r1 = event(
-        "r1",
+    budget
+}
+
+/// `node`'s launch intent at 09:00 at `price` an hour, holding `hold`.
+fn held_launch(node: &str, price: &str, hold: &str) -> NodeEvent {
+    let mut launch = event(
+        node,
         NodeState::Requested,
         "2026-11-30T09:00:00Z",
         None,
         "launch",
     );
-    r1.price_usd_per_hour = money("2");
-    r1.hold = money("1");
+    launch.price_usd_per_hour = price.parse().unwrap();
+    launch.hold = hold.parse().unwrap();
+    launch
+}
+
+async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
+    let money = |s: &str| -> Money { s.parse().unwrap() };
+    let budget = ml_day_budget(ledger.as_ref(), "3").await;
+    // r1 holds $1 at $2/h and serves at once; r2 holds $1.5 and is not billed yet.
+    let r1 = held_launch("r1", "2", "1");
     let mut r2 = r1.clone();
     r2.node = NodeId("r2".into());
     r2.hold = money("1.5");
@@ -1317,6 +1330,87 @@ async fn a_renewal_admits_only_what_it_adds(ledger: Arc<dyn Ledger>) {
     assert_eq!(
         summary.capacity_delivered, 1,
         "a renewal is not new capacity"
+    );
+}
+
+/// A node parked warm pays for its volumes at the parked price its events carry, read back from
+/// the database: its spend counts in the summary and the budget's standing, its park places a
+/// hold that replaces what its launch had left, a renewal while parked replaces that, and a
+/// park hold the budget cannot carry is refused.
+async fn a_parked_node_pays_and_holds_its_volumes(ledger: Arc<dyn Ledger>) {
+    let money = |s: &str| -> Money { s.parse().unwrap() };
+    let budget = ml_day_budget(ledger.as_ref(), "10").await;
+    // p1 costs $2/h running and $0.50/h parked; it holds $2 and serves from 09:00.
+    let mut launch = held_launch("p1", "2", "2");
+    launch.parked_usd_per_hour = money("0.5");
+    assert_eq!(
+        ledger.place_hold(&launch).await.unwrap(),
+        HoldOutcome::Placed
+    );
+    let serving = launch.next(NodeState::Serving, "ready", t("2026-11-30T09:00:00Z"));
+    ledger.append_node_event(&serving).await.unwrap();
+    // Parked at 10:00 (its launch hold spent) with $1 held for two hours of volumes.
+    let mut parked = serving.next(NodeState::Warm, "released", t("2026-11-30T10:00:00Z"));
+    parked.hold = money("1");
+    assert_eq!(
+        ledger.place_hold(&parked).await.unwrap(),
+        HoldOutcome::Placed
+    );
+
+    let read = ledger.account_events(&budget.account).await.unwrap();
+    assert_eq!(read.len(), 3);
+    assert!(
+        read.iter().all(|e| e.parked_usd_per_hour == money("0.5")),
+        "the parked price reads back: {read:?}"
+    );
+    assert_eq!(read[2], parked);
+
+    // At 11:00: $2 serving and $0.50 parked spent; $0.50 of the park's hold left.
+    let at = t("2026-11-30T11:00:00Z");
+    let standing = ledger.budget_standing(&budget, at).await.unwrap();
+    assert_eq!(
+        (standing.spent, standing.held),
+        (money("2.5"), money("0.5"))
+    );
+    assert_eq!(ledger.summary(at).await.unwrap().spend, money("2.5"));
+
+    // Renewed while parked: $1 afresh replaces the $0.50 left, so it adds $0.50.
+    let renewal = NodeEvent::hold_renewal(&parked, money("1"), at);
+    assert_eq!(renewal.parked_usd_per_hour, money("0.5"));
+    assert_eq!(
+        ledger.place_hold(&renewal).await.unwrap(),
+        HoldOutcome::Placed
+    );
+    let standing = ledger.budget_standing(&budget, at).await.unwrap();
+    assert_eq!((standing.spent, standing.held), (money("2.5"), money("1")));
+
+    // p2 serves at $4/h with a $6 hold: $9.50 committed. At 11:30 it has spent $2 and holds $4;
+    // p1 has spent $0.25 more and holds $0.75: $9.50 still. Parking p2 with $5 held adds $1.
+    let mut p2 = launch.clone();
+    p2.node = NodeId("p2".into());
+    p2.client_token = "tok-p2".into();
+    p2.price_usd_per_hour = money("4");
+    p2.hold = money("6");
+    p2.at = at;
+    assert_eq!(ledger.place_hold(&p2).await.unwrap(), HoldOutcome::Placed);
+    let p2_serving = p2.next(NodeState::Serving, "ready", at);
+    ledger.append_node_event(&p2_serving).await.unwrap();
+    let mut p2_parked = p2_serving.next(NodeState::Warm, "released", t("2026-11-30T11:30:00Z"));
+    p2_parked.hold = money("5");
+    match ledger.place_hold(&p2_parked).await.unwrap() {
+        HoldOutcome::OverBudget(standing) => {
+            assert_eq!(
+                (standing.spent, standing.held),
+                (money("4.75"), money("4.75"))
+            );
+        }
+        HoldOutcome::Placed => panic!("a park hold over the ceiling was placed"),
+    }
+    // A $4.50 hold adds $0.50: it fits, to the cent.
+    p2_parked.hold = money("4.5");
+    assert_eq!(
+        ledger.place_hold(&p2_parked).await.unwrap(),
+        HoldOutcome::Placed
     );
 }
 
@@ -1552,6 +1646,12 @@ macro_rules! behaviour_suite {
             }
 
             #[tokio::test]
+            async fn parked_nodes() {
+                let (_guard, ledger) = $open.await;
+                a_parked_node_pays_and_holds_its_volumes(ledger).await;
+            }
+
+            #[tokio::test]
             async fn budget_versions() {
                 let (_guard, ledger) = $open.await;
                 budgets_are_versioned(ledger).await;
@@ -1634,6 +1734,78 @@ async fn postgres_a_statement_stuck_on_a_lock_is_cancelled_at_the_statement_time
     assert!(ledger.node_events().await.unwrap().is_empty());
     ledger.append_node_event(&stuck).await.unwrap();
     assert_eq!(ledger.node_events().await.unwrap().len(), 1);
+}
+
+/// A node parked at $0.50/h, as a process writes it before a restart.
+fn parked_at_half_a_dollar() -> NodeEvent {
+    let mut parked = event(
+        "p1",
+        NodeState::Warm,
+        "2026-11-30T10:00:00Z",
+        None,
+        "released",
+    );
+    parked.parked_usd_per_hour = "0.5".parse().unwrap();
+    parked.hold = "1".parse().unwrap();
+    parked
+}
+
+/// A restarted process reads back the parked price its predecessor wrote: the SQLite file
+/// reopened.
+#[tokio::test]
+async fn sqlite_a_parked_price_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let written = parked_at_half_a_dollar();
+    {
+        let ledger = SqliteLedger::open_path(&path).await.unwrap();
+        ledger.append_node_event(&written).await.unwrap();
+    }
+    let reopened = SqliteLedger::open_path(&path).await.unwrap();
+    assert_eq!(reopened.node_events().await.unwrap(), [written]);
+}
+
+/// A row written as a build before the parked price wrote it (its column list without
+/// `parked_price_micros`) reads back 0, and a node parked on it costs nothing parked.
+#[tokio::test]
+async fn sqlite_a_row_without_a_parked_price_reads_back_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let ledger = SqliteLedger::open_path(&path).await.unwrap();
+    let raw = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO node_events (node_id, pool, account, offering_id, provider, region, zone,
+            instance_type, market, request_id, destination, state, instance_id, client_token,
+            price_micros, gpus, hold_micros, reason, at_ms, event_key)
+         VALUES ('old', 'llama', 'ml', 'use1-g5', 'sim', 'us-east-1', 'use1-az1', 'g5.xlarge',
+            'on-demand', NULL, 'serve', 'warm', 'i-old', 'tok-old', 1006000, 1, 0, 'released',
+            1796029200000, 'old/warm/released/0')",
+    )
+    .execute(&raw)
+    .await
+    .unwrap();
+    let events = ledger.node_events().await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].parked_usd_per_hour, Money::ZERO);
+    assert_eq!(
+        headroom_ledger::derive::spend(&events, None, None, t("2026-11-30T19:00:00Z")),
+        Money::ZERO
+    );
+}
+
+/// The same on PostgreSQL: a new connection of a new process.
+#[tokio::test]
+async fn postgres_a_parked_price_survives_reconnecting() {
+    let db_url = headroom_testkit::fresh_postgres_database("headroom_test").await;
+    let written = parked_at_half_a_dollar();
+    {
+        let ledger = PostgresLedger::connect(&db_url).await.unwrap();
+        ledger.append_node_event(&written).await.unwrap();
+    }
+    let reconnected = PostgresLedger::connect(&db_url).await.unwrap();
+    assert_eq!(reconnected.node_events().await.unwrap(), [written]);
 }
 
 #[tokio::test]

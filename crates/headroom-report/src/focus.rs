@@ -1,11 +1,12 @@
-//! FinOps FOCUS 1.2 export: one row per billable span of one node, so finance can load
-//! Headroom's view beside the clouds' own bills. `BilledCost` and `EffectiveCost` keep the
+//! FinOps FOCUS 1.2 export: one row per span of one node that costs money (its compute in a
+//! billable state, or its volumes while it is parked warm and stopped: a row of its own, priced
+//! at the parked price), so finance can load Headroom's view beside the clouds' own bills. `BilledCost` and `EffectiveCost` keep the
 //! ledger's micro-dollar precision, so their sum over a range equals the ledger's spend for it
 //! exactly; `ListCost` and `ContractedCost` are exactly the unit price times `PricingQuantity`
 //! (see [`pricing`]).
 
 use chrono::{Datelike, TimeZone, Utc};
-use headroom_core::{Market, ProviderKind, Timestamp};
+use headroom_core::{Market, Money, NodeState, ProviderKind, Timestamp};
 use headroom_ledger::NodeEvent;
 
 use crate::reserved::{IdleStretch, ReservedCapacity, idle_stretches};
@@ -184,8 +185,10 @@ fn commitment(e: &NodeEvent, hours: &str) -> [String; 9] {
     }
 }
 
-/// FOCUS rows for every billable span in `[from, until)`, and for every stretch in which a
-/// reservation's nodes ran nothing (status `Unused`: paid, not consumed).
+/// FOCUS rows for every span in `[from, until)` that bills compute, every span a node spent
+/// parked warm at a parked price (its volumes: `Standard` pricing at the parked price, service
+/// category `Storage`, no commitment), and every stretch in which a reservation's nodes ran
+/// nothing (status `Unused`: paid, not consumed).
 pub fn to_focus_csv(
     events: &[NodeEvent],
     reservations: &[ReservedCapacity],
@@ -195,24 +198,33 @@ pub fn to_focus_csv(
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(COLUMNS)?;
     if until > from {
-        for span in spans(events, from, until)
-            .into_iter()
-            .filter(|s| s.event.state.is_billable())
-        {
+        for span in spans(events, from, until).into_iter().filter(|s| {
+            s.event.state.is_billable()
+                || (s.event.state == NodeState::Warm && s.event.parked_usd_per_hour > Money::ZERO)
+        }) {
             let e = span.event;
+            let parked = e.state == NodeState::Warm;
+            let unit_price = if parked {
+                e.parked_usd_per_hour
+            } else {
+                e.price_usd_per_hour
+            };
             let billed = span.cost();
             let cost = billed.to_string();
             let Pricing {
                 quantity: hours,
                 cost: list_cost,
             } = pricing(
-                e.price_usd_per_hour.micros(),
+                unit_price.micros(),
                 i128::from(span.millis()),
                 billed.micros(),
             );
             let (billing_start, billing_end) = month_of(span.start);
             let (provider, service) = provider_names(e.provider);
+            // A parked node's volumes are billed at their list price, whatever market its
+            // compute ran on.
             let pricing_category = match e.market {
+                _ if parked => "Standard",
                 Market::OnDemand => "Standard",
                 Market::Spot => "Dynamic",
                 Market::Reserved => "Committed",
@@ -223,7 +235,30 @@ pub fn to_focus_csv(
                 "headroom-offering": e.offering.as_str(),
             })
             .to_string();
-            let price = e.price_usd_per_hour.to_string();
+            let price = unit_price.to_string();
+            let (description, category, resource_type, sku, sku_price) = if parked {
+                (
+                    format!(
+                        "volumes of {} {} parked (stopped) in {} for pool {}",
+                        e.instance_type, e.market, e.zone, e.pool
+                    ),
+                    "Storage",
+                    "Volume",
+                    format!("{}-volumes", e.instance_type),
+                    format!("{}-parked@{price}", e.offering),
+                )
+            } else {
+                (
+                    format!(
+                        "{} {} in {} for pool {} ({})",
+                        e.instance_type, e.market, e.zone, e.pool, e.state
+                    ),
+                    "Compute",
+                    "Virtual Machine",
+                    e.instance_type.clone(),
+                    format!("{}@{price}", e.offering),
+                )
+            };
             let [
                 cd_id,
                 cd_name,
@@ -234,7 +269,11 @@ pub fn to_focus_csv(
                 cd_unit,
                 capacity_reservation_id,
                 capacity_reservation_status,
-            ] = commitment(e, &hours);
+            ] = if parked {
+                Default::default()
+            } else {
+                commitment(e, &hours)
+            };
             w.write_record([
                 cost.as_str(),
                 cost.as_str(),
@@ -249,10 +288,7 @@ pub fn to_focus_csv(
                 &iso(span.end),
                 "Usage",
                 "",
-                &format!(
-                    "{} {} in {} for pool {} ({})",
-                    e.instance_type, e.market, e.zone, e.pool, e.state
-                ),
+                &description,
                 pricing_category,
                 &hours,
                 "Hours",
@@ -264,17 +300,17 @@ pub fn to_focus_csv(
                 provider,
                 provider,
                 service,
-                "Compute",
+                category,
                 e.instance.as_deref().unwrap_or(&e.node.0),
                 &format!("{}/{}", e.pool, e.node.0),
-                "Virtual Machine",
+                resource_type,
                 &e.region,
                 &region_name(e.provider, &e.region),
                 &e.zone,
                 e.pool.as_str(),
                 e.pool.as_str(),
-                &e.instance_type,
-                &format!("{}@{price}", e.offering),
+                &sku,
+                &sku_price,
                 &cd_id,
                 &cd_name,
                 &cd_type,

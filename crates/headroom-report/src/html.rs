@@ -383,7 +383,7 @@ pub fn to_html_with(
     h.push_str("</table>");
 
     h.push_str(&format!("<h2>Spend by {}</h2>", report.group_by));
-    h.push_str("<table id=\"rows\"><tr><th>group</th><th>spend</th><th>on-demand</th><th>spot</th><th>reserved</th><th>reserved idle</th><th>warm idle premium</th><th>requested GPU-h</th><th>delivered GPU-h</th><th>fill</th><th>refusals</th></tr>");
+    h.push_str("<table id=\"rows\"><tr><th>group</th><th>spend</th><th>on-demand</th><th>spot</th><th>reserved</th><th>reserved idle</th><th>parked volumes</th><th>warm idle premium</th><th>requested GPU-h</th><th>delivered GPU-h</th><th>fill</th><th>refusals</th></tr>");
     for row in report.rows.iter().chain(std::iter::once(&report.totals)) {
         let refusals: Vec<String> = row
             .refusals_by_reason
@@ -392,7 +392,7 @@ pub fn to_html_with(
             .collect();
         let _ = write!(
             h,
-            r#"<tr data-group="{}"><td>{}</td><td class="spend" title="{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td class="reserved-idle" title="{:.2} idle node-hours of {:.2} reserved">{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr data-group="{}"><td>{}</td><td class="spend" title="{}">{}</td><td>{}</td><td>{}</td><td>{}</td><td class="reserved-idle" title="{:.2} idle node-hours of {:.2} reserved">{}</td><td class="parked">{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>"#,
             esc(&row.group),
             esc(&row.group),
             row.spend,
@@ -403,6 +403,7 @@ pub fn to_html_with(
             row.reserved_idle_node_hours,
             row.reserved_idle_node_hours + row.reserved_used_node_hours,
             usd(row.reserved_idle),
+            usd(row.parked),
             usd(row.warm_idle_premium),
             row.requested_gpu_hours,
             row.delivered_gpu_hours,

@@ -1,10 +1,10 @@
 //! Budget reports for finance, derived from the ledger's rows by pure functions.
 //!
 //! [`budget_report`] turns node events, refusals and budgets into a [`BudgetReport`]: spend by
-//! group and market, the warm-pool idle premium, requested versus delivered GPU-hours, refusals
+//! group and market, parked nodes' volumes, the warm-pool idle premium, requested versus delivered GPU-hours, refusals
 //! by reason, each budget's standing with a forecast, and a spend series for charts. Renderers
 //! write it as CSV ([`to_csv`]), FinOps FOCUS 1.2 CSV ([`focus::to_focus_csv`], one row per
-//! billable span, summing exactly to the ledger's spend) and a self-contained HTML page
+//! span that costs money, compute or parked volumes, summing exactly to the ledger's spend) and a self-contained HTML page
 //! ([`html::to_html`]).
 
 pub mod focus;
@@ -126,11 +126,17 @@ pub struct ReportRow {
     pub reserved: Money,
     /// What the reservations' unused nodes cost: paid whether a node ran or not.
     pub reserved_idle: Money,
+    /// What nodes parked warm and stopped cost: their volumes, at their offering's parked
+    /// price. Part of `spend` beside the markets' compute (`on_demand`, `spot`, `reserved`,
+    /// `reserved_idle`), which it adds up to.
+    pub parked: Money,
     /// Node-hours run on reservations.
     pub reserved_used_node_hours: f64,
     /// Node-hours of reservations that ran no node.
     pub reserved_idle_node_hours: f64,
-    /// Spend on nodes climbing the ladder to wait warm: the insurance premium of warm pools.
+    /// Spend on warm capacity while it serves nobody: nodes climbing the ladder to wait warm,
+    /// nodes waiting warm and running, and parked nodes' volumes (`parked`). The insurance
+    /// premium of warm pools.
     pub warm_idle_premium: Money,
     /// GPU-hours from each launch or wake toward serving until the node left service.
     pub requested_gpu_hours: f64,
@@ -150,6 +156,7 @@ impl ReportRow {
             spot: Money::ZERO,
             reserved: Money::ZERO,
             reserved_idle: Money::ZERO,
+            parked: Money::ZERO,
             reserved_used_node_hours: 0.0,
             reserved_idle_node_hours: 0.0,
             warm_idle_premium: Money::ZERO,
@@ -166,6 +173,7 @@ impl ReportRow {
         self.spot += other.spot;
         self.reserved += other.reserved;
         self.reserved_idle += other.reserved_idle;
+        self.parked += other.parked;
         self.reserved_used_node_hours += other.reserved_used_node_hours;
         self.reserved_idle_node_hours += other.reserved_idle_node_hours;
         self.warm_idle_premium += other.warm_idle_premium;
@@ -262,10 +270,10 @@ impl Span<'_> {
         (self.end - self.start).num_milliseconds().max(0)
     }
 
+    /// What the span cost: compute in a billable state, volumes parked warm, nothing otherwise
+    /// ([`NodeEvent::hourly_rate`]), as the ledger's spend counts it.
     pub fn cost(&self) -> Money {
-        self.event
-            .price_usd_per_hour
-            .per_hour_for_millis(self.millis())
+        self.event.hourly_rate().per_hour_for_millis(self.millis())
     }
 
     fn gpu_hours(&self) -> f64 {
@@ -312,6 +320,13 @@ pub fn budget_report(input: &ReportInput<'_>) -> Result<BudgetReport, ReportErro
         let row = rows
             .entry(group_key(e, input.group_by))
             .or_insert_with_key(|k| ReportRow::new(k.clone()));
+        if e.state == NodeState::Warm {
+            // Parked and stopped: its volumes (nothing for a row without a parked price).
+            let cost = span.cost();
+            row.spend += cost;
+            row.parked += cost;
+            row.warm_idle_premium += cost;
+        }
         if e.state.is_billable() {
             let cost = span.cost();
             row.spend += cost;
@@ -397,13 +412,13 @@ pub fn budget_report(input: &ReportInput<'_>) -> Result<BudgetReport, ReportErro
 fn budget_line(events: &[NodeEvent], budget: &Budget, now: Timestamp) -> BudgetLine {
     let s = standing(events, budget, now);
     let (period_start, period_end) = budget.period.bounds(now);
-    // The burn rate now: the hourly prices of this account's nodes billing at this instant.
+    // The burn rate now: what this account's nodes cost an hour at this instant (compute, or
+    // volumes for a parked node).
     let burn: Money = histories(events)
         .values()
         .filter(|h| h[0].account == budget.account)
         .filter_map(|h| h.iter().rev().find(|e| e.at <= now))
-        .filter(|e| e.state.is_billable())
-        .map(|e| e.price_usd_per_hour)
+        .map(|e| e.hourly_rate())
         .sum();
     let left_ms = (period_end - now).num_milliseconds().max(0);
     let committed = s.spent + s.held;
@@ -454,7 +469,7 @@ fn spend_series(
     for t in steps(from, until) {
         let cumulative: Money = all
             .iter()
-            .filter(|s| s.event.state.is_billable() && s.start < t)
+            .filter(|s| s.start < t)
             .map(|s| {
                 Span {
                     end: s.end.min(t),
@@ -495,6 +510,7 @@ pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
         "spot",
         "reserved",
         "reserved_idle",
+        "parked",
         "reserved_used_node_hours",
         "reserved_idle_node_hours",
         "warm_idle_premium",
@@ -521,6 +537,7 @@ pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
             row.spot.to_string(),
             row.reserved.to_string(),
             row.reserved_idle.to_string(),
+            row.parked.to_string(),
             format!("{:.4}", row.reserved_used_node_hours),
             format!("{:.4}", row.reserved_idle_node_hours),
             row.warm_idle_premium.to_string(),

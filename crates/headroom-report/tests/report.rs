@@ -38,6 +38,7 @@ fn event(
         instance: Some(format!("i-{node}")),
         client_token: format!("hr-{node}"),
         price_usd_per_hour: price.parse().unwrap(),
+        parked_usd_per_hour: Money::ZERO,
         gpus,
         hold: Money::ZERO,
         reason: None,
@@ -106,6 +107,20 @@ fn history() -> Vec<NodeEvent> {
             8,
         ),
     ]
+}
+
+/// [`history`] with node `b`'s volumes priced at $0.50/h: parked warm from 09:30, they cost
+/// $1.25 by 12:00.
+fn history_with_parked_volumes() -> Vec<NodeEvent> {
+    history()
+        .into_iter()
+        .map(|mut e| {
+            if e.node.0 == "b" {
+                e.parked_usd_per_hour = "0.5".parse().unwrap();
+            }
+            e
+        })
+        .collect()
 }
 
 /// One p4d node on the reservation `use1-p4d-reserved`, serving 09:00-09:40.
@@ -237,16 +252,21 @@ fn focus_rows_sum_to_the_ledger_spend_exactly() {
     );
 }
 
+/// Account `ml`'s daily budget of `ceiling`.
+fn ml_day_budget(ceiling: &str) -> Budget {
+    Budget {
+        account: "ml".parse().unwrap(),
+        period: BudgetPeriod::Day,
+        ceiling: ceiling.parse().unwrap(),
+        soft_threshold_percent: 80,
+        hard_action: HardAction::Refuse,
+    }
+}
+
 #[test]
 fn csv_and_html_carry_the_same_figures() {
     let events = history();
-    let budgets = [Budget {
-        account: "ml".parse().unwrap(),
-        period: BudgetPeriod::Day,
-        ceiling: "30".parse().unwrap(),
-        soft_threshold_percent: 80,
-        hard_action: HardAction::Refuse,
-    }];
+    let budgets = [ml_day_budget("30")];
     let report = budget_report(&input(&events, &[], &budgets, GroupBy::Account)).unwrap();
     let csv = to_csv(&report).unwrap();
     assert!(
@@ -268,13 +288,100 @@ fn csv_and_html_carry_the_same_figures() {
     assert_eq!(line.forecast, line.spent);
 }
 
-/// FOCUS 1.2's rules for the conditional columns, row by row, over on-demand, spot and
+/// A node parked an hour at $X/h adds $X to the account's spend: in the report's rows, its
+/// budget line and forecast, the CSV and FOCUS (a row of its own for the volumes, at the parked
+/// price), all to the micro-dollar of the ledger's spend; GPU-hours stay compute.
+#[test]
+fn a_parked_node_s_volumes_are_spend_in_every_format() {
+    let events = history_with_parked_volumes();
+    let budgets = [ml_day_budget("100")];
+    let money = |s: &str| -> Money { s.parse().unwrap() };
+    let now = t("2026-11-30T12:00:00Z");
+    let report = budget_report(&input(&events, &[], &budgets, GroupBy::Market)).unwrap();
+    // Node b parked 09:30-12:00: 2.5 h at $0.50/h = $1.25 beside its $3 climb.
+    let spot = report.rows.iter().find(|r| r.group == "spot").unwrap();
+    assert_eq!(
+        (spot.spend, spot.spot, spot.parked, spot.warm_idle_premium),
+        (money("4.25"), money("3"), money("1.25"), money("4.25"))
+    );
+    assert_eq!(report.totals.spend, money("30.65"));
+    assert_eq!(report.totals.spend, spend(&events, None, None, now));
+    let unparked = budget_report(&input(&history(), &[], &budgets, GroupBy::Market)).unwrap();
+    assert_eq!(
+        report.totals.spend - unparked.totals.spend,
+        money("1.25"),
+        "the parked hours, and nothing else, are new"
+    );
+    assert_eq!(
+        (
+            report.totals.requested_gpu_hours,
+            report.totals.delivered_gpu_hours
+        ),
+        (
+            unparked.totals.requested_gpu_hours,
+            unparked.totals.delivered_gpu_hours
+        ),
+        "a parked node delivers and asks for no GPU-hours"
+    );
+    // The budget counts it, and its forecast burns $0.50/h for the 12 h left of the day.
+    let line = &report.budgets[0];
+    assert_eq!(line.spent, money("30.65"));
+    assert_eq!(line.forecast, money("36.65"));
+
+    let csv = to_csv(&report).unwrap();
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let parked = headers.iter().position(|h| h == "parked").unwrap();
+    let spend_column = headers.iter().position(|h| h == "spend").unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let spot_row = rows.iter().find(|r| &r[0] == "spot").unwrap();
+    assert_eq!(
+        (&spot_row[spend_column], &spot_row[parked]),
+        ("4.250000", "1.250000")
+    );
+    let total_row = rows.last().unwrap();
+    assert_eq!(&total_row[spend_column], "30.650000");
+
+    let from = t("2026-11-30T00:00:00Z");
+    let text = focus::to_focus_csv(&events, &[], from, now).unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let mut total = Money::ZERO;
+    let mut parked_rows = Vec::new();
+    for row in reader.deserialize::<std::collections::BTreeMap<String, String>>() {
+        let row = row.unwrap();
+        total += row["BilledCost"].parse::<Money>().unwrap();
+        if row["ChargeDescription"].contains("parked") {
+            parked_rows.push(row);
+        }
+    }
+    assert_eq!(total, spend(&events, None, Some(from), now));
+    assert_eq!(total, money("30.65"));
+    assert_eq!(parked_rows.len(), 1, "one row for b's parked span");
+    let row = &parked_rows[0];
+    for (column, value) in [
+        ("BilledCost", "1.250000"),
+        ("ListUnitPrice", "0.500000"),
+        ("ContractedUnitPrice", "0.500000"),
+        ("PricingQuantity", "2.500000"),
+        ("ConsumedQuantity", "2.500000"),
+        ("ConsumedUnit", "Hours"),
+        ("PricingCategory", "Standard"),
+        ("ServiceCategory", "Storage"),
+        ("ChargePeriodStart", "2026-11-30T09:30:00Z"),
+        ("x_NodeId", "b"),
+        ("CommitmentDiscountId", ""),
+    ] {
+        assert_eq!(row[column], value, "{column}: {row:?}");
+    }
+}
+
+/// FOCUS 1.2's rules for the conditional columns, row by row, over on-demand, spot, parked and
 /// reserved nodes: each column named as FOCUS spells it (or `x_`-prefixed), names present where
 /// their ids are, SKU price ids only with a SKU, costs equal to unit price times quantity, and
 /// the commitment discount columns filled exactly on the rows priced `Committed`.
 #[test]
 fn focus_conditional_columns_follow_the_spec_s_rules() {
-    let mut events = history();
+    let mut events = history_with_parked_volumes();
     events.extend(reserved_node_09_00_to_09_40());
     // Two nodes reserved from 08:00: both idle 08:00-09:00 and 09:40-12:00, one while the
     // reserved node serves.

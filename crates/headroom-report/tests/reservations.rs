@@ -36,6 +36,7 @@ fn node(name: &str, market: Market, price: &str, from: f64, to: f64) -> Vec<Node
         instance: Some(format!("i-{name}")),
         client_token: format!("hr-{name}"),
         price_usd_per_hour: price.parse().unwrap(),
+        parked_usd_per_hour: Money::ZERO,
         gpus: 8,
         hold: Money::ZERO,
         reason: None,

@@ -533,9 +533,14 @@ struct LedgerEntry {
     market: String,
     /// The cloud's instance id, once it has one.
     instance: Option<String>,
+    /// What the node's compute costs per hour (billed booting, standby, serving, draining).
     price_usd_per_hour: Money,
+    /// What the node costs per hour parked warm and stopped: its volumes. Zero on rows recorded
+    /// before the ledger kept it.
+    parked_usd_per_hour: Money,
     gpus: u32,
-    /// Money held against the budget when this activation began; zero on later rows.
+    /// Money held against the budget from this row on, replacing what the node held (a launch,
+    /// a wake, a park, a renewal); zero on rows that keep the hold before them.
     hold: Money,
 }
 
@@ -557,6 +562,7 @@ impl LedgerEntry {
             market: e.market.as_str().to_string(),
             instance: e.instance,
             price_usd_per_hour: e.price_usd_per_hour,
+            parked_usd_per_hour: e.parked_usd_per_hour,
             gpus: e.gpus,
             hold: e.hold,
         }

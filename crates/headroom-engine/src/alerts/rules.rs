@@ -238,7 +238,8 @@ fn refusal_condition(r: &RefusalRecord) -> Option<Alert> {
             ],
             r.detail.clone(),
         )),
-        // A refused hold renewal stopped or released a running node.
+        // A refused hold renewal stopped or released a running or parked node, or a refused
+        // park hold released a node instead of parking it.
         RefusalReason::Budget if r.node.is_some() => Some(Alert::new(
             "BudgetStoppedCapacity",
             "critical",

@@ -342,7 +342,7 @@ impl Engine {
     }
 
     /// Parks the node warm, detached from any request: running (standby) when its pool keeps
-    /// warm nodes running, else stopped (it keeps its disk).
+    /// warm nodes running, else stopped (it keeps its disk, and pays for it: see [`Self::park`]).
     pub(super) async fn stop_to_warm(
         &self,
         input: &mut TickInput,
@@ -366,13 +366,54 @@ impl Engine {
             Ok(_) => {
                 let mut e = last.next(NodeState::Warm, reason, self.clock.now());
                 e.request = None;
-                self.record(input, e).await?;
+                // The parked price in force: a node launched before the ledger recorded one
+                // pays its volumes from its first park on.
+                if let Some(offering) = self.config.offering(&last.offering) {
+                    e.parked_usd_per_hour = offering.warm_usd_per_hour;
+                }
+                self.park(input, last, e).await?;
             }
             Err(e) => {
                 tracing::warn!(node = %last.node, error = %e, "stop failed; next tick retries")
             }
         }
         Ok(())
+    }
+
+    /// Records a stopped node parked warm (`parked`, following `last`) with a hold of its parked
+    /// price for the hold horizon, admitted against its budget like a launch: its volumes are
+    /// billed while it is parked, and every state that costs money is covered by a hold. When
+    /// the budget cannot carry that hold, the node is released instead, with a `budget` refusal
+    /// naming it. A node without a parked price costs nothing parked and holds nothing.
+    async fn park(
+        &self,
+        input: &mut TickInput,
+        last: &NodeEvent,
+        mut parked: NodeEvent,
+    ) -> Result<(), EngineError> {
+        let hold = parked
+            .parked_usd_per_hour
+            .per_hour_for(self.config.engine.hold_horizon);
+        if hold <= Money::ZERO {
+            return self.record(input, parked).await;
+        }
+        parked.hold = hold;
+        let HoldOutcome::OverBudget(standing) = self.place_hold(input, &parked).await? else {
+            return Ok(());
+        };
+        if let Some(pool) = self.config.pool(&last.pool) {
+            let detail = park_refused_detail(last, hold, &standing);
+            tracing::warn!(pool = %pool.name, node = %last.node, %detail, "park hold refused");
+            // The node was leaving its request (if it had one) to park: the refusal is the
+            // parked node's, and closes no request.
+            let detached = NodeEvent {
+                request: None,
+                ..last.clone()
+            };
+            self.record_budget_refusal(input, pool, &detached, detail)
+                .await?;
+        }
+        self.terminate_node(input, last, "budget").await
     }
 
     /// Terminates the node's instance, if it has one, and records the end of the node.
@@ -701,6 +742,15 @@ fn refusal_detail(
             format!("{whose} refused: the cloud keeps failing with transient errors")
         }
     }
+}
+
+fn park_refused_detail(last: &NodeEvent, hold: Money, standing: &BudgetStanding) -> String {
+    super::renewals::node_refused_detail(
+        last,
+        "released instead of parked warm",
+        &format!("holding ${hold} for its volumes"),
+        standing,
+    )
 }
 
 fn over_budget_detail(

@@ -136,17 +136,18 @@ impl TickInput {
         if !event.state.is_final() {
             self.live.push(event.clone());
         }
-        if event.is_hold_renewal() {
-            // A renewal replaces what its node still held, which depends on the node's
-            // history: the standing is read again when next needed.
-            self.standings.remove(&event.account);
-        } else if event.hold > Money::ZERO {
+        if event.hold > Money::ZERO && event.reason.as_deref() == Some(headroom_ledger::LAUNCH) {
+            // A launch's hold is the node's first: it adds to what the account holds.
             if let Some(s) = self.standings.get_mut(&event.account) {
                 s.held += event.hold;
             }
-        } else if event.state.is_final() || event.state == NodeState::Warm {
-            // Its open hold, if any, is released: what is left of it depends on the node's
-            // history, so the standing is read again when next needed.
+        } else if event.hold > Money::ZERO
+            || event.state.is_final()
+            || event.state == NodeState::Warm
+        {
+            // Any other hold (a renewal, a wake, a park) replaces what its node still held, and
+            // a final node releases it: what is left depends on the node's history, so the
+            // standing is read again when next needed.
             self.standings.remove(&event.account);
         }
     }

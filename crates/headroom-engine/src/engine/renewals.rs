@@ -1,8 +1,10 @@
-//! The renewals phase: every running node's hold is renewed before it lapses, through the same
-//! transactional admission as a launch (`Ledger::place_hold`), so a budget bounds what nodes
-//! spend, not only what they hold when they start. A renewal the budget refuses applies the
+//! The renewals phase: every running node's hold, and every parked node's (a stopped node pays
+//! for its volumes), is renewed before it lapses, through the same transactional admission as a
+//! launch (`Ledger::place_hold`), so a budget bounds what nodes spend, not only what they hold
+//! when they start. A renewal the budget refuses applies the
 //! budget's hard action to the node itself: it is stopped to warm (when its pool parks warm
-//! nodes stopped and has room for one) or released, with a `budget` refusal naming the node
+//! nodes stopped, has room for one and the budget carries the park's hold) or released (a
+//! parked node is), with a `budget` refusal naming the node
 //! (alert `BudgetStoppedCapacity`). With `shed-lowest-tier`, lower tiers' nodes give way first
 //! so that a higher tier's renewal fits.
 //!
@@ -22,21 +24,23 @@ pub(super) struct RenewalBook {
 }
 
 impl RenewalBook {
-    /// Notes a hold just placed (a launch, a wake, a renewal).
+    /// Notes a hold just placed (a launch, a wake, a park, a renewal): it lapses at the price of
+    /// the state it was placed in (the parked price for a park).
     pub fn note(&mut self, event: &NodeEvent) {
         if event.hold > Money::ZERO {
-            let until = renewal::lapses_at(event.at, event.hold, event.price_usd_per_hour);
+            let until = renewal::lapses_at(event.at, event.hold, event.hold_rate());
             self.lapses.insert(event.node.clone(), until);
         }
     }
 }
 
-/// The states a hold is renewed in: every state the cloud bills, from the first rung of the
-/// ladder to the end of a drain. A node climbing its ladder within the estimates never needs
-/// one (the horizon is at least twice the longest ladder, `config::engine`), but one that
-/// overruns them is billed all the same.
-fn renews(state: NodeState) -> bool {
-    state.is_billable()
+/// Whether a node's hold is renewed in the state of its latest event: every state the cloud
+/// bills compute in, from the first rung of the ladder to the end of a drain, and parked warm
+/// when the node has a parked price (its volumes are billed). A node climbing its ladder within
+/// the estimates never needs one (the horizon is at least twice the longest ladder,
+/// `config::engine`), but one that overruns them is billed all the same.
+fn renews(e: &NodeEvent) -> bool {
+    e.state.is_billable() || (e.state == NodeState::Warm && e.parked_usd_per_hour > Money::ZERO)
 }
 
 impl Engine {
@@ -49,13 +53,14 @@ impl Engine {
             .saturating_add(self.config.engine.provider_timeout)
     }
 
-    /// Renews the holds of owned pools' running nodes that lapse within the renewal lead.
+    /// Renews the holds of owned pools' running and parked nodes that lapse within the renewal
+    /// lead.
     pub(super) async fn renew_holds(&self, input: &mut TickInput) -> Result<(), EngineError> {
         let now = self.clock.now();
         let running: Vec<NodeEvent> = input
             .live
             .iter()
-            .filter(|e| input.owned.contains(&e.pool) && renews(e.state))
+            .filter(|e| input.owned.contains(&e.pool) && renews(e))
             .filter(|e| input.budgets.contains_key(&e.account))
             .cloned()
             .collect();
@@ -115,7 +120,7 @@ impl Engine {
                     held_until,
                     // Never more than what the ledger says is still held: a node not billed all
                     // along holds more. Only ever used to choose who gives way.
-                    held: e.price_usd_per_hour.per_hour_for_millis(left_ms),
+                    held: e.hold_rate().per_hour_for_millis(left_ms),
                 }
             })
             .collect()
@@ -130,11 +135,12 @@ impl Engine {
         stopped: &mut HashSet<NodeId>,
         now: Timestamp,
     ) -> Result<(), EngineError> {
-        let Some(last) = input.node(&hold.node).cloned().filter(|e| renews(e.state)) else {
+        let Some(last) = input.node(&hold.node).cloned().filter(renews) else {
             return Ok(());
         };
+        // At the price of the state the node is in: a parked node holds for its volumes.
         let amount = last
-            .price_usd_per_hour
+            .hold_rate()
             .per_hour_for(self.config.engine.hold_horizon);
         let renewal = NodeEvent::hold_renewal(&last, amount, now);
         let HoldOutcome::OverBudget(standing) = self.place_hold(input, &renewal).await? else {
@@ -197,6 +203,30 @@ impl Engine {
             return Ok(());
         };
         tracing::warn!(pool = %pool.name, node = %node, %detail, "hold renewal refused");
+        self.record_budget_refusal(input, pool, &last, detail)
+            .await?;
+        let to_warm = last.state == NodeState::Serving
+            && pool.supply.warm_mode == WarmMode::Stopped
+            && decide::warm_count(input, &pool.name) < pool.warm_ceiling();
+        if matches!(
+            last.state,
+            NodeState::Warm | NodeState::Standby | NodeState::Booting | NodeState::Draining
+        ) {
+            // Nothing to drain (warm, still climbing) or a drain the budget cannot wait for.
+            return self.terminate_node(input, &last, "budget").await;
+        }
+        self.release(input, node, to_warm).await
+    }
+
+    /// A `budget` refusal naming `last`'s node (counted, and closing its request): the budget
+    /// refused a hold the node needs to go on (a renewal, a park).
+    pub(super) async fn record_budget_refusal(
+        &self,
+        input: &mut TickInput,
+        pool: &PoolSpec,
+        last: &NodeEvent,
+        detail: String,
+    ) -> Result<(), EngineError> {
         self.metrics
             .refusals
             .get_or_create(&crate::metrics::RefusalLabels {
@@ -211,7 +241,7 @@ impl Engine {
             .append_refusal(&RefusalRecord {
                 pool: pool.name.clone(),
                 request: last.request.clone(),
-                node: Some(node.clone()),
+                node: Some(last.node.clone()),
                 offering: Some(last.offering.clone()),
                 replicas: 1,
                 reason: RefusalReason::Budget,
@@ -222,23 +252,29 @@ impl Engine {
         if let Some(request) = &last.request {
             input.close_request(request);
         }
-        let to_warm = last.state == NodeState::Serving
-            && pool.supply.warm_mode == WarmMode::Stopped
-            && decide::warm_count(input, &pool.name) < pool.warm_ceiling();
-        if matches!(
-            last.state,
-            NodeState::Warm | NodeState::Standby | NodeState::Booting | NodeState::Draining
-        ) {
-            // Nothing to drain (warm, still climbing) or a drain the budget cannot wait for.
-            return self.terminate_node(input, &last, "budget").await;
-        }
-        self.release(input, node, to_warm).await
+        Ok(())
     }
 }
 
 fn renewal_refused_detail(last: &NodeEvent, amount: Money, standing: &BudgetStanding) -> String {
+    node_refused_detail(
+        last,
+        "stopped",
+        &format!("renewing its hold for ${amount}"),
+        standing,
+    )
+}
+
+/// Why a hold `last`'s node needs was refused: what became of the node (`outcome`) and what
+/// the hold was for (`holding`).
+pub(super) fn node_refused_detail(
+    last: &NodeEvent,
+    outcome: &str,
+    holding: &str,
+    standing: &BudgetStanding,
+) -> String {
     format!(
-        "node {} of pool {} stopped for budget: renewing its hold for ${amount} would take account {} over its ${} ceiling (${} spent, ${} held); raise the ceiling (PUT /v1/budgets/{}) or wait for the next period",
+        "node {} of pool {} {outcome} for budget: {holding} would take account {} over its ${} ceiling (${} spent, ${} held); raise the ceiling (PUT /v1/budgets/{}) or wait for the next period",
         last.node,
         last.pool,
         last.account,

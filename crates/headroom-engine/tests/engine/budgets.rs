@@ -315,3 +315,126 @@ async fn a_node_that_overruns_its_ladder_is_held_while_it_boots() {
         "{live:?}"
     );
 }
+
+/// [`budget_config`] with a warm pool of one stopped node whose volumes cost $0.50/h parked.
+fn parked_config(ceiling: &str) -> String {
+    budget_config("llm", ceiling, "clamp")
+        .replace("warm_pool_size = 0", "warm_pool_size = 1")
+        .replace(
+            "price_usd_per_hour = \"1\"",
+            "price_usd_per_hour = \"1\"\nwarm_usd_per_hour = \"0.5\"",
+        )
+}
+
+/// Ticks every 30 s until the pool's warm node is parked (stopped); its park event.
+async fn until_parked(rig: &Rig, engine: &Engine) -> headroom_ledger::NodeEvent {
+    for _ in 0..20 {
+        engine.tick().await.unwrap();
+        let parked = rig
+            .ledger
+            .node_events()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|e| e.state == NodeState::Warm);
+        if let Some(parked) = parked {
+            return parked;
+        }
+        rig.clock.advance(Duration::from_secs(30));
+    }
+    panic!("the warm node never parked");
+}
+
+/// A node parked warm pays for its volumes: an hour parked at $0.50/h adds $0.50 to the
+/// ledger's spend and the account's standing, and a hold covers it all along (placed at the
+/// park, renewed while parked).
+#[tokio::test]
+async fn a_node_parked_an_hour_adds_its_parked_price_to_the_spend_and_is_held() {
+    let rig = Rig::new(&parked_config("3")).await;
+    let engine = rig.engine(rig.sim_cloud());
+    let parked = until_parked(&rig, &engine).await;
+    let money = |s: &str| -> Money { s.parse().unwrap() };
+    // Ten minutes of volumes at $0.50/h.
+    assert_eq!(parked.parked_usd_per_hour, money("0.5"));
+    assert_eq!(parked.hold, money("0.083333"));
+    let budget = ml_budget(rig.ledger.as_ref()).await;
+    let start = rig.clock.now();
+    assert_eq!(start, parked.at);
+    let before = rig.ledger.summary(start).await.unwrap().spend;
+    let standing_before = rig.ledger.budget_standing(&budget, start).await.unwrap();
+    for _ in 0..(3600 / 30) {
+        rig.clock.advance(Duration::from_secs(30));
+        engine.tick().await.unwrap();
+        let standing = rig
+            .ledger
+            .budget_standing(&budget, rig.clock.now())
+            .await
+            .unwrap();
+        assert!(
+            standing.held > Money::ZERO,
+            "a parked node's volumes are held at {}",
+            rig.clock.now()
+        );
+    }
+    let end = rig.clock.now();
+    let after = rig.ledger.summary(end).await.unwrap().spend;
+    assert_eq!(after - before, money("0.5"), "an hour parked at $0.50/h");
+    let standing_after = rig.ledger.budget_standing(&budget, end).await.unwrap();
+    assert_eq!(standing_after.spent - standing_before.spent, money("0.5"));
+    let events = rig.ledger.node_events().await.unwrap();
+    let renewals = events
+        .iter()
+        .filter(|e| e.is_hold_renewal() && e.state == NodeState::Warm)
+        .count();
+    assert!(renewals >= 5, "{renewals} renewals in an hour parked");
+    assert!(
+        events
+            .iter()
+            .filter(|e| e.at > start)
+            .all(|e| e.state == NodeState::Warm),
+        "the node stayed parked: {events:?}"
+    );
+}
+
+/// A budget cut below what the account has committed cannot carry a park's hold: the warm
+/// node is released (terminated) when it would park, with a budget refusal naming it, instead
+/// of costing money parked.
+#[tokio::test]
+async fn a_budget_that_cannot_hold_a_park_gets_the_node_released_not_parked() {
+    let rig = Rig::new(&parked_config("3")).await;
+    let engine = rig.engine(rig.sim_cloud());
+    // The warm node launches, holding ten minutes of compute ($0.17).
+    engine.tick().await.unwrap();
+    let mut budget = ml_budget(rig.ledger.as_ref()).await;
+    assert_eq!(rig.ledger.live_nodes().await.unwrap().len(), 1);
+    budget.ceiling = "0.05".parse().unwrap();
+    rig.ledger
+        .put_budget(&budget, rig.clock.now())
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        rig.clock.advance(Duration::from_secs(30));
+        engine.tick().await.unwrap();
+    }
+    let now = rig.clock.now();
+    let events = rig.ledger.node_events().await.unwrap();
+    assert!(
+        events.iter().all(|e| e.state != NodeState::Warm),
+        "no node parked: {events:?}"
+    );
+    let stops = budget_stops(rig.ledger.as_ref(), now).await;
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert!(
+        stops[0].detail.contains("released instead of parked"),
+        "{}",
+        stops[0].detail
+    );
+    let node = stops[0].node.clone().unwrap();
+    let end = events
+        .iter()
+        .find(|e| e.node == node && e.state == NodeState::Terminated)
+        .expect("the node was released");
+    assert_eq!(end.reason.as_deref(), Some("budget"));
+    let spent = spent(rig.ledger.as_ref(), &budget, now).await;
+    assert!(spent <= budget.ceiling, "spent ${spent}");
+}
