@@ -98,6 +98,8 @@ pub struct FamilyAdvice {
     /// What its node-hours cost on average (spot pulls it under on-demand).
     pub paid_usd_per_hour: Money,
     pub node_hours: f64,
+    /// Everything the family was billed in the window: its node-hours and its parked nodes'
+    /// volumes.
     pub spend: Money,
     /// Node-hours on reservations it already has (not advised on again).
     pub reserved_node_hours: f64,
@@ -236,7 +238,9 @@ fn histories_by_family(
         let e = span.event;
         let billed = e.state.is_billable();
         let serving = e.state == NodeState::Serving;
-        if !billed && !serving {
+        // A parked node's volumes are the family's spend, but no node-hour a reservation covers.
+        let parked = e.state == NodeState::Warm && span.cost() > Money::ZERO;
+        if !billed && !serving && !parked {
             continue;
         }
         let h = out
@@ -259,6 +263,10 @@ fn histories_by_family(
         h.any_rate = h.any_rate.max(rate);
         if e.market == Market::OnDemand {
             h.on_demand_rate = h.on_demand_rate.max(rate);
+        }
+        if parked {
+            h.spend += span.cost();
+            continue;
         }
         if billed && e.market == Market::Reserved {
             h.reserved_node_hours += span.millis() as f64 / HOUR_MS as f64;
