@@ -21,8 +21,7 @@
 //! break-even of getting a replica back, or the whole window when the pool's own rises recur
 //! within it; no more than one change of direction per cooldown unless the objective is at
 //! risk (a scale-in that left a queue the ready replicas cannot keep up with is undone at once);
-//! nothing let go while every offering of the pool refuses capacity (a stockout: what goes might
-//! not come back); and hold — neither up nor down — when the signal is missing or stale, or when work waits
+//! and hold — neither up nor down — when the signal is missing or stale, or when work waits
 //! but nothing departs (a dispatch failure more replicas would not fix). Every decision carries the rule that won, a
 //! sentence saying why, and the three-way classification of queue age against utilisation.
 
@@ -102,10 +101,6 @@ pub struct ReplicaCounts {
     /// Warm nodes that could be woken now (they serve after the rungs after their disk).
     #[serde(default)]
     pub warm: u32,
-    /// Every offering of the pool refused capacity within its cooldown (a stockout): a replica
-    /// scale-in let go now might not come back, so none goes until one is offered again.
-    #[serde(default)]
-    pub supply_refused: bool,
 }
 
 impl ReplicaCounts {
@@ -881,18 +876,6 @@ impl Activation<'_> {
         }
         let since = *memory.low_since.get_or_insert(self.now);
         let low_for = elapsed(since, self.now);
-        if counts.supply_refused {
-            // Getting a replica back costs more than any idle time: the cloud offers none. The
-            // stabilisation keeps running, so the surplus goes once an offering is back.
-            let idle = current - level;
-            let reason = format!(
-                "{why}; {idle} above demand for {}s, kept: every offering of the pool refused capacity within its cooldown, so a replica let go now might not come back; target stays {current}",
-                low_for.as_secs()
-            );
-            let mut answer = winner.answer(current, Rule::Steady, reason, None, memory);
-            answer.idle_replicas = idle;
-            return answer;
-        }
         // A replica goes only once the surplus has lasted the whole wait, and then only down to
         // the highest level seen within it.
         let level_after = |wait: Duration| {

@@ -319,43 +319,6 @@ fn a_pool_at_zero_gets_its_first_replica_at_once() {
     assert_eq!(f.target, 2, "{}", f.reason);
 }
 
-/// In a stockout (every offering of the pool refused capacity within its cooldown) a replica
-/// let go might not come back: the surplus is kept, and goes at once when an offering is back
-/// (the stabilisation ran meanwhile).
-#[test]
-fn nothing_is_let_go_while_every_offering_refuses_capacity() {
-    let p = pool(
-        2,
-        10,
-        quick(ScalingPolicy {
-            replica_throughput_rps: 10.0,
-            ..base()
-        }),
-    );
-    let calm = |t| Signals::queue(0, 20.0, t);
-    let stockout = ReplicaCounts {
-        supply_refused: true,
-        ..ready(8)
-    };
-    let mut m = memory(8);
-    for t in (0..=900).step_by(10) {
-        let d = decide(&p, Some(&calm(secs(t))), stockout, m, secs(t));
-        assert_eq!(d.target, 8, "at {t}s: {}", d.reason);
-        m = d.memory;
-        if t == 900 {
-            assert!(d.reason.contains("might not come back"), "{}", d.reason);
-            assert_eq!(d.idle_replicas, 6, "{}", d.reason);
-        }
-    }
-    let back = decide(&p, Some(&calm(secs(910))), ready(8), m, secs(910));
-    assert_eq!(
-        (back.target, back.rule),
-        (2, Rule::ScaleDown),
-        "{}",
-        back.reason
-    );
-}
-
 #[test]
 fn a_two_per_minute_limit_is_respected() {
     let p = pool(

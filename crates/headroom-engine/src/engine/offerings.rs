@@ -210,13 +210,6 @@ impl Engine {
             .copied()
     }
 
-    /// Whether every one of `offerings` is skipped after a refusal now: the pool can get no
-    /// new capacity (a stockout), and what it lets go might not come back.
-    pub(super) fn none_available(&self, offerings: &[OfferingId], now: Timestamp) -> bool {
-        let book = lock(&self.offerings);
-        !offerings.is_empty() && offerings.iter().all(|o| !book.available(o, now))
-    }
-
     /// Asks the cloud for live prices when a refresh is due. A failure keeps the last quotes
     /// until they are stale; it never fails the tick, since configured prices are a safe default.
     pub(super) async fn refresh_prices(&self) {
