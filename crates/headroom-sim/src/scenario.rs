@@ -199,7 +199,19 @@ struct Raw {
     /// Reservations the run has in place, as `--reserve` adds them.
     #[serde(default)]
     reservations: Vec<RawReservation>,
+    /// Spot offerings' availability replayed from SkyPilot-format files, as `--spot-trace`
+    /// adds them; a relative `file` is read from the scenario file's directory.
+    #[serde(default)]
+    spot_traces: Vec<RawSpotTrace>,
     headroom: toml::Table,
+}
+
+/// One `[[spot_traces]]` entry: a spot `offering` of the scenario and the trace `file`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpotTrace {
+    offering: String,
+    file: String,
 }
 
 /// One `[[reservations]]` entry: `offering`, `nodes`, and optionally `period` and
@@ -321,7 +333,8 @@ struct RawFault {
     price_usd_per_hour: Option<String>,
 }
 
-/// Loads a built-in scenario by name, or a TOML file by path.
+/// Loads a built-in scenario by name, or a TOML file by path (its `[[spot_traces]]` files read
+/// from the file's directory).
 pub fn load(name_or_file: &str) -> Result<Scenario, SimError> {
     if let Some((name, text)) = BUILT_IN.iter().find(|(n, _)| *n == name_or_file) {
         return parse(text, name);
@@ -332,7 +345,7 @@ pub fn load(name_or_file: &str) -> Result<Scenario, SimError> {
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| SimError::Io(format!("--scenario: cannot read {name_or_file} ({e})")))?;
-    parse(&text, name_or_file)
+    parse_in(&text, name_or_file, path.parent())
 }
 
 fn duration(origin: &str, key: &str, text: &str) -> Result<f64, SimError> {
@@ -358,8 +371,14 @@ fn positive(origin: &str, key: &str, x: f64) -> Result<f64, SimError> {
 }
 
 /// Parses and validates a scenario's text; `origin` names it in messages. The first problem
-/// found is the one reported, section by section in the order below.
+/// found is the one reported, section by section in the order below. A text read from no file
+/// has no directory to read `[[spot_traces]]` from: those are refused ([`load`] reads them).
 pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
+    parse_in(text, origin, None)
+}
+
+/// [`parse`], reading relative `[[spot_traces]]` files from `dir`.
+fn parse_in(text: &str, origin: &str, dir: Option<&std::path::Path>) -> Result<Scenario, SimError> {
     let raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e, text, origin))?;
     let clock = clock(origin, &raw)?;
     let config = headroom(origin, &raw)?;
@@ -432,7 +451,43 @@ pub fn parse(text: &str, origin: &str) -> Result<Scenario, SimError> {
             SimError::scenario(origin, format!("key `reservations[{i}]`: {why}"))
         })?;
     }
+    let traces = raw
+        .spot_traces
+        .iter()
+        .enumerate()
+        .map(|(i, t)| spot_trace(origin, i, t, dir, &scenario))
+        .collect::<Result<Vec<_>, _>>()?;
+    crate::spot_trace::apply(&mut scenario, &traces);
     Ok(scenario)
+}
+
+/// `spot_traces[i]`: the file read (relative to `dir`) as the named spot offering's history,
+/// checked as `--spot-trace` checks it.
+fn spot_trace(
+    origin: &str,
+    i: usize,
+    t: &RawSpotTrace,
+    dir: Option<&std::path::Path>,
+    scenario: &Scenario,
+) -> Result<crate::spot_trace::SpotTrace, SimError> {
+    let key = format!("spot_traces[{i}]");
+    let Some(dir) = dir else {
+        return Err(SimError::scenario(
+            origin,
+            format!(
+                "key `{key}`: a scenario read from no file has no directory to read {} from; load it from a file",
+                t.file
+            ),
+        ));
+    };
+    let spec = format!("{}={}", t.offering, dir.join(&t.file).display());
+    crate::spot_trace::SpotTrace::read(&spec, scenario).map_err(|e| {
+        let why = match e {
+            SimError::Trace { message, .. } => message,
+            other => other.to_string(),
+        };
+        SimError::scenario(origin, format!("key `{key}` ({}): {why}", t.file))
+    })
 }
 
 /// A TOML or serde error as one line: where, what, and where to look.

@@ -735,6 +735,67 @@ async fn the_suite_scoreboard_renders_as_the_readmes_markdown_table() {
     }
 }
 
+/// The spot offering's faults are the trace's 40 then 2 (from the third minute) and nothing
+/// else: the trace replaces the scenario's own wave on that offering.
+fn assert_replays_40_then_2(traced: &scenario::Scenario) {
+    let spot_faults: Vec<_> = traced
+        .faults
+        .iter()
+        .filter(|f| f.offering.as_str() == "use1-p4d-spot")
+        .map(|f| (f.at_s, f.kind.clone()))
+        .collect();
+    assert_eq!(
+        spot_faults,
+        vec![
+            (0.0, FaultKind::Available(40)),
+            (120.0, FaultKind::Available(2))
+        ]
+    );
+}
+
+/// A scenario file names its spot traces (`[[spot_traces]]`, a file beside it): loading it
+/// replays them as `--spot-trace` does, and a trace that cannot be used is refused in one line
+/// naming the key.
+#[test]
+fn a_scenario_file_replays_the_spot_traces_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = include_str!("../scenarios/spot-interruptions.toml");
+    std::fs::write(
+        dir.path().join("p4d.json"),
+        r#"{"metadata": {"gap_seconds": 60}, "data": [40, 40, 2]}"#,
+    )
+    .unwrap();
+    let with = |entry: &str| {
+        let path = dir.path().join("traced.toml");
+        std::fs::write(&path, format!("{base}\n[[spot_traces]]\n{entry}\n")).unwrap();
+        scenario::load(path.to_str().unwrap())
+    };
+    let traced = with("offering = \"use1-p4d-spot\"\nfile = \"p4d.json\"").unwrap();
+    assert_replays_40_then_2(&traced);
+    for (entry, says) in [
+        (
+            "offering = \"use1-p4d-spot\"\nfile = \"missing.json\"",
+            "missing.json",
+        ),
+        (
+            "offering = \"use1-p4d-od\"\nfile = \"p4d.json\"",
+            "is not a spot offering",
+        ),
+    ] {
+        let e = with(entry).unwrap_err().to_string();
+        assert!(
+            e.contains("key `spot_traces[0]`") && e.contains(says),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    // A text read from no file has nowhere to read the trace from.
+    let text =
+        format!("{base}\n[[spot_traces]]\noffering = \"use1-p4d-spot\"\nfile = \"p4d.json\"\n");
+    let e = scenario::parse(&text, "inline").unwrap_err().to_string();
+    assert!(e.contains("load it from a file"), "{e}");
+}
+
 /// A SkyPilot-format availability trace for the spot offering: 40 instances, then 2 from the
 /// third minute. Every policy's spot nodes above 2 are reclaimed after the notice; Headroom is
 /// refused on spot and falls back to on-demand, keeping its floor; the hindsight planner gets no
@@ -751,20 +812,7 @@ async fn a_replayed_spot_trace_reclaims_what_runs_above_its_count_for_every_poli
     plain.duration_s = 8.0 * 60.0;
     let mut traced = plain.clone();
     headroom_sim::spot_trace::apply(&mut traced, &[trace]);
-    let spot_faults: Vec<_> = traced
-        .faults
-        .iter()
-        .filter(|f| f.offering.as_str() == "use1-p4d-spot")
-        .map(|f| (f.at_s, f.kind.clone()))
-        .collect();
-    assert_eq!(
-        spot_faults,
-        vec![
-            (0.0, FaultKind::Available(40)),
-            (120.0, FaultKind::Available(2))
-        ],
-        "the trace replaces the scenario's own wave on that offering"
-    );
+    assert_replays_40_then_2(&traced);
     let policies = [Policy::Headroom, Policy::Oracle];
     let before = headroom_sim::run(&plain, None, &policies, None)
         .await
