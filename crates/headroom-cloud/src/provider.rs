@@ -75,6 +75,17 @@ pub enum InstancePhase {
     Interrupted,
 }
 
+impl InstancePhase {
+    /// Accepted and not stopped or gone: pending, booting or ready. Such an instance holds its
+    /// host (and the simulated cloud bills its compute).
+    pub fn is_running(self) -> bool {
+        matches!(
+            self,
+            InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
+        )
+    }
+}
+
 /// An instance as the provider describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {

@@ -303,10 +303,8 @@ where
                 decisions.push(Decision::Admitted(None));
                 continue;
             };
-            let increment = {
-                let history: Vec<NodeEvent> = history.iter().map(|(_, e)| e.clone()).collect();
-                admitted_increment(&history, event)
-            };
+            let node_history: Vec<&NodeEvent> = history.iter().map(|(_, e)| e).collect();
+            let increment = admitted_increment(&node_history, event);
             if !standing.admits(increment) {
                 decisions.push(Decision::OverBudget(standing));
                 continue;

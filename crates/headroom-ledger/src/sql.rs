@@ -59,17 +59,13 @@ pub(crate) const IN_LIST_CHUNK: usize = 250;
 /// Events inserted by one statement at most: 1,280 parameters, well under every backend's limit.
 pub(crate) const EVENTS_PER_INSERT: usize = 64;
 
-/// What admitting `event` adds to its account's holds: its hold, less what its node still holds
-/// when it renews that (the renewal replaces it).
+/// What admitting `event` adds to its account's holds: its hold, less what its node (whose
+/// events so far are `node_history`) still holds, since every hold replaces the node's last.
 pub(crate) fn admitted_increment(
-    account_events: &[NodeEvent],
+    node_history: &[&NodeEvent],
     event: &NodeEvent,
 ) -> headroom_core::Money {
-    let history: Vec<&NodeEvent> = account_events
-        .iter()
-        .filter(|e| e.node == event.node)
-        .collect();
-    let still_held = derive::node_held(&history, event.at);
+    let still_held = derive::node_held(node_history, event.at);
     debug_assert!(still_held >= headroom_core::Money::ZERO);
     event
         .hold

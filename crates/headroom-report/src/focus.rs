@@ -1,8 +1,8 @@
 //! FinOps FOCUS 1.2 export: one row per span of one node that costs money (its compute in a
 //! billable state, or its volumes while it is parked warm and stopped: a row of its own, priced
-//! at the parked price), so finance can load Headroom's view beside the clouds' own bills. `BilledCost` and `EffectiveCost` keep the
-//! ledger's micro-dollar precision, so their sum over a range equals the ledger's spend for it
-//! exactly; `ListCost` and `ContractedCost` are exactly the unit price times `PricingQuantity`
+//! at the parked price), so finance can load Headroom's view beside the clouds' own bills.
+//! `BilledCost` and `EffectiveCost` keep the ledger's micro-dollar precision, so their sum over
+//! a range equals the ledger's spend for it exactly; `ListCost` and `ContractedCost` are exactly the unit price times `PricingQuantity`
 //! (see [`pricing`]).
 
 use chrono::{Datelike, TimeZone, Utc};
@@ -204,11 +204,8 @@ pub fn to_focus_csv(
         }) {
             let e = span.event;
             let parked = e.state == NodeState::Warm;
-            let unit_price = if parked {
-                e.parked_usd_per_hour
-            } else {
-                e.price_usd_per_hour
-            };
+            // Compute in a billable state, volumes parked: what the span is billed at.
+            let unit_price = e.hourly_rate();
             let billed = span.cost();
             let cost = billed.to_string();
             let Pricing {

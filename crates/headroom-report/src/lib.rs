@@ -1,11 +1,11 @@
 //! Budget reports for finance, derived from the ledger's rows by pure functions.
 //!
 //! [`budget_report`] turns node events, refusals and budgets into a [`BudgetReport`]: spend by
-//! group and market, parked nodes' volumes, the warm-pool idle premium, requested versus delivered GPU-hours, refusals
-//! by reason, each budget's standing with a forecast, and a spend series for charts. Renderers
-//! write it as CSV ([`to_csv`]), FinOps FOCUS 1.2 CSV ([`focus::to_focus_csv`], one row per
-//! span that costs money, compute or parked volumes, summing exactly to the ledger's spend) and a self-contained HTML page
-//! ([`html::to_html`]).
+//! group and market, parked nodes' volumes, the warm-pool idle premium, requested versus
+//! delivered GPU-hours, refusals by reason, each budget's standing with a forecast, and a spend
+//! series for charts. Renderers write it as CSV ([`to_csv`]), FinOps FOCUS 1.2 CSV
+//! ([`focus::to_focus_csv`], one row per span that costs money, compute or parked volumes,
+//! summing exactly to the ledger's spend) and a self-contained HTML page ([`html::to_html`]).
 
 pub mod focus;
 pub mod html;

@@ -4,9 +4,10 @@
 //!
 //! The table is append-only like every ledger table, and a memory's series hold an entry an
 //! activation within the stabilisation window (a 300 s window at 1 s activations: up to 64 KB of
-//! JSON, which the core's round-trip test checks), so it is not written every activation: a row when the memory's state changes (a window counted, a
-//! cooldown begun, a stabilisation started or ended, a rise, a new target), and otherwise at most
-//! every [`REFRESH`] while its series change; a memory that does not change at all (a pool
+//! JSON, which the core's round-trip test checks), so it is not written every activation: a row
+//! when the memory's state changes (a window counted, a cooldown begun, a stabilisation started
+//! or ended, a rise, a new target), and otherwise at most every [`REFRESH`] while its series
+//! change; a memory that does not change at all (a pool
 //! holding for its signal) is not written again. The state a new owner reads back is exact; its
 //! recent series are at most [`REFRESH`] old.
 

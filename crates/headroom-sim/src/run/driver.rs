@@ -80,19 +80,15 @@ pub fn cloud_paying(
         let Some(o) = offerings.get(&i.offering) else {
             continue;
         };
-        match i.phase {
-            InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready => {
-                let price = cloud
-                    .spot_price(&i.offering)
-                    .unwrap_or(o.price_usd_per_hour);
-                usd_per_hour += price.as_f64_lossy();
-                gpus += o.gpus_per_node as f64;
-            }
+        if i.phase.is_running() {
+            let price = cloud
+                .spot_price(&i.offering)
+                .unwrap_or(o.price_usd_per_hour);
+            usd_per_hour += price.as_f64_lossy();
+            gpus += o.gpus_per_node as f64;
+        } else if i.phase == InstancePhase::Stopped {
             // A stopped instance keeps its volumes, and the cloud bills them.
-            InstancePhase::Stopped => {
-                usd_per_hour += o.warm_usd_per_hour.as_f64_lossy();
-            }
-            _ => {}
+            usd_per_hour += o.warm_usd_per_hour.as_f64_lossy();
         }
     }
     (usd_per_hour, gpus)

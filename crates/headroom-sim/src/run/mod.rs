@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use headroom_cloud::{Clock, InstancePhase, ManualClock, SimCloud};
+use headroom_cloud::{Clock, ManualClock, SimCloud};
 use headroom_core::{Offering, OfferingId, Timestamp};
 use headroom_engine::{Config, sim_cloud_for};
 use serde::Serialize;
@@ -505,12 +505,7 @@ fn reservations_idle(sc: &Scenario, cloud: &SimCloud, t: f64) -> Vec<(usize, f64
             let used = live
                 .iter()
                 .filter(|i| i.offering == r.offering)
-                .filter(|i| {
-                    matches!(
-                        i.phase,
-                        InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
-                    )
-                })
+                .filter(|i| i.phase.is_running())
                 .count() as u32;
             let idle = r.nodes.saturating_sub(used);
             Some((pool, idle as f64 * r.usd_per_node_hour))
@@ -595,12 +590,7 @@ fn live_on(cloud: &SimCloud, offering: &OfferingId) -> usize {
         .all_instances()
         .into_iter()
         .filter(|i| &i.offering == offering)
-        .filter(|i| {
-            matches!(
-                i.phase,
-                InstancePhase::Pending | InstancePhase::Booting(_) | InstancePhase::Ready
-            )
-        })
+        .filter(|i| i.phase.is_running())
         .count()
 }
 

@@ -294,11 +294,14 @@ impl Supply {
             let layer = *layer;
             // A replacement launched ahead would land on the offering before its count fell;
             // once the market's availability fell, it goes elsewhere (the offering seen as full).
-            let mut seen = occupancy.to_vec();
-            if !may_return {
+            let rest = if may_return {
+                self.plan_interval(go, end, Layer::Cold, o, occupancy)
+            } else {
+                let mut seen = occupancy.to_vec();
                 seen[o].fill(u32::MAX);
-            }
-            if let Some(rest) = self.plan_interval(go, end, Layer::Cold, o, &seen) {
+                self.plan_interval(go, end, Layer::Cold, o, &seen)
+            };
+            if let Some(rest) = rest {
                 rest.occupy(occupancy, 1);
                 plans.push((layer, rest));
             }
