@@ -80,7 +80,11 @@ struct Persisted {
 struct SimState {
     rng: fastrand::Rng,
     next_id: u64,
+    /// Instances not terminated: what a refresh may still change and a listing shows.
     instances: BTreeMap<InstanceId, SimInstance>,
+    /// Terminated instances, final: kept apart so that a week of launches and terminations
+    /// does not make every listing walk (and copy) every instance ever made.
+    terminated: BTreeMap<InstanceId, SimInstance>,
     by_token: HashMap<String, InstanceId>,
     /// Offering → (class, remaining count) of injected launch failures.
     faults: HashMap<OfferingId, (ErrorClass, u32)>,
@@ -138,7 +142,13 @@ impl Drop for StateGuard<'_> {
         let persisted = Persisted {
             rng_state: self.state.rng.get_seed(),
             next_id: self.state.next_id,
-            instances: self.state.instances.clone(),
+            instances: self
+                .state
+                .instances
+                .iter()
+                .chain(&self.state.terminated)
+                .map(|(id, i)| (id.clone(), i.clone()))
+                .collect(),
             by_token: self.state.by_token.clone(),
         };
         // Write then rename: a crash mid-write leaves the previous state, never half of one.
@@ -187,6 +197,7 @@ impl SimCloud {
                 rng: fastrand::Rng::with_seed(config.seed),
                 next_id: 1,
                 instances: BTreeMap::new(),
+                terminated: BTreeMap::new(),
                 by_token: HashMap::new(),
                 faults: HashMap::new(),
                 calls: Vec::new(),
@@ -254,7 +265,12 @@ impl SimCloud {
                 Ok(p) => {
                     state.rng = fastrand::Rng::with_seed(p.rng_state);
                     state.next_id = p.next_id;
-                    state.instances = p.instances;
+                    let (terminated, instances) = p
+                        .instances
+                        .into_iter()
+                        .partition(|(_, i)| i.life == Life::Terminated);
+                    state.instances = instances;
+                    state.terminated = terminated;
                     state.by_token = p.by_token;
                 }
                 Err(e) => eprintln!(
@@ -363,9 +379,11 @@ impl SimCloud {
     /// The user data an instance was launched with (what EC2's DescribeInstanceAttribute
     /// `userData` or GCE's metadata would show).
     pub fn user_data(&self, id: &InstanceId) -> Option<String> {
-        self.state()
+        let state = self.state();
+        state
             .instances
             .get(id)
+            .or_else(|| state.terminated.get(id))
             .and_then(|i| i.user_data.clone())
     }
 
@@ -375,8 +393,17 @@ impl SimCloud {
         self.state().by_token.clear();
     }
 
-    /// Every instance ever created, whatever its phase (for tests and the simulator).
+    /// Every instance ever created, whatever its phase (for tests), in id order.
     pub fn all_instances(&self) -> Vec<Instance> {
+        let mut all = self.instances_in_play();
+        all.extend(self.state().terminated.values().map(|i| i.instance.clone()));
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+
+    /// Every instance not terminated (pending to ready, stopped, interrupted), in id order:
+    /// what the simulator reads each tick, at a cost that does not grow with the run.
+    pub fn instances_in_play(&self) -> Vec<Instance> {
         let now = self.clock.now();
         let catalog = self.catalog().clone();
         let mut state = self.state();
@@ -397,7 +424,9 @@ fn refresh(
     id: &InstanceId,
     now: Timestamp,
 ) -> Option<Instance> {
-    let sim = state.instances.get_mut(id)?;
+    let Some(sim) = state.instances.get_mut(id) else {
+        return state.terminated.get(id).map(|i| i.instance.clone());
+    };
     if let (Life::Running { .. }, Some(at)) = (sim.life, sim.interrupt_at)
         && at <= now
     {
@@ -685,12 +714,18 @@ impl CloudProvider for SimCloud {
         self.up()?;
         let mut state = self.state();
         state.calls.push(format!("terminate {id}"));
-        let sim = state
+        if state.terminated.contains_key(id) {
+            return Ok(());
+        }
+        let mut sim = state
             .instances
-            .get_mut(id)
+            .remove(id)
             .ok_or_else(|| CloudError::NotFound(id.clone()))?;
         sim.life = Life::Terminated;
         sim.instance.phase = InstancePhase::Terminated;
+        // What a refresh of a terminated instance shows: no notice of a reclaim to come.
+        sim.instance.interruption_notice = None;
+        state.terminated.insert(id.clone(), sim);
         Ok(())
     }
 
@@ -705,9 +740,9 @@ impl CloudProvider for SimCloud {
     async fn list_owned(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
         self.up()?;
         Ok(self
-            .all_instances()
+            .instances_in_play()
             .into_iter()
-            .filter(|i| i.tags.cluster == cluster && i.phase != InstancePhase::Terminated)
+            .filter(|i| i.tags.cluster == cluster)
             .collect())
     }
 

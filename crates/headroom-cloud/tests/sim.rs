@@ -307,3 +307,75 @@ async fn quota_headroom_reports_the_region_s_gpu_quota_as_launches_use_it() {
         Quotas::Known(Vec::new())
     );
 }
+
+#[tokio::test]
+async fn a_terminated_instance_stays_described_but_out_of_play_and_through_a_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cloud.json");
+    let clock = clock();
+    let o = offering("o", Market::OnDemand, 1);
+    let cloud = sim(clock.clone(), vec![(o.clone(), 2, 0.0)]).with_state_file(path.clone());
+    let gone = cloud.launch(&spec(&o, "a")).await.unwrap();
+    let kept = cloud.launch(&spec(&o, "b")).await.unwrap();
+    cloud.terminate(&gone.id).await.unwrap();
+    // Terminating twice is not an error, as on EC2.
+    cloud.terminate(&gone.id).await.unwrap();
+
+    let check = |cloud: &SimCloud| {
+        let all: Vec<_> = cloud
+            .all_instances()
+            .into_iter()
+            .map(|i| (i.id, i.phase))
+            .collect();
+        assert_eq!(
+            all,
+            [
+                (gone.id.clone(), InstancePhase::Terminated),
+                (kept.id.clone(), InstancePhase::Pending)
+            ],
+            "every instance ever made, in id order"
+        );
+        let in_play: Vec<_> = cloud
+            .instances_in_play()
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(in_play, std::slice::from_ref(&kept.id));
+    };
+    check(&cloud);
+    assert_eq!(
+        cloud.describe(&gone.id).await.unwrap().phase,
+        InstancePhase::Terminated
+    );
+    assert_eq!(cloud.list_owned("t").await.unwrap().len(), 1);
+    // Its client token still answers with it, terminated, rather than making a second one.
+    assert_eq!(cloud.launch(&spec(&o, "a")).await.unwrap().id, gone.id);
+    assert!(
+        cloud.start(&gone.id).await.is_err(),
+        "a terminated instance never starts"
+    );
+    // It holds no capacity: a second live instance fits beside the first.
+    cloud.launch(&spec(&o, "c")).await.unwrap();
+    cloud.terminate(&kept.id).await.unwrap();
+
+    drop(cloud);
+    let reopened = sim(clock, vec![(o.clone(), 2, 0.0)]).with_state_file(path);
+    let phases: Vec<_> = reopened
+        .all_instances()
+        .into_iter()
+        .map(|i| i.phase)
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            InstancePhase::Terminated,
+            InstancePhase::Terminated,
+            InstancePhase::Pending
+        ]
+    );
+    assert_eq!(reopened.instances_in_play().len(), 1);
+    assert_eq!(
+        reopened.describe(&gone.id).await.unwrap().phase,
+        InstancePhase::Terminated
+    );
+}

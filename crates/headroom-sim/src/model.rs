@@ -491,15 +491,14 @@ impl<'a> Model<'a> {
             }
         }
         let dt = t1 - t0;
-        let ids: Vec<String> = self.replicas.keys().cloned().collect();
-        for id in ids {
-            let Some(mut rep) = self.replicas.remove(&id) else {
-                continue;
-            };
-            self.serve(&mut rep, t0, dt);
+        // Serving reads the queues, not the replicas: take them out for the step rather than
+        // copying every id each 100 ms.
+        let mut replicas = std::mem::take(&mut self.replicas);
+        for rep in replicas.values_mut() {
+            self.serve(rep, t0, dt);
             self.totals.ready_gpu_s += dt * rep.gpus as f64;
-            self.replicas.insert(id, rep);
         }
+        self.replicas = replicas;
         self.totals.peak_waiting = self.totals.peak_waiting.max(self.waiting());
     }
 

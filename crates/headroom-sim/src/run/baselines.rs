@@ -132,7 +132,7 @@ impl Fleet {
     fn refresh(&mut self) {
         let by_id: HashMap<InstanceId, Instance> = self
             .cloud
-            .all_instances()
+            .instances_in_play()
             .into_iter()
             .map(|i| (i.id.clone(), i))
             .collect();

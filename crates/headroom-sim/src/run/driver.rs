@@ -73,7 +73,7 @@ pub fn cloud_paying(
 ) -> (f64, f64) {
     let (mut usd_per_hour, mut gpus) = (0.0, 0.0);
     for i in cloud
-        .all_instances()
+        .instances_in_play()
         .into_iter()
         .filter(|i| i.tags.pool == pool)
     {
@@ -102,7 +102,7 @@ pub fn ready_replicas(
     serving: impl IntoIterator<Item = (String, u32)>,
 ) -> BTreeMap<String, ReplicaSpec> {
     let offering_of: HashMap<String, OfferingId> = cloud
-        .all_instances()
+        .instances_in_play()
         .into_iter()
         .map(|i| (i.id.0, i.offering))
         .collect();

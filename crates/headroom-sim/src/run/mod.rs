@@ -493,7 +493,7 @@ fn reservations_idle(sc: &Scenario, cloud: &SimCloud, t: f64) -> Vec<(usize, f64
     if sc.reservations.is_empty() {
         return Vec::new();
     }
-    let live = cloud.all_instances();
+    let live = cloud.instances_in_play();
     sc.reservations
         .iter()
         .filter(|r| r.ends_s.is_none_or(|end| t < end))
@@ -587,7 +587,7 @@ fn apply_fault(cloud: &SimCloud, f: &Fault, now: Timestamp) {
 /// Instances of `offering` that run or are on their way.
 fn live_on(cloud: &SimCloud, offering: &OfferingId) -> usize {
     cloud
-        .all_instances()
+        .instances_in_play()
         .into_iter()
         .filter(|i| &i.offering == offering)
         .filter(|i| i.phase.is_running())

@@ -147,13 +147,13 @@ impl Supply {
             most: Vec::new(),
             waves,
         };
-        supply.most = (0..ticks).map(|k| supply.bound(sc, k)).collect();
+        supply.most = supply.bounds(sc);
         supply
     }
 
-    /// The most replicas that can be ready at tick `k`: the floor; the warm pool once a wake
+    /// The most replicas that can be ready at each tick: the floor; the warm pool once a wake
     /// can have finished; anything up to `max_replicas` once a cold start can have.
-    fn bound(&self, sc: &Scenario, k: usize) -> u32 {
+    fn bounds(&self, sc: &Scenario) -> Vec<u32> {
         let max = sc.primary().spec.max_replicas;
         let cold = self
             .offerings
@@ -170,14 +170,18 @@ impl Supply {
             .iter()
             .map(|o| o.capacity.iter().copied().max().unwrap_or(0))
             .sum();
-        let mut n = self.floor;
-        if k >= wake {
-            n += self.warm;
-        }
-        if k >= cold {
-            n = n.max(room.min(max));
-        }
-        n.min(max)
+        (0..self.ticks)
+            .map(|k| {
+                let mut n = self.floor;
+                if k >= wake {
+                    n += self.warm;
+                }
+                if k >= cold {
+                    n = n.max(room.min(max));
+                }
+                n.min(max)
+            })
+            .collect()
     }
 
     /// The offerings a node may be running on at tick `k` (no ladder), cheapest first: the
