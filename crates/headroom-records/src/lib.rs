@@ -2,7 +2,7 @@
 //! reads back (node events, refusals, capacity requests, tokens, …), the values finance and
 //! budgets derive from them ([`derive`]) and the standing checkpoints admissions keep
 //! ([`checkpoint`]). No database and no runtime: `headroom-report` builds on these without
-//! linking either.
+//! linking either (`tests/cli/purity.rs` at the workspace root checks it).
 
 pub mod checkpoint;
 pub mod derive;
