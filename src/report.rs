@@ -9,6 +9,7 @@ use chrono::{Datelike, TimeZone, Utc};
 use clap::Args;
 use headroom_cloud::{Clock, SystemClock};
 use headroom_core::Timestamp;
+use headroom_ledger::report_rows;
 use headroom_report::{Format, GroupBy};
 
 use crate::BadInput;
@@ -105,16 +106,9 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
     let ledger = crate::open_existing_ledger(&args.database_url).await?;
-    let (report, events) = headroom_report::from_ledger(
-        ledger.as_ref(),
-        from,
-        to,
-        group_by,
-        now,
-        None,
-        &reservations,
-    )
-    .await?;
+    let rows = report_rows::budget(ledger.as_ref(), from, to, None).await?;
+    let report = headroom_report::from_rows(&rows, &reservations, from, to, group_by, now)?;
+    let events = rows.events;
     let text = match format {
         // The finance page ends with the reservations the same history advises.
         Format::Html => {
@@ -203,14 +197,20 @@ pub async fn reservations(args: ReservationsReportArgs) -> anyhow::Result<ExitCo
     let terms = reservations::parse_terms(&terms_text).map_err(|e| BadInput(format!("--{e}")))?;
     let now = SystemClock::new().now();
     let ledger = crate::open_existing_ledger(&args.database_url).await?;
-    let advice = reservations::from_ledger(ledger.as_ref(), from, to, now, &terms, None)
-        .await
-        .map_err(|e| match e {
+    let bad_input = |e: headroom_report::ReportError| -> anyhow::Error {
+        match e {
             headroom_report::ReportError::InvalidArgument(line) => {
                 BadInput(format!("--{line}")).into()
             }
             other => anyhow::Error::from(other),
-        })?;
+        }
+    };
+    let (events, finished) = report_rows::history(ledger.as_ref(), None).await?;
+    let range = reservations::history_range(&events, finished, from, to, now).map_err(bad_input)?;
+    let refusals =
+        report_rows::visible_refusals(ledger.as_ref(), &events, range.from, range.end, None)
+            .await?;
+    let advice = reservations::from_rows(&events, &refusals, &terms, &range).map_err(bad_input)?;
     let text = match format {
         "csv" => reservations::to_csv(&advice)?,
         "json" => serde_json::to_string_pretty(&advice)? + "\n",

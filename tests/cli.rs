@@ -1,4 +1,5 @@
-//! End-to-end tests of the `headroom` binary: the demo over real HTTP, and the CLI's errors.
+//! End-to-end tests of the `headroom` binary: the demo over real HTTP, and the CLI's errors; and
+//! the workspace's rule that its pure crates link no I/O crate (`cli/purity.rs`).
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -2520,6 +2521,8 @@ mod decisions;
 mod external_metrics;
 #[path = "cli/messages.rs"]
 mod messages;
+#[path = "cli/purity.rs"]
+mod purity;
 #[path = "cli/roles.rs"]
 mod roles;
 

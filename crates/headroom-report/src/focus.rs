@@ -7,7 +7,7 @@
 
 use chrono::{Datelike, TimeZone, Utc};
 use headroom_core::{Market, Money, NodeState, ProviderKind, Timestamp};
-use headroom_ledger::NodeEvent;
+use headroom_records::NodeEvent;
 
 use crate::reserved::{IdleStretch, ReservedCapacity, idle_stretches};
 use crate::{ReportError, spans};

@@ -18,8 +18,8 @@ use std::str::FromStr;
 
 use headroom_core::planner::Destination;
 use headroom_core::{Budget, BudgetPeriod, Market, Money, NodeState, Timestamp};
-use headroom_ledger::derive::{histories, spend, standing};
-use headroom_ledger::{NodeEvent, RefusalRecord};
+use headroom_records::derive::{as_of, histories, spend, standing};
+use headroom_records::{NodeEvent, RefusalRecord, ReportRows};
 use reserved::{IdleStretch, ReservedCapacity};
 use serde::Serialize;
 use thiserror::Error;
@@ -32,8 +32,6 @@ pub enum ReportError {
     Write(#[from] csv::Error),
     #[error("writing the report")]
     Io(#[from] std::io::Error),
-    #[error("reading the ledger")]
-    Ledger(#[from] headroom_ledger::LedgerError),
 }
 
 /// What rows are grouped by.
@@ -553,76 +551,28 @@ pub fn to_csv(report: &BudgetReport) -> Result<String, ReportError> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Every node event of the accounts a reader acts for (all, when `None`).
-pub(crate) async fn visible_events(
-    ledger: &dyn headroom_ledger::Ledger,
-    accounts: Option<&std::collections::BTreeSet<String>>,
-) -> Result<Vec<NodeEvent>, ReportError> {
-    Ok(ledger
-        .node_events()
-        .await?
-        .into_iter()
-        .filter(|e| accounts.is_none_or(|a| a.contains(e.account.as_str())))
-        .collect())
-}
-
-/// The refusals in `[from, to)` a reader sees: a refusal names its pool, and is shown when the
-/// pool's nodes are (`events`, already cut to the reader's accounts), or to a reader of all.
-pub(crate) async fn visible_refusals(
-    ledger: &dyn headroom_ledger::Ledger,
-    events: &[NodeEvent],
-    from: Timestamp,
-    to: Timestamp,
-    accounts: Option<&std::collections::BTreeSet<String>>,
-) -> Result<Vec<RefusalRecord>, ReportError> {
-    let pools: std::collections::BTreeSet<&str> = events.iter().map(|e| e.pool.as_str()).collect();
-    Ok(ledger
-        .refusals_between(from, to)
-        .await?
-        .into_iter()
-        .filter(|r| accounts.is_none() || pools.contains(r.pool.as_str()))
-        .collect())
-}
-
-/// Reads what a report needs from `ledger` and builds it, for `accounts` only when given. A ledger written in virtual time (the
-/// demo's, the simulator's) may run ahead of the wall clock: it is reported up to its last
-/// event.
-pub async fn from_ledger(
-    ledger: &dyn headroom_ledger::Ledger,
+/// The report of `rows` over `[from, to)` for a reader (`rows` and `reservations` already cut to
+/// the accounts it acts for; the ledger's `report_rows::budget` reads them). A ledger written in
+/// virtual time (the demo's, the simulator's) may run ahead of the wall clock: it is reported up
+/// to its last event.
+pub fn from_rows(
+    rows: &ReportRows,
+    reservations: &[ReservedCapacity],
     from: Timestamp,
     to: Timestamp,
     group_by: GroupBy,
     now: Timestamp,
-    accounts: Option<&std::collections::BTreeSet<String>>,
-    reservations: &[ReservedCapacity],
-) -> Result<(BudgetReport, Vec<NodeEvent>), ReportError> {
-    if from >= to {
-        return Err(ReportError::InvalidArgument(
-            "from: must be before to".into(),
-        ));
-    }
-    let visible = |account: &str| accounts.is_none_or(|a| a.contains(account));
-    let events = visible_events(ledger, accounts).await?;
-    let refusals = visible_refusals(ledger, &events, from, to, accounts).await?;
-    let budgets: Vec<Budget> = ledger
-        .budgets()
-        .await?
-        .into_iter()
-        .filter(|b| visible(b.account.as_str()))
-        .collect();
-    let visible_reservations = reserved::visible_to(reservations, accounts);
-    let now = headroom_ledger::derive::as_of(&events, now);
-    let report = budget_report(&ReportInput {
-        events: &events,
-        refusals: &refusals,
-        budgets: &budgets,
-        reservations: &visible_reservations,
+) -> Result<BudgetReport, ReportError> {
+    budget_report(&ReportInput {
+        events: &rows.events,
+        refusals: &rows.refusals,
+        budgets: &rows.budgets,
+        reservations,
         from,
         to,
-        now,
+        now: as_of(&rows.events, now),
         group_by,
-    })?;
-    Ok((report, events))
+    })
 }
 
 /// Renders `report` in `format`.

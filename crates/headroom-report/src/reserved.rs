@@ -4,7 +4,7 @@
 
 pub use headroom_core::ReservedCapacity;
 use headroom_core::{Money, Timestamp};
-use headroom_ledger::NodeEvent;
+use headroom_records::NodeEvent;
 
 use crate::spans;
 

@@ -5,8 +5,8 @@ use headroom_core::{
     Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, ProviderKind,
     RefusalReason, ReservedCapacity, Timestamp,
 };
-use headroom_ledger::derive::spend;
-use headroom_ledger::{NodeEvent, RefusalRecord};
+use headroom_records::derive::spend;
+use headroom_records::{NodeEvent, RefusalRecord};
 use headroom_report::{GroupBy, ReportInput, budget_report, focus, html, to_csv};
 
 fn t(s: &str) -> Timestamp {

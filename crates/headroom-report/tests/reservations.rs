@@ -5,7 +5,7 @@
 use headroom_core::planner::Destination;
 use headroom_core::refusal::ErrorClass;
 use headroom_core::{Market, Money, NodeId, NodeState, ProviderKind, RefusalReason, Timestamp};
-use headroom_ledger::{NodeEvent, RefusalRecord};
+use headroom_records::{NodeEvent, RefusalRecord};
 use headroom_report::reservations::{
     CommitmentKind, DEFAULT_TERMS, ReservationInput, ReservationReport, advise, parse_terms,
     to_csv, to_html, to_table,

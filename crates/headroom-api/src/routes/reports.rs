@@ -13,6 +13,7 @@ use crate::AppState;
 use crate::auth::{Principal, Scope};
 use crate::problem::ApiError;
 use headroom_core::Timestamp;
+use headroom_ledger::report_rows;
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
@@ -80,19 +81,17 @@ async fn budget_report(
         &state.engine.config().reserved_capacity(),
         principal.accounts.as_ref(),
     );
-    let (report, events) = headroom_report::from_ledger(
+    let rows = report_rows::budget(
         state.engine.ledger().as_ref(),
         from,
         to,
-        group_by,
-        now,
         principal.accounts.as_ref(),
-        &reservations,
     )
-    .await
-    .map_err(report_error)?;
-    let body =
-        headroom_report::render(&report, &events, &reservations, format).map_err(report_error)?;
+    .await?;
+    let report = headroom_report::from_rows(&rows, &reservations, from, to, group_by, now)
+        .map_err(report_error)?;
+    let body = headroom_report::render(&report, &rows.events, &reservations, format)
+        .map_err(report_error)?;
     Ok(with_content_type(body, format.content_type()))
 }
 
@@ -154,16 +153,16 @@ async fn reservations_report(
     };
     let terms = reservations::parse_terms(reservations::DEFAULT_TERMS)
         .map_err(|e| ApiError::bad("invalid-report", e.to_string()))?;
-    let advice = reservations::from_ledger(
-        state.engine.ledger().as_ref(),
-        Some(from),
-        Some(to),
-        now,
-        &terms,
-        principal.accounts.as_ref(),
-    )
-    .await
-    .map_err(report_error)?;
+    let ledger = state.engine.ledger();
+    let accounts = principal.accounts.as_ref();
+    let (events, finished) = report_rows::history(ledger.as_ref(), accounts).await?;
+    let range = reservations::history_range(&events, finished, Some(from), Some(to), now)
+        .map_err(report_error)?;
+    let refusals =
+        report_rows::visible_refusals(ledger.as_ref(), &events, range.from, range.end, accounts)
+            .await?;
+    let advice =
+        reservations::from_rows(&events, &refusals, &terms, &range).map_err(report_error)?;
     let body = match format {
         "csv" => reservations::to_csv(&advice).map_err(report_error)?,
         "html" => reservations::to_html(&advice),
@@ -205,13 +204,10 @@ fn read_range(
     Ok((params, now, from, to))
 }
 
-/// A ledger that cannot be read answers as the ledger's errors do; anything else is the
-/// request's fault.
+/// A report that cannot be made is the request's fault (a ledger that cannot be read answers as
+/// the ledger's errors do, through `?`).
 fn report_error(e: headroom_report::ReportError) -> ApiError {
-    match e {
-        headroom_report::ReportError::Ledger(l) => ApiError::from(l),
-        other => ApiError::bad("invalid-report", other.to_string()),
-    }
+    ApiError::bad("invalid-report", e.to_string())
 }
 
 fn with_content_type(body: String, content_type: &'static str) -> Response {

@@ -25,7 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{Datelike, Timelike};
 use headroom_core::refusal::ErrorClass;
 use headroom_core::{Market, Money, NodeState, RefusalReason, Timestamp};
-use headroom_ledger::{NodeEvent, RefusalRecord};
+use headroom_records::derive::as_of;
+use headroom_records::{NodeEvent, RefusalRecord};
 use serde::Serialize;
 
 use crate::{ReportError, spans};
@@ -804,40 +805,38 @@ fn recommendation(
     }
 }
 
-/// Reads the history from `ledger` and advises on it: `[from, to)`, by default the whole
-/// ledger: to `now` (or the ledger's last instant when it runs ahead, the demo's virtual time)
-/// while nodes run, and to its last entry when none does (a finished history: the simulator's,
-/// the demo's), so the hours after a run are not read as hours without demand.
-pub async fn from_ledger(
-    ledger: &dyn headroom_ledger::Ledger,
+/// The history advice reads, `[from, end)`, and how far it is priced (`until`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryRange {
+    pub from: Timestamp,
+    pub end: Timestamp,
+    pub until: Timestamp,
+}
+
+/// The range advice reads from `events` (a reader's, all its nodes' events): `[from, to)`, by
+/// default the whole ledger: to `now` (or the ledger's last instant when it runs ahead, the
+/// demo's virtual time) while nodes run, and to its last entry when none does (`finished`: a
+/// finished history, the simulator's, the demo's), so the hours after a run are not read as
+/// hours without demand. The refusals read for it are those of `[from, end)`.
+pub fn history_range(
+    events: &[NodeEvent],
+    finished: bool,
     from: Option<Timestamp>,
     to: Option<Timestamp>,
     now: Timestamp,
-    terms: &[CommitmentTerm],
-    accounts: Option<&BTreeSet<String>>,
-) -> Result<ReservationReport, ReportError> {
-    let events = crate::visible_events(ledger, accounts).await?;
-    let finished = !ledger
-        .live_nodes()
-        .await?
-        .iter()
-        .any(|e| accounts.is_none_or(|a| a.contains(e.account.as_str())));
+) -> Result<HistoryRange, ReportError> {
     let last = events.iter().map(|e| e.at).max();
     let end = match (to, last) {
         (Some(to), _) => to,
         (None, Some(last)) if finished => last,
-        _ => headroom_ledger::derive::as_of(&events, now),
+        _ => as_of(events, now),
     };
     if events.is_empty() {
-        // Nothing ran (for these accounts): nothing to size a commitment on.
-        return Ok(ReservationReport {
+        // Nothing ran: `from_rows` advises nothing, and no refusal is in an empty range.
+        return Ok(HistoryRange {
             from: end,
+            end,
             until: end,
-            hours: 0.0,
-            currency: "USD",
-            families: Vec::new(),
-            pools_without_history: Vec::new(),
-            terms: terms.to_vec(),
         });
     }
     // `advise` starts the history at the first entry when `from` is earlier.
@@ -848,12 +847,37 @@ pub async fn from_ledger(
             "from: must be before to (and before the ledger's last instant)".into(),
         ));
     }
-    let refusals = crate::visible_refusals(ledger, &events, from, end, accounts).await?;
-    advise(&ReservationInput {
-        events: &events,
-        refusals: &refusals,
-        terms,
+    Ok(HistoryRange {
         from,
-        until: end.min(headroom_ledger::derive::as_of(&events, now)),
+        end,
+        until: end.min(as_of(events, now)),
+    })
+}
+
+/// Advises on `events` and `refusals` (a reader's) over `range` ([`history_range`]).
+pub fn from_rows(
+    events: &[NodeEvent],
+    refusals: &[RefusalRecord],
+    terms: &[CommitmentTerm],
+    range: &HistoryRange,
+) -> Result<ReservationReport, ReportError> {
+    if events.is_empty() {
+        // Nothing ran (for these accounts): nothing to size a commitment on.
+        return Ok(ReservationReport {
+            from: range.end,
+            until: range.end,
+            hours: 0.0,
+            currency: "USD",
+            families: Vec::new(),
+            pools_without_history: Vec::new(),
+            terms: terms.to_vec(),
+        });
+    }
+    advise(&ReservationInput {
+        events,
+        refusals,
+        terms,
+        from: range.from,
+        until: range.until,
     })
 }
