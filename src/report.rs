@@ -106,7 +106,9 @@ pub async fn budget(args: BudgetReportArgs) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
     let ledger = crate::open_existing_ledger(&args.database_url).await?;
-    let rows = report_rows::budget(ledger.as_ref(), from, to, None).await?;
+    let rows = report_rows::budget(ledger.as_ref(), from, to, None)
+        .await
+        .context("reading the ledger")?;
     let report = headroom_report::from_rows(&rows, &reservations, from, to, group_by, now)?;
     let events = rows.events;
     let text = match format {
@@ -205,11 +207,14 @@ pub async fn reservations(args: ReservationsReportArgs) -> anyhow::Result<ExitCo
             other => anyhow::Error::from(other),
         }
     };
-    let (events, finished) = report_rows::history(ledger.as_ref(), None).await?;
+    let (events, finished) = report_rows::history(ledger.as_ref(), None)
+        .await
+        .context("reading the ledger")?;
     let range = reservations::history_range(&events, finished, from, to, now).map_err(bad_input)?;
     let refusals =
         report_rows::visible_refusals(ledger.as_ref(), &events, range.from, range.end, None)
-            .await?;
+            .await
+            .context("reading the ledger")?;
     let advice = reservations::from_rows(&events, &refusals, &terms, &range).map_err(bad_input)?;
     let text = match format {
         "csv" => reservations::to_csv(&advice)?,
