@@ -761,10 +761,21 @@ where
 
     async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError> {
         let finals = final_states();
+        // Read every tick: walk the node ids through the (node_id, seq) index, one probe per
+        // node, then each node's last event, so the cost grows with the nodes ever made and not
+        // with their events (a node running a week has thousands of renewals); a GROUP BY over
+        // the whole table grew with every renewal and made each tick slower than the last.
         let mut query = Self::query(&format!(
-            "SELECT e.* FROM node_events e
-             JOIN (SELECT node_id, MAX(seq) AS seq FROM node_events GROUP BY node_id) last
-               ON e.seq = last.seq
+            "WITH RECURSIVE nodes(id) AS (
+               SELECT MIN(node_id) FROM node_events
+               UNION ALL
+               SELECT (SELECT MIN(n.node_id) FROM node_events n WHERE n.node_id > nodes.id)
+               FROM nodes WHERE nodes.id IS NOT NULL
+             ), heads(seq) AS (
+               SELECT (SELECT MAX(x.seq) FROM node_events x WHERE x.node_id = nodes.id)
+               FROM nodes WHERE nodes.id IS NOT NULL
+             )
+             SELECT e.* FROM heads JOIN node_events e ON e.seq = heads.seq
              WHERE e.state NOT IN ({})
              ORDER BY e.seq",
             dialect::params(finals.len())

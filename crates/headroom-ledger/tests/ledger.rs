@@ -202,6 +202,70 @@ async fn concurrent_requests_resolve_each_key_once(ledger: Arc<dyn Ledger>) {
     assert_eq!(summary.capacity_requests, u64::from(KEYS) + 4);
 }
 
+/// The live nodes are each node's last event where that is not final, in ledger order: checked
+/// against the definition on interleaved histories (nodes ended, renewed many times, parked).
+async fn live_nodes_are_each_node_s_last_event_not_final(ledger: &dyn Ledger) {
+    assert!(
+        ledger.live_nodes().await.unwrap().is_empty(),
+        "an empty ledger"
+    );
+    let at = |m: i64| t("2026-11-30T09:00:00Z") + chrono::Duration::minutes(m);
+    // Node ids that do not sort like their order of creation, so that the walk by id and the
+    // order by sequence differ.
+    let nodes = ["n-c", "n-a", "n-e", "n-b", "n-d", "n-f"];
+    for (i, node) in nodes.iter().enumerate() {
+        let mut e = event(
+            node,
+            NodeState::Requested,
+            "2026-11-30T09:00:00Z",
+            None,
+            "launch",
+        );
+        e.at = at(i as i64);
+        ledger.append_node_event(&e).await.unwrap();
+    }
+    for round in 0..5 {
+        for (i, node) in nodes.iter().enumerate() {
+            let state = match (i, round) {
+                // n-a ends early, n-b late; n-d is parked and woken again and again.
+                (1, 1..) | (3, 4) => NodeState::Terminated,
+                (4, r) if r % 2 == 0 => NodeState::Warm,
+                (_, 0) => NodeState::Booting,
+                _ => NodeState::Serving,
+            };
+            if (i, round) == (1, 2) || (i, round) == (1, 3) || (i, round) == (1, 4) {
+                continue;
+            }
+            let mut e = event(node, state, "2026-11-30T09:00:00Z", None, "renewal");
+            e.at = at(10 + round * 10 + i as i64);
+            ledger.append_node_event(&e).await.unwrap();
+        }
+    }
+    let all = ledger.node_events().await.unwrap();
+    let mut last: std::collections::BTreeMap<String, NodeEvent> = Default::default();
+    for e in all {
+        last.insert(e.node.0.clone(), e);
+    }
+    let mut expected: Vec<NodeEvent> = last.into_values().filter(|e| !e.state.is_final()).collect();
+    expected.sort_by_key(|e| e.at);
+    let live = ledger.live_nodes().await.unwrap();
+    let names = |v: &[NodeEvent]| {
+        v.iter()
+            .map(|e| (e.node.0.clone(), e.state))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&live), names(&expected));
+    assert_eq!(
+        names(&live),
+        [
+            ("n-c".to_string(), NodeState::Serving),
+            ("n-e".to_string(), NodeState::Serving),
+            ("n-d".to_string(), NodeState::Warm),
+            ("n-f".to_string(), NodeState::Serving),
+        ]
+    );
+}
+
 async fn outcome_follows_node_events_and_refusals(ledger: &dyn Ledger) {
     let (req, _) = ledger
         .record_capacity_request(&new_request(None, 2))
@@ -1529,6 +1593,12 @@ macro_rules! behaviour_suite {
             async fn idempotency() {
                 let (_guard, ledger) = $open.await;
                 idempotency_key_returns_the_first_request(ledger.as_ref()).await;
+            }
+
+            #[tokio::test]
+            async fn live_nodes() {
+                let (_guard, ledger) = $open.await;
+                live_nodes_are_each_node_s_last_event_not_final(ledger.as_ref()).await;
             }
 
             #[tokio::test]
