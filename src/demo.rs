@@ -157,7 +157,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("--database-url: cannot open {}", ledger_path.display()))?,
     );
-    let clock = Arc::new(ScaledClock::new(SystemClock::new(), args.speedup));
+    // `--seconds` counts real seconds: the deadline reads the real clock the scaled one runs on
+    // (the scaled clock's skip through the fill would move a deadline on it).
+    let real_clock = SystemClock::new();
+    let clock = Arc::new(ScaledClock::new(real_clock, args.speedup));
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let cloud = Arc::new(sim_cloud_for(&config, dyn_clock.clone()));
     let engine = Engine::new(config.clone(), ledger.clone(), cloud.clone(), dyn_clock);
@@ -205,9 +208,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         crate::serve_until(server_engine, listener, false, None, stop).await
     });
 
-    let deadline = args
-        .seconds
-        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let began = real_clock.now();
+    let past_deadline = || {
+        args.seconds.is_some_and(|s| {
+            (real_clock.now() - began).num_seconds() >= i64::try_from(s).unwrap_or(i64::MAX)
+        })
+    };
     let mut step = tokio::time::interval(Duration::from_millis(100));
     let mut last = clock.now();
     let mut lines = 0u64;
@@ -222,7 +228,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             _ = step.tick() => {}
             _ = &mut ctrl_c => break,
         }
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) || server.is_finished() {
+        if past_deadline() || server.is_finished() {
             break;
         }
         let now = clock.now();

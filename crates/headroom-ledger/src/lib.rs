@@ -10,6 +10,7 @@ mod admission;
 mod batch;
 pub mod database_url;
 mod dialect;
+mod ids;
 mod pg_schema;
 mod postgres;
 pub mod report_rows;
@@ -36,6 +37,7 @@ pub use headroom_records::{
 };
 use thiserror::Error;
 
+pub use ids::IdSource;
 pub use pg_schema::{RuntimeRole, scram_sha256};
 pub use postgres::{PostgresLedger, STATEMENT_TIMEOUT};
 pub use sqlite::SqliteLedger;
@@ -406,8 +408,4 @@ impl SignalFeed {
             }
         }
     }
-}
-
-pub fn new_request_id() -> RequestId {
-    RequestId(format!("cr-{}", uuid::Uuid::new_v4().simple()))
 }

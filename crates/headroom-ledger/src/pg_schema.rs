@@ -189,9 +189,9 @@ pub(crate) async fn grant_runtime_role(
     }
     // The server stores a verifier given as it is: the password never leaves this process, so
     // no statement log (Cloud SQL logs DDL) can show it.
-    let verifier = role
-        .password
-        .map(|p| scram_sha256(p, uuid::Uuid::new_v4().as_bytes()));
+    #[allow(clippy::disallowed_methods)] // a password's salt must be random, never seeded
+    let salt = uuid::Uuid::new_v4();
+    let verifier = role.password.map(|p| scram_sha256(p, salt.as_bytes()));
     match (exists, verifier.as_deref()) {
         (false, Some(verifier)) => {
             run_formatted(

@@ -6,13 +6,13 @@
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
-use headroom_core::CapacityRequest;
+use headroom_core::{CapacityRequest, RequestId};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
 use crate::batch::{Answer, BYTES_PER_VALUE, Batched, WriteBatch};
 use crate::dialect::{self, Dialect};
 use crate::sql::{DbRow, SqlLedger};
-use crate::{IdempotencyKey, LedgerError, NewCapacityRequest, new_request_id};
+use crate::{IdempotencyKey, LedgerError, NewCapacityRequest};
 
 /// A capacity request about to be recorded: its id is chosen before the write, so a write done
 /// again after a lost answer finds its own row instead of adding a second.
@@ -24,11 +24,11 @@ pub(crate) struct RequestWrite {
 }
 
 impl RequestWrite {
-    fn new(new: &NewCapacityRequest) -> Self {
+    fn new(new: &NewCapacityRequest, id: RequestId) -> Self {
         RequestWrite {
             new: new.clone(),
             request: CapacityRequest {
-                id: new_request_id(),
+                id,
                 pool: new.pool.clone(),
                 replicas: new.replicas,
                 priority: new.priority,
@@ -88,7 +88,7 @@ where
     /// [`crate::Ledger::record_capacity_request`], in a batch.
     pub(crate) async fn record_request(&self, new: &NewCapacityRequest) -> Answer<RequestWrite> {
         self.request_writes()
-            .write(RequestWrite::new(new), self)
+            .write(RequestWrite::new(new, self.ids().request_id()), self)
             .await
     }
 

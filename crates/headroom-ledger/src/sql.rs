@@ -20,6 +20,7 @@ use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, Pool,
 use crate::admission::{EventWrite, Heads};
 use crate::batch::Batches;
 use crate::dialect::{self, Dialect, render};
+use crate::ids::IdSource;
 use crate::requests::RequestWrite;
 use crate::{
     ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, Ledger, LedgerError, LedgerSummary,
@@ -36,6 +37,8 @@ pub struct SqlLedger<D: Dialect> {
     event_writes: Arc<Batches<EventWrite>>,
     request_writes: Arc<Batches<RequestWrite>>,
     heads: Arc<Heads>,
+    /// Where capacity request ids come from (random unless [`SqlLedger::with_ids`]).
+    ids: IdSource,
 }
 
 pub(crate) type DbRow<D> = <<D as Dialect>::Db as Database>::Row;
@@ -88,7 +91,18 @@ impl<D: Dialect> SqlLedger<D> {
             event_writes: Arc::new(Batches::new(BATCHES_AT_ONCE)),
             request_writes: Arc::new(Batches::new(BATCHES_AT_ONCE)),
             heads: Arc::default(),
+            ids: IdSource::random(),
         }
+    }
+
+    /// This ledger minting its capacity request ids from `ids` (a seeded source replays them).
+    pub fn with_ids(mut self, ids: IdSource) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    pub(crate) fn ids(&self) -> &IdSource {
+        &self.ids
     }
 
     pub(crate) fn pool(&self) -> &Pool<D::Db> {

@@ -835,3 +835,6 @@ async fn a_replayed_spot_trace_reclaims_what_runs_above_its_count_for_every_poli
         "hindsight ${oracle_before:.2} without the trace, ${oracle_after:.2} with it"
     );
 }
+
+#[path = "sim/replay.rs"]
+mod replay;

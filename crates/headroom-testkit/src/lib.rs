@@ -223,6 +223,7 @@ pub async fn fresh_postgres_database(prefix: &str) -> String {
     let admin = sqlx::PgPool::connect(&url)
         .await
         .expect("cannot reach DATABASE_URL");
+    #[allow(clippy::disallowed_methods)] // a database name no other test run picks
     let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&admin)

@@ -155,7 +155,7 @@ impl Engine {
             return Ok(Step::Next);
         };
         let now = self.clock.now();
-        let node = NodeId(format!("n-{}", uuid::Uuid::new_v4().simple()));
+        let node = self.ids.node_id();
         // The ledger records the price in force (what the node costs); the cloud is asked with
         // the configured one (for spot, the most we pay).
         let intent = NodeEvent::launch_intent(

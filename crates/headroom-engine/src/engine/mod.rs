@@ -31,7 +31,7 @@ use headroom_core::{
     CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
     PoolSpec, ProviderKind, RefusalReason, RequestId, Timestamp, WarmMode,
 };
-use headroom_ledger::{HoldOutcome, Ledger, LedgerError, NodeEvent, RefusalRecord};
+use headroom_ledger::{HoldOutcome, IdSource, Ledger, LedgerError, NodeEvent, RefusalRecord};
 use serde::Serialize;
 use thiserror::Error;
 use tokio::sync::Notify;
@@ -99,6 +99,8 @@ pub struct Engine {
     /// behind their own): every call has a deadline.
     cloud: Arc<dyn CloudProvider>,
     clock: Arc<dyn Clock>,
+    /// Where node and window ids come from: random, or seeded to replay a run.
+    ids: IdSource,
     /// The Kubernetes cluster, when `[kube]` is enabled: readiness and drains go through it.
     cluster: Option<Arc<dyn Cluster>>,
     metrics: Arc<Metrics>,
@@ -178,6 +180,19 @@ impl Engine {
         clock: Arc<dyn Clock>,
         cluster: Option<Arc<dyn Cluster>>,
     ) -> Arc<Engine> {
+        Engine::with_ids(config, ledger, cloud, clock, cluster, IdSource::random())
+    }
+
+    /// An engine minting its node and window ids from `ids`, as it reads time from `clock`: the
+    /// simulator hands it a seeded source, so a seed replays a run, ids included.
+    pub fn with_ids(
+        config: Arc<Config>,
+        ledger: Arc<dyn Ledger>,
+        cloud: Arc<dyn CloudProvider>,
+        clock: Arc<dyn Clock>,
+        cluster: Option<Arc<dyn Cluster>>,
+        ids: IdSource,
+    ) -> Arc<Engine> {
         let metrics = Arc::new(Metrics::default());
         metrics.initialise(&config.pools);
         let bound = |inner: Arc<dyn CloudProvider>| -> Arc<dyn CloudProvider> {
@@ -208,6 +223,7 @@ impl Engine {
             ledger,
             cloud,
             clock,
+            ids,
             cluster,
             tick_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),

@@ -90,7 +90,7 @@ impl Engine {
                 pool.name
             )));
         }
-        let id = format!("w-{}", uuid::Uuid::new_v4().simple());
+        let id = self.ids.window_id();
         let text = serde_json::to_string(&spec).map_err(|e| {
             LedgerError::Corrupt(format!("a scheduled window could not be encoded: {e}"))
         })?;

@@ -1,6 +1,7 @@
 //! `headroom`: the real [`Engine`] — controller, planner, governor, executor and a SQLite
 //! ledger — ticked on a [`ManualClock`] with signals pushed from the model, exactly as
-//! `headroom demo` drives it.
+//! `headroom demo` drives it. Its ids are drawn from the run's seed, so a seed replays the run,
+//! node ids included.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use headroom_cloud::{Clock, ManualClock, SimCloud};
 use headroom_core::{Offering, OfferingId, Timestamp};
 use headroom_engine::{Config, Engine, SignalInput};
-use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_ledger::{IdSource, Ledger, SqliteLedger};
 
 use super::driver::{Books, Control, PolicyDriver, cloud_paying, ready_replicas};
 use crate::error::SimError;
@@ -105,17 +106,21 @@ impl<'s> EngineDriver<'s> {
         let dir =
             tempfile::tempdir().map_err(|e| SimError::Io(format!("temporary ledger: {e}")))?;
         let path = keep.map_or_else(|| dir.path().join("sim-ledger.db"), |p| p.to_path_buf());
+        let ids = IdSource::seeded(config.sim.seed);
         let ledger = Arc::new(
             SqliteLedger::open_scratch(&path)
                 .await
-                .map_err(engine_err)?,
+                .map_err(engine_err)?
+                .with_ids(ids.clone()),
         );
         let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let engine = Engine::new(
+        let engine = Engine::with_ids(
             Arc::new(config.clone()),
             ledger.clone(),
             cloud.clone(),
             dyn_clock,
+            None,
+            ids,
         );
         for _ in 0..60 {
             for pool in &sc.pools {
