@@ -65,7 +65,7 @@ async fn a_seed_replays_headrooms_decisions_and_node_ids() {
 
 /// The built-in scenarios whose decisions are kept as golden files: those whose Headroom run
 /// (with the hindsight planner and the bound every run computes) is short in a debug build.
-/// Measured with `time_headroom_on_each_built_in_scenario` on a shared two-core machine under a
+/// Measured (each run timed once) on a shared two-core machine under a
 /// load of about 6: seed-000-backlog 1.2 s, flash-burst 4.7 s, smaller-model-handover 4.7 s.
 const GOLDEN: &[&str] = &["seed-000-backlog", "flash-burst", "smaller-model-handover"];
 
@@ -208,22 +208,4 @@ async fn golden_decisions_of_the_built_in_scenarios() {
     let named: BTreeSet<&str> = GOLDEN.iter().chain(LEFT_OUT).copied().collect();
     let built_in: BTreeSet<&str> = scenario::BUILT_IN.iter().map(|(n, _)| *n).collect();
     assert_eq!(named, built_in);
-}
-
-/// How long Headroom's run of each built-in scenario takes in this build, printed (run with
-/// `HEADROOM_TIME_SCENARIOS=1 … -- --nocapture`): how [`GOLDEN`] was chosen. Does nothing
-/// otherwise.
-#[tokio::test]
-async fn time_headroom_on_each_built_in_scenario() {
-    if std::env::var("HEADROOM_TIME_SCENARIOS").is_err() {
-        return;
-    }
-    for (name, _) in scenario::BUILT_IN {
-        let sc = scenario::load(name).unwrap();
-        let started = tokio::time::Instant::now();
-        headroom_sim::run(&sc, None, &[Policy::Headroom], None)
-            .await
-            .unwrap();
-        println!("{name}: {:.1} s", started.elapsed().as_secs_f64());
-    }
 }
