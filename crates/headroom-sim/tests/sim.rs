@@ -284,6 +284,48 @@ async fn a_spot_market_above_the_maximum_costs_headroom_no_refused_launch() {
     );
 }
 
+/// The spot market jumps above its maximum 30 s into the run, sooner than a replacement can
+/// climb the 220 s ladder: a pool filled on spot loses its nodes at 2m30s and cannot have new
+/// ones before 3m40s. With the future in hand the hindsight planner fills the floor on
+/// on-demand instead; it keeps the floor throughout and serves at least as well as the
+/// policies, which learn the market as it moves. (It used to plan nothing at all here: the
+/// floor could only start on the cheapest offering, and a floor layer no offering could carry
+/// for the whole run was left out.)
+#[tokio::test]
+async fn the_hindsight_planner_keeps_its_floor_when_spot_is_taken_before_a_node_can_climb() {
+    let text = scenario::BUILT_IN
+        .iter()
+        .find(|(n, _)| *n == "spot-price-spike")
+        .unwrap()
+        .1
+        .replace("duration = \"30m\"", "duration = \"6m\"")
+        .replace("at = \"4m\"", "at = \"30s\"");
+    let sc = scenario::parse(&text, "early-spike").unwrap();
+    let r = headroom_sim::run(
+        &sc,
+        None,
+        &[Policy::Headroom, Policy::HpaQueue, Policy::Oracle],
+        None,
+    )
+    .await
+    .unwrap();
+    let oracle = policy(&r, "oracle");
+    assert!(oracle.cost_usd > 0.0, "the planner planned nothing");
+    assert!(
+        series(&r, "oracle").iter().all(|s| s.ready >= 8),
+        "the planner went below its floor of 8"
+    );
+    for p in &r.policies {
+        assert!(
+            p.slo_attainment <= oracle.slo_attainment + 1e-9,
+            "{} served {} against the planner's {}",
+            p.policy,
+            p.slo_attainment,
+            oracle.slo_attainment
+        );
+    }
+}
+
 /// Seed 000 under every policy: the oracle serves at least as well as any (0.966: the burst
 /// comes before any node can climb the 90 s ladder, so the rest is lost for everyone), keeps
 /// the floor of eight, and nothing that serves as well costs less.

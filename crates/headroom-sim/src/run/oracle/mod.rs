@@ -81,17 +81,37 @@ impl PoolPlan {
         let ticks = (duration_s / tick_s).round().max(1.0) as usize;
         let supply = nodes::Supply::of(sc, ticks);
         let (ready, gates) = search(sc, requests, ticks, &supply);
-        let plan = |ready: &[u32]| PoolPlan {
+        let plan = |supply: &nodes::Supply, ready: &[u32]| PoolPlan {
             tick_s,
             costed: supply.cost(ready),
             gates: gates.clone(),
         };
-        let searched = plan(&ready);
+        // The search's schedule, costed with the pool filled where hindsight serves it best:
+        // the most requests within their objectives, then the least money.
+        let costed = |supply: nodes::Supply| {
+            let searched = plan(&supply, &ready);
+            let served = searched.within_slo(sc, requests);
+            (supply, searched, served)
+        };
+        let mut homes = supply.homes();
+        homes.retain(|home| *home != supply.home());
+        let alternatives: Vec<nodes::Supply> = homes
+            .into_iter()
+            .map(|home| supply.filled_on(home))
+            .collect();
+        let (supply, searched, served) =
+            alternatives
+                .into_iter()
+                .map(costed)
+                .fold(costed(supply), |best, other| {
+                    let better = other.2 > best.2
+                        || (other.2 == best.2 && other.1.cost_usd() < best.1.cost_usd());
+                    if better { other } else { best }
+                });
         // The search keeps a request within its objective at any price: a replica for a tick
         // is a layer that climbs the ladder. The smallest cap on the schedule that still serves
         // as many is cheaper whenever those layers were not needed (found by bisection: serving
         // grows with the cap; a cap is only taken once it is checked to serve as many).
-        let served = searched.within_slo(sc, requests);
         let capped = |cap: u32| -> Vec<u32> { ready.iter().map(|r| (*r).min(cap)).collect() };
         let floor = sc.primary().spec.min_replicas;
         let (mut lo, mut hi) = (floor, ready.iter().copied().max().unwrap_or(floor));
@@ -99,7 +119,7 @@ impl PoolPlan {
         // Bounded: the interval halves each pass.
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let tried = plan(&capped(mid));
+            let tried = plan(&supply, &capped(mid));
             if tried.within_slo(sc, requests) >= served {
                 hi = mid;
                 if tried.cost_usd() < best.cost_usd() {

@@ -199,6 +199,34 @@ impl Supply {
         open
     }
 
+    /// The offerings the pool could have been filled on before the run (a launch open at the
+    /// first tick), cheapest first: the search's home is the first; hindsight may prefer
+    /// another, for instance on-demand when the cheap spot market is about to be taken away
+    /// sooner than a replacement can climb.
+    pub fn homes(&self) -> Vec<usize> {
+        let mut homes: Vec<usize> = (0..self.offerings.len())
+            .filter(|o| {
+                let t = &self.offerings[*o];
+                t.launchable.first().copied().unwrap_or(false)
+                    && t.capacity.first().copied().unwrap_or(0) > 0
+            })
+            .collect();
+        homes.sort_by(|a, b| self.offerings[*a].price[0].total_cmp(&self.offerings[*b].price[0]));
+        homes
+    }
+
+    pub fn home(&self) -> usize {
+        self.home
+    }
+
+    /// The same cloud with the pool filled on offering `home` before the run.
+    pub fn filled_on(&self, home: usize) -> Supply {
+        Supply {
+            home,
+            ..self.clone()
+        }
+    }
+
     pub fn most_ready(&self, k: usize) -> u32 {
         self.most
             .get(k.min(self.ticks.saturating_sub(1)))
@@ -298,13 +326,22 @@ impl Supply {
             let layer = *layer;
             // A replacement launched ahead would land on the offering before its count fell;
             // once the market's availability fell, it goes elsewhere (the offering seen as full).
-            let rest = if may_return {
-                self.plan_interval(go, end, Layer::Cold, o, occupancy)
+            // When the wave comes sooner after the start than any node can climb, the
+            // replacement serves from the first tick a launch at the start can land.
+            let seen = if may_return {
+                occupancy.to_vec()
             } else {
                 let mut seen = occupancy.to_vec();
                 seen[o].fill(u32::MAX);
-                self.plan_interval(go, end, Layer::Cold, o, &seen)
+                seen
             };
+            let earliest = self.offerings.iter().map(|t| t.cold_ticks).min();
+            let rest = self
+                .plan_interval(go, end, Layer::Cold, o, &seen)
+                .or_else(|| {
+                    let from = earliest.filter(|from| (go + 1..end).contains(from))?;
+                    self.plan_interval(from, end, Layer::Cold, o, &seen)
+                });
             if let Some(rest) = rest {
                 rest.occupy(occupancy, 1);
                 plans.push((layer, rest));
