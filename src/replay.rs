@@ -85,7 +85,7 @@ fn history_source(
         timeout: Duration::from_secs(30),
         auth: PrometheusAuth::None,
         ca_file: None,
-        queries: SignalQueries::from_selectors(&target.selectors, rate_window),
+        queries: SignalQueries::from_selectors(&target.selectors, target.age, rate_window),
     }))
 }
 
