@@ -123,7 +123,8 @@ fn duration_flag(
 }
 
 pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let (config, _) = crate::load_config(Some(&args.config))?;
+    let (config, origin) = crate::load_config(Some(&args.config))?;
+    config.check_signal_files(&origin)?;
     let from = parse_time("--from", &args.from)?;
     let to = parse_time("--to", &args.to)?;
     if to <= from {

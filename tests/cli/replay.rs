@@ -47,6 +47,17 @@ signal_max_age = "2s"
 breach_window = "1s"
 "#;
 
+/// `headroom replay --config CONFIG ARGS...`, run to its end.
+fn replay(config: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("replay")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// The wall clock, as Prometheus stamps its samples with it.
 fn now() -> chrono::DateTime<chrono::Utc> {
     use headroom_cloud::Clock;
@@ -94,24 +105,24 @@ fn replay_steps_a_recorded_fleet_through_the_controller_and_reports_for_promotio
     let config = dir.path().join("headroom.toml");
     std::fs::write(&config, CONFIG).unwrap();
     let decisions = dir.path().join("replay.jsonl");
+    let (from, to, url) = (from.to_rfc3339(), to.to_rfc3339(), prometheus.url());
     let range = [
-        "--from".to_string(),
-        from.to_rfc3339(),
-        "--to".to_string(),
-        to.to_rfc3339(),
-        "--step".to_string(),
-        "1s".to_string(),
+        "--prometheus",
+        &url,
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--step",
+        "1s",
     ];
-    let out = Command::new(BIN)
-        .arg("replay")
-        .arg("--config")
-        .arg(&config)
-        .args(["--prometheus", &prometheus.url()])
-        .args(&range)
-        .args(["--format", "json", "--decisions"])
-        .arg(&decisions)
-        .output()
-        .unwrap();
+    let json = [
+        "--format",
+        "json",
+        "--decisions",
+        decisions.to_str().unwrap(),
+    ];
+    let out = replay(&config, &[&range[..], &json[..]].concat());
     assert!(
         out.status.success(),
         "{}",
@@ -152,14 +163,7 @@ fn replay_steps_a_recorded_fleet_through_the_controller_and_reports_for_promotio
     );
 
     // The table a person reads says whether the policy may be promoted.
-    let out = Command::new(BIN)
-        .arg("replay")
-        .arg("--config")
-        .arg(&config)
-        .args(["--prometheus", &prometheus.url()])
-        .args(&range)
-        .output()
-        .unwrap();
+    let out = replay(&config, &range);
     let table = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{table}");
     assert!(
@@ -233,16 +237,88 @@ fn replay_refuses_bad_input_in_one_line() {
             "--prometheus",
         ),
     ] {
-        let out = Command::new(BIN)
-            .arg("replay")
-            .arg("--config")
-            .arg(&config)
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = replay(&config, &args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with(&format!("error: {flag}: ")), "{stderr}");
     }
+}
+
+/// A Prometheus source's token file is read before `serve` or `replay` starts: missing or
+/// empty, it is one line naming the key (exit 2); a token the server refuses fails the replay
+/// saying so, and the token is in neither.
+#[test]
+fn a_bearer_token_file_is_checked_before_start_and_never_printed() {
+    use headroom_testkit::prometheus::BearerGate;
+    let pod = Pod::start(4);
+    let prometheus = Prometheus::start(&[pod.port]);
+    let gate = BearerGate::start(prometheus.port, "tok-live-5e2d");
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    let config = dir.path().join("headroom.toml");
+    std::fs::write(
+        &config,
+        CONFIG.replace("http://127.0.0.1:9", &gate.url()).replace(
+            "[pools.signals.queries]",
+            &format!(
+                "bearer_token_file = \"{}\"\n[pools.signals.queries]",
+                token.display()
+            ),
+        ),
+    )
+    .unwrap();
+    let range = [
+        "--from",
+        "2026-12-01T08:00:00Z",
+        "--to",
+        "2026-12-01T08:01:00Z",
+    ];
+    let replay = || replay(&config, &range);
+    let ledger = dir.path().join("ledger.db");
+    let serve = || {
+        Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--database-url")
+            .arg(format!("sqlite://{}", ledger.display()))
+            .output()
+            .unwrap()
+    };
+    for (content, why) in [(None, "cannot read"), (Some("\n"), "is empty")] {
+        if let Some(content) = content {
+            std::fs::write(&token, content).unwrap();
+        }
+        for out in [replay(), serve()] {
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(out.status.code(), Some(2), "{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(
+                stderr.contains("`pools[0].signals.bearer_token_file`") && stderr.contains(why),
+                "{stderr}"
+            );
+        }
+    }
+    assert!(!ledger.exists(), "serve stopped before opening its ledger");
+
+    // A token the gate does not take: the replay fails on the 401, and does not print the token.
+    std::fs::write(&token, "tok-stale-0a9f\n").unwrap();
+    let out = replay();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+    assert!(!stderr.contains("tok-stale"), "{stderr}");
+    assert_eq!(
+        gate.seen().last().map(String::as_str),
+        Some("Bearer tok-stale-0a9f")
+    );
+    // The right one: the replay reads the history through the gate.
+    std::fs::write(&token, "tok-live-5e2d\n").unwrap();
+    let out = replay();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

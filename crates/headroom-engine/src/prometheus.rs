@@ -122,6 +122,34 @@ pub struct PrometheusSource {
     pub queries: SignalQueries,
 }
 
+impl PrometheusSource {
+    /// Reads each file the source names (the bearer token, the basic-auth password, the CA
+    /// bundle) once, as a process does before it starts reading signals: the first that is
+    /// missing, unreadable or empty (or a CA file with no certificate), as the key that names
+    /// it and why. What a secret holds is never in the answer.
+    pub fn check_files(&self) -> Result<(), (&'static str, String)> {
+        let secret = |key: &'static str, path: &std::path::Path| match std::fs::read_to_string(path)
+        {
+            Err(e) => Err((key, format!("cannot read {}: {e}", path.display()))),
+            Ok(text) if text.trim().is_empty() => {
+                Err((key, format!("{} is empty", path.display())))
+            }
+            Ok(_) => Ok(()),
+        };
+        match &self.auth {
+            PrometheusAuth::None => {}
+            PrometheusAuth::BearerTokenFile(path) => secret("bearer_token_file", path)?,
+            PrometheusAuth::Basic { password_file, .. } => {
+                secret("basic_auth_password_file", password_file)?;
+            }
+        }
+        if let Some(ca_file) = &self.ca_file {
+            crate::http::ca_certificates(ca_file).map_err(|why| ("ca_file", why))?;
+        }
+        Ok(())
+    }
+}
+
 /// Why a query is not usable as a signal, if it is not: PromQL that does not parse, or an
 /// expression that does not evaluate to one number per instant (a range vector, a string).
 pub fn check_query(query: &str) -> Result<(), String> {

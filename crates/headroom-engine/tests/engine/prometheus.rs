@@ -57,6 +57,15 @@ async fn tick_until(
     }
 }
 
+/// Ticks until the pool's signal source fails, and returns why (what the pool's status says).
+async fn source_error(engine: &Engine, what: &str) -> String {
+    let status = tick_until(engine, Duration::from_secs(15), what, |s| {
+        s.signal_source_error.is_some()
+    })
+    .await;
+    status.signal_source_error.unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_follows_its_fleet_through_prometheus_and_holds_when_prometheus_stops() {
     let pods = [Pod::start(7), Pod::start(5), Pod::start(9)];
@@ -232,16 +241,94 @@ async fn a_prometheus_behind_tls_and_basic_auth_is_read_with_the_files_configure
 
     // A wrong password: Prometheus refuses, the pool says so, and the password is not in it.
     std::fs::write(&password, "guess\n").unwrap();
-    let status = tick_until(&engine, Duration::from_secs(15), "a refused query", |s| {
-        s.signal_source_error.is_some()
-    })
-    .await;
-    let error = status.signal_source_error.unwrap();
+    let error = source_error(&engine, "a refused query").await;
     assert!(error.contains("401"), "{error}");
     assert!(
         !error.contains("guess") && !error.contains("fleet-secret"),
         "{error}"
     );
+    let _ = stop.send(());
+    readers.await.unwrap();
+}
+
+/// Prometheus checks basic auth but not bearer tokens, so the token is checked by a gate in
+/// front of the real server (`BearerGate`, as kube-rbac-proxy or an ingress guards one): the
+/// token file's content goes out as `Authorization: Bearer …`, a rotated file is read at the
+/// next query, and neither a refusal nor a missing file shows the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_file_is_sent_read_again_after_rotation_and_never_shown() {
+    use headroom_testkit::prometheus::BearerGate;
+    let pod = Pod::start(13);
+    let prometheus = Prometheus::start(&[pod.port]);
+    let gate = BearerGate::start(prometheus.port, "tok-current-6f1c");
+    let secrets = tempfile::tempdir().unwrap();
+    let token = secrets.path().join("token");
+    std::fs::write(&token, "tok-current-6f1c\n").unwrap();
+    let text = config(0)
+        .replace("http://127.0.0.1:0", &gate.url())
+        .replace(
+            "[pools.signals.queries]",
+            &format!(
+                "bearer_token_file = \"{}\"\n[pools.signals.queries]",
+                token.display()
+            ),
+        );
+    let config = Config::parse(&text, "test").unwrap();
+    assert_eq!(config.check_signal_files("test"), Ok(()));
+    let (_rig, engine) = live_engine(&text).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let readers = tokio::spawn(engine.clone().run_scrapers(async {
+        let _ = stopped.await;
+    }));
+    tick_until(
+        &engine,
+        Duration::from_secs(30),
+        "the pod's queue through the gate",
+        |s| s.last_signal.is_some_and(|l| l.queue_depth == 13),
+    )
+    .await;
+    assert!(
+        gate.seen().iter().any(|h| h == "Bearer tok-current-6f1c"),
+        "the file's content, trimmed, as a bearer token: {:?}",
+        gate.seen()
+    );
+
+    // The file is rotated to a token the gate does not take: the next query sends it and is
+    // refused; the pool says so without the token.
+    std::fs::write(&token, "tok-revoked-93ab\n").unwrap();
+    let error = source_error(&engine, "a refused query").await;
+    assert!(error.contains("401"), "{error}");
+    assert!(gate.seen().iter().any(|h| h == "Bearer tok-revoked-93ab"));
+    // Rotated back: read again at the next query, the pool reads its signal again.
+    std::fs::write(&token, "tok-current-6f1c\n").unwrap();
+    tick_until(&engine, Duration::from_secs(15), "reads again", |s| {
+        s.signal_source_error.is_none() && s.last_signal.is_some_and(|l| l.queue_depth == 13)
+    })
+    .await;
+
+    // The file goes away: the read fails naming the file, and the load-time check names the key.
+    std::fs::remove_file(&token).unwrap();
+    let missing = source_error(&engine, "a missing token").await;
+    assert!(
+        missing.contains(&format!("cannot read {}", token.display())),
+        "{missing}"
+    );
+    let check = config.check_signal_files("test").unwrap_err().0;
+    assert_eq!(check.len(), 1, "{check:?}");
+    assert!(
+        check[0].contains("`pools[0].signals.bearer_token_file`")
+            && check[0].contains("cannot read"),
+        "{check:?}"
+    );
+    std::fs::write(&token, "  \n").unwrap();
+    let empty = config.check_signal_files("test").unwrap_err().0;
+    assert!(empty[0].contains("is empty"), "{empty:?}");
+    for said in [&error, &missing, &check[0], &empty[0]] {
+        assert!(
+            !said.contains("tok-current") && !said.contains("tok-revoked"),
+            "a token is never shown: {said}"
+        );
+    }
     let _ = stop.send(());
     readers.await.unwrap();
 }
