@@ -733,3 +733,34 @@ fn a_buffer_is_read_and_never_larger_than_the_pool() {
     assert!(e[0].contains("`pools[0].scaling.buffer_replicas`"), "{e:?}");
     assert!(e[0].contains("above max_replicas 24"), "{e:?}");
 }
+
+/// Every TOML example of the README's Signals section parses as a pool's table: each is put in
+/// the example configuration's first pool, and the configuration must load.
+#[test]
+fn the_readmes_signal_examples_parse() {
+    let readme = include_str!("../../../../README.md");
+    let section = readme
+        .split("\n## Signals\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README has a Signals section");
+    let blocks: Vec<&str> = section
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .collect();
+    assert!(
+        blocks.len() >= 2,
+        "the scrape and Prometheus examples: {blocks:?}"
+    );
+    for block in blocks {
+        let text = EXAMPLE.replacen(
+            "\n[pools.ladder]\n",
+            &format!("\n{block}\n[pools.ladder]\n"),
+            1,
+        );
+        if let Err(e) = Config::parse(&text, "README.md") {
+            panic!("{block}\n{e}");
+        }
+    }
+}

@@ -332,3 +332,93 @@ async fn a_bearer_token_file_is_sent_read_again_after_rotation_and_never_shown()
     let _ = stop.send(());
     readers.await.unwrap();
 }
+
+/// A declared percentile of the replicas' oldest ages is the same number whether Headroom
+/// scrapes the pods itself (`[pools.scrape] oldest_age_aggregation = "p90"`) or a real
+/// Prometheus answers the PromQL a replay derives from that table (`quantile(0.90, …)`); the
+/// maximum likewise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percentile_of_the_replicas_ages_is_what_prometheus_quantile_answers() {
+    use headroom_engine::prometheus::{PrometheusAuth, PrometheusSource, SignalQueries};
+    use headroom_engine::scrape::{AgeAggregation, Scraper, Selector};
+    // Ten replicas: nine with requests 1.0 to 1.8 s old, one with a request stuck for 600 s.
+    let pods: Vec<_> = (0..10u64)
+        .map(|i| {
+            let pod = Pod::start(1);
+            let age = if i == 9 { 600_000 } else { 1_000 + 100 * i };
+            pod.oldest_ms.store(age, Ordering::SeqCst);
+            pod
+        })
+        .collect();
+    let prometheus = Prometheus::start(&pods.iter().map(|p| p.port).collect::<Vec<_>>());
+    let series: Selector = r#"router_oldest_waiting_seconds{model_name="llama-70b"}"#
+        .parse()
+        .unwrap();
+    let selectors: headroom_engine::scrape::ScrapeSelectors = toml::from_str(&format!(
+        "queue_depth = 'vllm:num_requests_waiting'\noldest_age_s = '{series}'\n"
+    ))
+    .unwrap();
+    let urls: Vec<String> = pods
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{}/metrics", p.port))
+        .collect();
+    let pages: Vec<String> = urls
+        .iter()
+        .map(|u| {
+            ureq::get(u)
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap()
+        })
+        .collect();
+    let pages: Vec<(&str, &str)> = urls
+        .iter()
+        .map(String::as_str)
+        .zip(pages.iter().map(String::as_str))
+        .collect();
+    let now = || headroom_cloud::Clock::now(&SystemClock::new());
+    for age in [AgeAggregation::Percentile(90), AgeAggregation::Max] {
+        let scraped = Scraper::with_age(age)
+            .fleet_signal(&selectors, &pages, now())
+            .unwrap()
+            .oldest_age_s
+            .unwrap();
+        let source = PrometheusSource {
+            url: prometheus.url(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            auth: PrometheusAuth::None,
+            ca_file: None,
+            queries: SignalQueries::from_selectors(&selectors, age, "1m"),
+        };
+        // Until Prometheus has scraped all ten pods (its answer changes no more after that).
+        let mut attempts = 0;
+        let queried = loop {
+            let source = source.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                headroom_engine::prometheus::read(&source, now, Duration::from_secs(30))
+            })
+            .await
+            .unwrap();
+            if let Ok(signal) = &read
+                && let Some(queried) = signal.oldest_age_s
+                && (queried - scraped).abs() < 1e-9
+            {
+                break queried;
+            }
+            attempts += 1;
+            assert!(
+                attempts < 100,
+                "{age}: Prometheus answered {read:?}, the scrape {scraped}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        match age {
+            AgeAggregation::Max => assert_eq!(queried, 600.0),
+            // Rank 0.9 × 9 = 8.1: a tenth of the way from 1.8 s to 600 s.
+            AgeAggregation::Percentile(_) => assert!((queried - 61.62).abs() < 1e-9, "{queried}"),
+        }
+    }
+}
