@@ -485,6 +485,9 @@ async fn serve(
         None => None,
     };
     let (config, origin) = load_config(path)?;
+    // The signal sources' credential files too: a missing token is one line, not a pool that
+    // holds forever once serving.
+    config.check_signal_files(&origin)?;
     let config = Arc::new(config);
     let url = database_url
         .or_else(|| config.database_url.clone())

@@ -85,7 +85,7 @@ fn history_source(
         timeout: Duration::from_secs(30),
         auth: PrometheusAuth::None,
         ca_file: None,
-        queries: SignalQueries::from_selectors(&target.selectors, rate_window),
+        queries: SignalQueries::from_selectors(&target.selectors, target.age, rate_window),
     }))
 }
 
@@ -123,7 +123,8 @@ fn duration_flag(
 }
 
 pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let (config, _) = crate::load_config(Some(&args.config))?;
+    let (config, origin) = crate::load_config(Some(&args.config))?;
+    config.check_signal_files(&origin)?;
     let from = parse_time("--from", &args.from)?;
     let to = parse_time("--to", &args.to)?;
     if to <= from {

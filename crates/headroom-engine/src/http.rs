@@ -24,6 +24,24 @@ pub(crate) fn get_metrics_text(url: &str, timeout: Duration) -> Result<String, S
         .map_err(|e| e.to_string())
 }
 
+/// The certificates of a PEM bundle, or why there are none.
+pub(crate) fn ca_certificates(
+    ca_file: &std::path::Path,
+) -> Result<Vec<ureq::tls::Certificate<'static>>, String> {
+    let pem =
+        std::fs::read(ca_file).map_err(|e| format!("cannot read {}: {e}", ca_file.display()))?;
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", ca_file.display()));
+    }
+    Ok(certs)
+}
+
 /// One bounded GET of a Prometheus HTTP API path (`/api/v1/query`, `/api/v1/query_range`) with
 /// `params`: the HTTP status and the body, whatever the status (Prometheus explains its errors
 /// in the body). The source's credentials are read from their files here, on every call, so a
@@ -43,17 +61,7 @@ pub(crate) fn prometheus_get(
         .timeout_global(Some(source.timeout))
         .http_status_as_error(false);
     if let Some(ca_file) = &source.ca_file {
-        let pem = std::fs::read(ca_file)
-            .map_err(|e| format!("cannot read {}: {e}", ca_file.display()))?;
-        let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-            .filter_map(|item| match item {
-                Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
-            return Err(format!("{} holds no PEM certificate", ca_file.display()));
-        }
+        let certs = ca_certificates(ca_file)?;
         config = config.tls_config(
             ureq::tls::TlsConfig::builder()
                 .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))

@@ -62,15 +62,19 @@ impl SignalQueries {
 
 impl SignalQueries {
     /// The PromQL that reads what a `[pools.scrape]` table's selectors read, from the Prometheus
-    /// that scrapes the same pages: gauges summed (the age its maximum, utilisation and
-    /// occupancy the mean), counters as `rate()` over `window`.
-    pub fn from_selectors(s: &crate::scrape::ScrapeSelectors, window: &str) -> SignalQueries {
+    /// that scrapes the same pages: gauges summed (the age aggregated as `age` says,
+    /// utilisation and occupancy the mean), counters as `rate()` over `window`.
+    pub fn from_selectors(
+        s: &crate::scrape::ScrapeSelectors,
+        age: crate::scrape::AgeAggregation,
+        window: &str,
+    ) -> SignalQueries {
         let rate = |c: &Option<crate::scrape::Selector>| {
             c.as_ref().map(|c| format!("sum(rate({c}[{window}]))"))
         };
         SignalQueries {
             queue_depth: format!("sum({})", s.queue_depth),
-            oldest_age_s: s.oldest_age_s.as_ref().map(|a| format!("max({a})")),
+            oldest_age_s: s.oldest_age_s.as_ref().map(|a| age.promql(a)),
             arrival_rate_rps: rate(&s.arrivals_total),
             departure_rate_rps: rate(&s.departures_total),
             error_rate_rps: rate(&s.errors_total),
@@ -116,6 +120,34 @@ pub struct PrometheusSource {
     /// the system's roots.
     pub ca_file: Option<PathBuf>,
     pub queries: SignalQueries,
+}
+
+impl PrometheusSource {
+    /// Reads each file the source names (the bearer token, the basic-auth password, the CA
+    /// bundle) once, as a process does before it starts reading signals: the first that is
+    /// missing, unreadable or empty (or a CA file with no certificate), as the key that names
+    /// it and why. What a secret holds is never in the answer.
+    pub fn check_files(&self) -> Result<(), (&'static str, String)> {
+        let secret = |key: &'static str, path: &std::path::Path| match std::fs::read_to_string(path)
+        {
+            Err(e) => Err((key, format!("cannot read {}: {e}", path.display()))),
+            Ok(text) if text.trim().is_empty() => {
+                Err((key, format!("{} is empty", path.display())))
+            }
+            Ok(_) => Ok(()),
+        };
+        match &self.auth {
+            PrometheusAuth::None => {}
+            PrometheusAuth::BearerTokenFile(path) => secret("bearer_token_file", path)?,
+            PrometheusAuth::Basic { password_file, .. } => {
+                secret("basic_auth_password_file", password_file)?;
+            }
+        }
+        if let Some(ca_file) = &self.ca_file {
+            crate::http::ca_certificates(ca_file).map_err(|why| ("ca_file", why))?;
+        }
+        Ok(())
+    }
 }
 
 /// Why a query is not usable as a signal, if it is not: PromQL that does not parse, or an
@@ -495,10 +527,11 @@ mod tests {
     #[test]
     fn scrape_selectors_become_the_same_promql() {
         let selectors: crate::scrape::ScrapeSelectors = toml::from_str(
-            "queue_depth = 'vllm:num_requests_waiting{model_name=\"m\"}'\narrivals_total = 'vllm:request_success_total'\ngpu_utilization_percent = 'DCGM_FI_DEV_GPU_UTIL'\n",
+            "queue_depth = 'vllm:num_requests_waiting{model_name=\"m\"}'\noldest_age_s = 'oldest_seconds'\narrivals_total = 'vllm:request_success_total'\ngpu_utilization_percent = 'DCGM_FI_DEV_GPU_UTIL'\n",
         )
         .unwrap();
-        let queries = SignalQueries::from_selectors(&selectors, "1m");
+        use crate::scrape::AgeAggregation;
+        let queries = SignalQueries::from_selectors(&selectors, AgeAggregation::Max, "1m");
         assert_eq!(
             queries.queue_depth,
             r#"sum(vllm:num_requests_waiting{model_name="m"})"#
@@ -511,8 +544,15 @@ mod tests {
             queries.gpu_utilization.as_deref(),
             Some("avg(DCGM_FI_DEV_GPU_UTIL) / 100")
         );
+        assert_eq!(queries.oldest_age_s.as_deref(), Some("max(oldest_seconds)"));
         for (_, query) in queries.named() {
             assert_eq!(check_query(query), Ok(()), "{query}");
         }
+        let p90 = SignalQueries::from_selectors(&selectors, AgeAggregation::Percentile(90), "1m");
+        assert_eq!(
+            p90.oldest_age_s.as_deref(),
+            Some("quantile(0.90, oldest_seconds)")
+        );
+        assert_eq!(check_query(p90.oldest_age_s.as_deref().unwrap()), Ok(()));
     }
 }

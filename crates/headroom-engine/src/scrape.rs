@@ -191,6 +191,77 @@ pub struct ScrapeSelectors {
     pub token_arrivals_total: Option<Selector>,
 }
 
+/// How the oldest-request ages a fleet reports (one a replica, or one a series) become the
+/// pool's one age (`[pools.scrape] oldest_age_aggregation`): the maximum, or a high percentile,
+/// which one replica with a stuck request does not move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgeAggregation {
+    /// The oldest request of any replica (the default).
+    #[default]
+    Max,
+    /// The given percentile (50 to 99) across the series, interpolated between the two nearest
+    /// as PromQL's `quantile()` interpolates, so a replay's PromQL gives the same number.
+    Percentile(u8),
+}
+
+impl FromStr for AgeAggregation {
+    type Err = String;
+
+    /// `max`, or `p50` to `p99`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "max" {
+            return Ok(AgeAggregation::Max);
+        }
+        match s.strip_prefix('p').map(str::parse::<u8>) {
+            Some(Ok(p)) if (50..=99).contains(&p) && s.len() == 3 => {
+                Ok(AgeAggregation::Percentile(p))
+            }
+            _ => Err(format!(
+                "{s:?} is neither max nor a percentile from p50 to p99"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for AgeAggregation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgeAggregation::Max => f.write_str("max"),
+            AgeAggregation::Percentile(p) => write!(f, "p{p}"),
+        }
+    }
+}
+
+impl AgeAggregation {
+    /// The fleet's age from every series' age; `None` with none.
+    pub fn aggregate(self, mut ages: Vec<f64>) -> Option<f64> {
+        if ages.is_empty() {
+            return None;
+        }
+        match self {
+            AgeAggregation::Max => ages.into_iter().reduce(f64::max),
+            AgeAggregation::Percentile(p) => {
+                // As Prometheus's `quantile(φ, …)`: rank φ·(n−1) in the sorted values, linear
+                // between the two around it.
+                ages.sort_by(f64::total_cmp);
+                let rank = f64::from(p) / 100.0 * (ages.len() - 1) as f64;
+                let lower = rank.floor() as usize;
+                let upper = (lower + 1).min(ages.len() - 1);
+                let weight = rank - rank.floor();
+                Some(ages[lower] * (1.0 - weight) + ages[upper] * weight)
+            }
+        }
+    }
+
+    /// The PromQL that aggregates `selector`'s series the same way.
+    pub fn promql(self, selector: &Selector) -> String {
+        match self {
+            AgeAggregation::Max => format!("max({selector})"),
+            AgeAggregation::Percentile(p) => format!("quantile(0.{p:02}, {selector})"),
+        }
+    }
+}
+
 /// One pool's scrape target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScrapeTarget {
@@ -203,6 +274,8 @@ pub struct ScrapeTarget {
     pub interval: Duration,
     pub timeout: Duration,
     pub selectors: ScrapeSelectors,
+    /// How the replicas' oldest ages become the pool's.
+    pub age: AgeAggregation,
 }
 
 /// Where a model-server pod serves its metrics: `{scheme}://{pod IP}:{port}{path}`.
@@ -235,6 +308,7 @@ type CounterReading = std::collections::HashMap<String, f64>;
 #[derive(Debug, Default)]
 pub struct Scraper {
     previous: Option<(Timestamp, [Option<CounterReading>; COUNTERS])>,
+    age: AgeAggregation,
 }
 
 /// The per-second rate of one counter between two readings, series by series as Prometheus's
@@ -258,6 +332,15 @@ fn counter_rate(before: &CounterReading, now: &CounterReading, seconds: f64) -> 
 }
 
 impl Scraper {
+    /// A scraper that aggregates the replicas' oldest ages with `age` (the default takes the
+    /// maximum).
+    pub fn with_age(age: AgeAggregation) -> Scraper {
+        Scraper {
+            previous: None,
+            age,
+        }
+    }
+
     /// The signal in one metrics page, scraped at `at`. Counter rates need a previous scrape.
     pub fn signal(
         &mut self,
@@ -348,12 +431,13 @@ impl Scraper {
             });
         Ok(SignalInput {
             queue_depth: queue.max(0.0).round() as u64,
-            // The oldest request across every matching series (replica, engine).
+            // The oldest request across every matching series (replica, engine), or a
+            // percentile of them.
             oldest_age_s: selectors
                 .oldest_age_s
                 .as_ref()
                 .map(values)
-                .and_then(|ages| ages.into_iter().reduce(f64::max))
+                .and_then(|ages| self.age.aggregate(ages))
                 .map(|a| a.max(0.0)),
             arrival_rate_rps: rates[0],
             departure_rate_rps: rates[1],
@@ -417,7 +501,7 @@ pub async fn run(
     for (pool, target) in engine.config().scrape.clone() {
         let engine = engine.clone();
         tasks.spawn(async move {
-            let mut scraper = Scraper::default();
+            let mut scraper = Scraper::with_age(target.age);
             loop {
                 let urls = match &target.pods {
                     Some(pods) => engine
@@ -652,6 +736,73 @@ headroom_oldest_age_seconds{replica="b"} 9.0
             rate(&mut scraper, &[("a", 1300), ("b", 150)], 30),
             Some(20.0)
         );
+    }
+
+    #[test]
+    fn the_age_is_the_maximum_or_a_percentile_as_promql_takes_it() {
+        let ages = vec![1.0, 2.0, 3.0, 4.0, 100.0];
+        assert_eq!(AgeAggregation::Max.aggregate(ages.clone()), Some(100.0));
+        // Rank 0.9 × 4 = 3.6: 60 % of the way from 4 to 100, as `quantile(0.9, …)` answers.
+        let p90 = AgeAggregation::Percentile(90)
+            .aggregate(ages.clone())
+            .unwrap();
+        assert!((p90 - 61.6).abs() < 1e-9, "{p90}");
+        // The median of an even count lies between the middle two; order does not matter.
+        assert_eq!(
+            AgeAggregation::Percentile(50).aggregate(vec![8.0, 2.0, 6.0, 4.0]),
+            Some(5.0)
+        );
+        assert_eq!(
+            AgeAggregation::Percentile(99).aggregate(vec![7.0]),
+            Some(7.0)
+        );
+        assert_eq!(AgeAggregation::Percentile(90).aggregate(Vec::new()), None);
+        assert_eq!("p95".parse(), Ok(AgeAggregation::Percentile(95)));
+        assert_eq!("max".parse(), Ok(AgeAggregation::Max));
+        for bad in ["p100", "p49", "p5", "p099", "p9.5", "95", "avg", ""] {
+            let e = bad.parse::<AgeAggregation>().unwrap_err();
+            assert!(e.contains("from p50 to p99"), "{bad}: {e}");
+        }
+        assert_eq!(AgeAggregation::Percentile(90).to_string(), "p90");
+    }
+
+    #[test]
+    fn a_stuck_replica_moves_the_maximum_but_not_a_percentile() {
+        let selectors = ScrapeSelectors {
+            oldest_age_s: Some("oldest_seconds".parse().unwrap()),
+            ..only_queue("waiting")
+        };
+        let t0: Timestamp = "2026-12-01T09:00:00Z".parse().unwrap();
+        // Twenty replicas: nineteen with requests one to two seconds old, one with a request
+        // stuck for 600 s.
+        let texts: Vec<String> = (0..20)
+            .map(|i| {
+                let age = if i == 19 {
+                    600.0
+                } else {
+                    1.0 + f64::from(i) / 16.0
+                };
+                format!("waiting 1\noldest_seconds {age}\n")
+            })
+            .collect();
+        let urls: Vec<String> = (0..20)
+            .map(|i| format!("http://10.0.0.{i}/metrics"))
+            .collect();
+        let pages: Vec<(&str, &str)> = urls
+            .iter()
+            .map(String::as_str)
+            .zip(texts.iter().map(String::as_str))
+            .collect();
+        let max = Scraper::default()
+            .fleet_signal(&selectors, &pages, t0)
+            .unwrap();
+        assert_eq!(max.oldest_age_s, Some(600.0));
+        let p90 = Scraper::with_age(AgeAggregation::Percentile(90))
+            .fleet_signal(&selectors, &pages, t0)
+            .unwrap();
+        let age = p90.oldest_age_s.unwrap();
+        // Rank 0.9 × 19 = 17.1: a tenth of the way from 2.0625 to 2.125, the stuck one unseen.
+        assert!((age - 2.06875).abs() < 1e-9, "{age}");
     }
 
     #[test]

@@ -36,7 +36,9 @@ pub struct ReplayStep {
     pub queue_depth: Option<u64>,
     pub oldest_age_s: Option<f64>,
     pub arrival_rate_rps: Option<f64>,
-    /// The replayed capacity: serving, and launched but not yet through the cold start.
+    /// The replayed capacity the decision saw (as the live decision log's `replicas`): serving,
+    /// and launched but not yet through the cold start. The step's own launches count from the
+    /// next step.
     pub ready: u32,
     pub starting: u32,
     pub target: u32,
@@ -218,8 +220,8 @@ pub fn replay(
             queue_depth: queue,
             oldest_age_s: age,
             arrival_rate_rps: arrivals,
-            ready,
-            starting: u32::try_from(launches.len()).unwrap_or(u32::MAX),
+            ready: counts.ready,
+            starting: counts.starting,
             target,
             rule: decision.rule,
             hold: decision.scaling_hold,
@@ -330,8 +332,9 @@ oldest_age_threshold = "30s"
         assert_eq!(steps[0].target, 2, "10/s at 5/s");
         assert!(steps[21].target > 2, "{:?}", steps[21]);
         assert!(
-            steps[21].starting > 0 && steps[21].ready == 2,
-            "a launch is not capacity yet"
+            steps[22].starting > 0 && steps[22].ready == 2,
+            "a launch is not capacity yet: {:?}",
+            steps[22]
         );
         let cold = p.ladder.cold_total().as_secs() / 15;
         let served = &steps[21 + cold as usize];

@@ -195,6 +195,29 @@ pub struct Reservation {
 }
 
 impl Config {
+    /// Reads the credential and CA files every `[pools.signals]` source names, as `serve` and
+    /// `replay` do before they start (`config check` does not: the files usually exist only
+    /// where the server runs): each that is missing, unreadable or empty is one line naming its
+    /// key. The token and password are read again on every query, so a rotation is picked up.
+    pub fn check_signal_files(&self, origin: &str) -> Result<(), ConfigErrors> {
+        let lines: Vec<String> = self
+            .pools
+            .iter()
+            .enumerate()
+            .filter_map(|(i, pool)| {
+                let (key, why) = self.prometheus.get(&pool.name)?.check_files().err()?;
+                Some(format!(
+                    "{origin}: key `pools[{i}].signals.{key}`: {why}; fix: point it at the file that holds it (a mounted Secret, say), or remove the key"
+                ))
+            })
+            .collect();
+        if lines.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(lines))
+        }
+    }
+
     pub fn pool(&self, name: &PoolName) -> Option<&PoolSpec> {
         self.pools.iter().find(|p| &p.name == name)
     }

@@ -294,6 +294,8 @@ pub(super) struct RawScrape {
     pub(super) pods: Option<RawPodEndpoints>,
     pub(super) interval: Option<String>,
     pub(super) timeout: Option<String>,
+    /// How the replicas' oldest ages become the pool's: `max` (the default) or `p50`..`p99`.
+    pub(super) oldest_age_aggregation: Option<String>,
     pub(super) series: crate::scrape::ScrapeSelectors,
 }
 

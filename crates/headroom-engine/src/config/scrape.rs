@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::raw::{RawScrape, RawSignals};
 use super::{Problems, Within};
 use crate::prometheus::{PrometheusAuth, PrometheusSource};
-use crate::scrape::ScrapeTarget;
+use crate::scrape::{AgeAggregation, ScrapeTarget};
 
 /// The most endpoints one pool scrapes itself each interval (one thread each); a larger fleet
 /// belongs behind Prometheus (`[pools.signals]`).
@@ -118,12 +118,35 @@ pub(super) fn target(
             Vec::new()
         }
     };
+    let age_key = format!("{key}.oldest_age_aggregation");
+    let age = match raw.oldest_age_aggregation.as_deref().map(str::parse) {
+        None => AgeAggregation::Max,
+        Some(Ok(age)) => {
+            if raw.series.oldest_age_s.is_none() {
+                p.add(
+                    &age_key,
+                    "is set, but [pools.scrape.series] reads no oldest_age_s",
+                    "add oldest_age_s = '<the oldest waiting request's age, in seconds>' to [pools.scrape.series], or remove the key",
+                );
+            }
+            age
+        }
+        Some(Err(why)) => {
+            p.add(
+                &age_key,
+                why,
+                "use \"max\" (the default) or a percentile such as \"p90\"",
+            );
+            AgeAggregation::Max
+        }
+    };
     ScrapeTarget {
         urls,
         pods,
         interval,
         timeout,
         selectors: raw.series.clone(),
+        age,
     }
 }
 

@@ -587,6 +587,54 @@ fn a_scrape_reads_one_url_or_a_list_of_targets() {
 }
 
 #[test]
+fn the_age_aggregation_is_max_or_a_declared_percentile() {
+    use crate::scrape::AgeAggregation;
+    let with = |aggregation: &str, series: &str| {
+        EXAMPLE.replacen(
+            "\n[pools.ladder]\n",
+            &format!("\n[pools.scrape]\nurl = \"http://10.0.0.5:8000/metrics\"\n{aggregation}\n[pools.scrape.series]\nqueue_depth = \"vllm:num_requests_waiting\"\n{series}\n[pools.ladder]\n"),
+            1,
+        )
+    };
+    let age = "oldest_age_s = \"oldest_seconds\"";
+    let read = |aggregation: &str| {
+        Config::parse(&with(aggregation, age), "t.toml")
+            .unwrap()
+            .scrape
+            .values()
+            .next()
+            .unwrap()
+            .age
+    };
+    assert_eq!(read(""), AgeAggregation::Max);
+    assert_eq!(
+        read("oldest_age_aggregation = \"max\""),
+        AgeAggregation::Max
+    );
+    assert_eq!(
+        read("oldest_age_aggregation = \"p90\""),
+        AgeAggregation::Percentile(90)
+    );
+    for bad in ["p100", "p49", "p9", "p90.5", "90", "median", "P90"] {
+        let e = errors(&with(&format!("oldest_age_aggregation = \"{bad}\""), age));
+        assert_eq!(e.len(), 1, "{bad}: {e:?}");
+        assert!(
+            e[0].contains("`pools[0].scrape.oldest_age_aggregation`")
+                && e[0].contains("from p50 to p99")
+                && e[0].contains("fix: use \"max\""),
+            "{bad}: {e:?}"
+        );
+    }
+    let e = errors(&with("oldest_age_aggregation = \"p95\"", ""));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("`pools[0].scrape.oldest_age_aggregation`")
+            && e[0].contains("no oldest_age_s"),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn scheduled_windows_are_checked_in_one_line_each() {
     let with = |windows: &str| {
         EXAMPLE.replacen(
@@ -684,4 +732,35 @@ fn a_buffer_is_read_and_never_larger_than_the_pool() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].contains("`pools[0].scaling.buffer_replicas`"), "{e:?}");
     assert!(e[0].contains("above max_replicas 24"), "{e:?}");
+}
+
+/// Every TOML example of the README's Signals section parses as a pool's table: each is put in
+/// the example configuration's first pool, and the configuration must load.
+#[test]
+fn the_readmes_signal_examples_parse() {
+    let readme = include_str!("../../../../README.md");
+    let section = readme
+        .split("\n## Signals\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README has a Signals section");
+    let blocks: Vec<&str> = section
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .collect();
+    assert!(
+        blocks.len() >= 2,
+        "the scrape and Prometheus examples: {blocks:?}"
+    );
+    for block in blocks {
+        let text = EXAMPLE.replacen(
+            "\n[pools.ladder]\n",
+            &format!("\n{block}\n[pools.ladder]\n"),
+            1,
+        );
+        if let Err(e) = Config::parse(&text, "README.md") {
+            panic!("{block}\n{e}");
+        }
+    }
 }

@@ -57,6 +57,15 @@ async fn tick_until(
     }
 }
 
+/// Ticks until the pool's signal source fails, and returns why (what the pool's status says).
+async fn source_error(engine: &Engine, what: &str) -> String {
+    let status = tick_until(engine, Duration::from_secs(15), what, |s| {
+        s.signal_source_error.is_some()
+    })
+    .await;
+    status.signal_source_error.unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_follows_its_fleet_through_prometheus_and_holds_when_prometheus_stops() {
     let pods = [Pod::start(7), Pod::start(5), Pod::start(9)];
@@ -232,11 +241,7 @@ async fn a_prometheus_behind_tls_and_basic_auth_is_read_with_the_files_configure
 
     // A wrong password: Prometheus refuses, the pool says so, and the password is not in it.
     std::fs::write(&password, "guess\n").unwrap();
-    let status = tick_until(&engine, Duration::from_secs(15), "a refused query", |s| {
-        s.signal_source_error.is_some()
-    })
-    .await;
-    let error = status.signal_source_error.unwrap();
+    let error = source_error(&engine, "a refused query").await;
     assert!(error.contains("401"), "{error}");
     assert!(
         !error.contains("guess") && !error.contains("fleet-secret"),
@@ -244,4 +249,176 @@ async fn a_prometheus_behind_tls_and_basic_auth_is_read_with_the_files_configure
     );
     let _ = stop.send(());
     readers.await.unwrap();
+}
+
+/// Prometheus checks basic auth but not bearer tokens, so the token is checked by a gate in
+/// front of the real server (`BearerGate`, as kube-rbac-proxy or an ingress guards one): the
+/// token file's content goes out as `Authorization: Bearer …`, a rotated file is read at the
+/// next query, and neither a refusal nor a missing file shows the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_file_is_sent_read_again_after_rotation_and_never_shown() {
+    use headroom_testkit::prometheus::BearerGate;
+    let pod = Pod::start(13);
+    let prometheus = Prometheus::start(&[pod.port]);
+    let gate = BearerGate::start(prometheus.port, "tok-current-6f1c");
+    let secrets = tempfile::tempdir().unwrap();
+    let token = secrets.path().join("token");
+    std::fs::write(&token, "tok-current-6f1c\n").unwrap();
+    let text = config(0)
+        .replace("http://127.0.0.1:0", &gate.url())
+        .replace(
+            "[pools.signals.queries]",
+            &format!(
+                "bearer_token_file = \"{}\"\n[pools.signals.queries]",
+                token.display()
+            ),
+        );
+    let config = Config::parse(&text, "test").unwrap();
+    assert_eq!(config.check_signal_files("test"), Ok(()));
+    let (_rig, engine) = live_engine(&text).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let readers = tokio::spawn(engine.clone().run_scrapers(async {
+        let _ = stopped.await;
+    }));
+    tick_until(
+        &engine,
+        Duration::from_secs(30),
+        "the pod's queue through the gate",
+        |s| s.last_signal.is_some_and(|l| l.queue_depth == 13),
+    )
+    .await;
+    assert!(
+        gate.seen().iter().any(|h| h == "Bearer tok-current-6f1c"),
+        "the file's content, trimmed, as a bearer token: {:?}",
+        gate.seen()
+    );
+
+    // The file is rotated to a token the gate does not take: the next query sends it and is
+    // refused; the pool says so without the token.
+    std::fs::write(&token, "tok-revoked-93ab\n").unwrap();
+    let error = source_error(&engine, "a refused query").await;
+    assert!(error.contains("401"), "{error}");
+    assert!(gate.seen().iter().any(|h| h == "Bearer tok-revoked-93ab"));
+    // Rotated back: read again at the next query, the pool reads its signal again.
+    std::fs::write(&token, "tok-current-6f1c\n").unwrap();
+    tick_until(&engine, Duration::from_secs(15), "reads again", |s| {
+        s.signal_source_error.is_none() && s.last_signal.is_some_and(|l| l.queue_depth == 13)
+    })
+    .await;
+
+    // The file goes away: the read fails naming the file, and the load-time check names the key.
+    std::fs::remove_file(&token).unwrap();
+    let missing = source_error(&engine, "a missing token").await;
+    assert!(
+        missing.contains(&format!("cannot read {}", token.display())),
+        "{missing}"
+    );
+    let check = config.check_signal_files("test").unwrap_err().0;
+    assert_eq!(check.len(), 1, "{check:?}");
+    assert!(
+        check[0].contains("`pools[0].signals.bearer_token_file`")
+            && check[0].contains("cannot read"),
+        "{check:?}"
+    );
+    std::fs::write(&token, "  \n").unwrap();
+    let empty = config.check_signal_files("test").unwrap_err().0;
+    assert!(empty[0].contains("is empty"), "{empty:?}");
+    for said in [&error, &missing, &check[0], &empty[0]] {
+        assert!(
+            !said.contains("tok-current") && !said.contains("tok-revoked"),
+            "a token is never shown: {said}"
+        );
+    }
+    let _ = stop.send(());
+    readers.await.unwrap();
+}
+
+/// A declared percentile of the replicas' oldest ages is the same number whether Headroom
+/// scrapes the pods itself (`[pools.scrape] oldest_age_aggregation = "p90"`) or a real
+/// Prometheus answers the PromQL a replay derives from that table (`quantile(0.90, …)`); the
+/// maximum likewise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percentile_of_the_replicas_ages_is_what_prometheus_quantile_answers() {
+    use headroom_engine::prometheus::{PrometheusAuth, PrometheusSource, SignalQueries};
+    use headroom_engine::scrape::{AgeAggregation, Scraper, Selector};
+    // Ten replicas: nine with requests 1.0 to 1.8 s old, one with a request stuck for 600 s.
+    let pods: Vec<_> = (0..10u64)
+        .map(|i| {
+            let pod = Pod::start(1);
+            let age = if i == 9 { 600_000 } else { 1_000 + 100 * i };
+            pod.oldest_ms.store(age, Ordering::SeqCst);
+            pod
+        })
+        .collect();
+    let prometheus = Prometheus::start(&pods.iter().map(|p| p.port).collect::<Vec<_>>());
+    let series: Selector = r#"router_oldest_waiting_seconds{model_name="llama-70b"}"#
+        .parse()
+        .unwrap();
+    let selectors: headroom_engine::scrape::ScrapeSelectors = toml::from_str(&format!(
+        "queue_depth = 'vllm:num_requests_waiting'\noldest_age_s = '{series}'\n"
+    ))
+    .unwrap();
+    let urls: Vec<String> = pods
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{}/metrics", p.port))
+        .collect();
+    let pages: Vec<String> = urls
+        .iter()
+        .map(|u| {
+            ureq::get(u)
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap()
+        })
+        .collect();
+    let pages: Vec<(&str, &str)> = urls
+        .iter()
+        .map(String::as_str)
+        .zip(pages.iter().map(String::as_str))
+        .collect();
+    let now = || headroom_cloud::Clock::now(&SystemClock::new());
+    for age in [AgeAggregation::Percentile(90), AgeAggregation::Max] {
+        let scraped = Scraper::with_age(age)
+            .fleet_signal(&selectors, &pages, now())
+            .unwrap()
+            .oldest_age_s
+            .unwrap();
+        let source = PrometheusSource {
+            url: prometheus.url(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            auth: PrometheusAuth::None,
+            ca_file: None,
+            queries: SignalQueries::from_selectors(&selectors, age, "1m"),
+        };
+        // Until Prometheus has scraped all ten pods (its answer changes no more after that).
+        let mut attempts = 0;
+        let queried = loop {
+            let source = source.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                headroom_engine::prometheus::read(&source, now, Duration::from_secs(30))
+            })
+            .await
+            .unwrap();
+            if let Ok(signal) = &read
+                && let Some(queried) = signal.oldest_age_s
+                && (queried - scraped).abs() < 1e-9
+            {
+                break queried;
+            }
+            attempts += 1;
+            assert!(
+                attempts < 100,
+                "{age}: Prometheus answered {read:?}, the scrape {scraped}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        match age {
+            AgeAggregation::Max => assert_eq!(queried, 600.0),
+            // Rank 0.9 × 9 = 8.1: a tenth of the way from 1.8 s to 600 s.
+            AgeAggregation::Percentile(_) => assert!((queried - 61.62).abs() < 1e-9, "{queried}"),
+        }
+    }
 }
