@@ -33,6 +33,10 @@ pub(super) struct TickInput {
     pub windows: HashMap<PoolName, Vec<(String, crate::schedule::ScheduleWindow)>>,
     /// Standings read so far this tick, kept up to date with the holds the tick places.
     standings: HashMap<AccountName, BudgetStanding>,
+    /// The revision of requests, cancellations and refusals read after the observe phase.
+    pub requests_revision: Option<i64>,
+    /// Whether the tick recorded a refusal ([`Engine::append_refusal`]).
+    pub wrote_refusal: bool,
 }
 
 /// A window declared through the API, checked against its pool as configured now.
@@ -126,6 +130,8 @@ impl TickInput {
             budgets: HashMap::new(),
             windows: HashMap::new(),
             standings: HashMap::new(),
+            requests_revision: None,
+            wrote_refusal: false,
         })
     }
 
@@ -139,6 +145,7 @@ impl TickInput {
     ) -> Result<(), EngineError> {
         // After the observe phase: what it wrote moves the revision.
         let revision = ledger.revision().await?;
+        self.requests_revision = revision.requests;
         self.open = kept(
             &mut reads.open,
             revision.requests,

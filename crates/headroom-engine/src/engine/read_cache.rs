@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use headroom_core::{Budget, CapacityRequest, NodeId, RequestId};
-use headroom_ledger::{NodeEvent, Sequenced, StoredWindow};
+use headroom_core::{Budget, CapacityRequest, NodeId, RequestId, Timestamp};
+use headroom_ledger::{NodeEvent, RefusalRecord, Sequenced, StoredWindow};
 
 /// The tick's reads kept across ticks ([`super::Engine`] holds one; the tick lock orders its use).
 #[derive(Debug, Default)]
@@ -18,6 +18,9 @@ pub(super) struct ReadCache {
     pub open: Option<Kept<Vec<CapacityRequest>>>,
     /// The cancelled among the requests of live nodes, with the ids it was asked for.
     pub cancelled: Option<Kept<(Vec<RequestId>, HashSet<RequestId>)>>,
+    /// Every refusal recorded from an instant on (the alert rules' window), under the requests'
+    /// revision, which refusals move.
+    pub refusals: Option<Kept<(Timestamp, Vec<RefusalRecord>)>>,
 }
 
 /// A value read under a revision of the tables it comes from.
