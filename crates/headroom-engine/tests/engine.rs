@@ -979,13 +979,47 @@ async fn a_refused_request_raises_a_capacity_alert() {
     h.cloud.set_capacity(&"dear".parse().unwrap(), 0);
     h.request(1).await;
     h.engine.tick().await.unwrap();
-    let names: Vec<String> = h
-        .engine
+    let names = alert_names(&h);
+    assert!(names.contains(&"CapacityRefused".to_string()), "{names:?}");
+}
+
+/// The names of the alerts firing now.
+fn alert_names(h: &Harness) -> Vec<String> {
+    h.engine
         .active_alerts()
         .into_iter()
         .map(|a| a.alert.name)
-        .collect();
-    assert!(names.contains(&"CapacityRefused".to_string()), "{names:?}");
+        .collect()
+}
+
+/// The alert rules' refusals are kept between ticks, but not past a refusal written elsewhere
+/// (here a second handle on the ledger, as a replica that held the pool before): the next tick
+/// reads them again and alerts.
+#[tokio::test]
+async fn a_refusal_recorded_through_another_handle_is_alerted_on_the_next_tick() {
+    let h = harness(CONFIG).await;
+    h.engine.tick().await.unwrap();
+    let elsewhere = SqliteLedger::open_path(&h.rig.ledger_path()).await.unwrap();
+    elsewhere
+        .append_refusal(&headroom_ledger::RefusalRecord {
+            pool: "llm".parse().unwrap(),
+            request: None,
+            node: None,
+            offering: Some("cheap".parse().unwrap()),
+            replicas: 1,
+            reason: RefusalReason::Cloud(ErrorClass::Quota),
+            detail: "quota exhausted in us-east-1".into(),
+            at: h.clock.now(),
+        })
+        .await
+        .unwrap();
+    h.clock.advance(Duration::from_secs(5));
+    h.engine.tick().await.unwrap();
+    let names = alert_names(&h);
+    assert!(
+        names.contains(&"CloudQuotaExhausted".to_string()),
+        "{names:?}"
+    );
 }
 
 #[tokio::test]

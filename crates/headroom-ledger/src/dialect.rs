@@ -68,6 +68,16 @@ pub trait Dialect: Debug + Send + Sync + 'static {
     /// share a transaction (SQLite, in-process, where a round trip costs nothing).
     const INSERTS_IN_WITH: bool;
 
+    /// One statement giving [`crate::Revision`]'s fields as the columns `budgets`, `windows` and
+    /// `requests` (a null where the backend gives none).
+    const REVISION: &'static str;
+
+    /// Whether node events commit in the order of their sequence numbers, so the events after
+    /// one a reader saw are exactly those with larger numbers: true with one writer at a time
+    /// (SQLite); PostgreSQL draws the number before a transaction commits, and a smaller one may
+    /// commit after a larger one was read.
+    const COMMITS_IN_SEQ_ORDER: bool;
+
     /// See [`crate::Ledger::pool_leases`]: a backend only one process opens owns every pool.
     async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
         Ok(pools.iter().cloned().collect())

@@ -88,6 +88,22 @@ impl From<sqlx::Error> for LedgerError {
     }
 }
 
+/// Where some tables stand (see [`Ledger::revision`]). Each field is a number that changes
+/// whenever a row its reads return is committed, by any process: every table is append-only,
+/// so SQLite's largest row id (one writer at a time, ids never reused) or PostgreSQL's row count
+/// of a table only grows then, and a sum of them moves when any of them does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Revision {
+    /// Budget versions: [`Ledger::budgets`].
+    pub budgets: Option<i64>,
+    /// Scheduled windows and their cancellations: [`Ledger::schedule_windows`].
+    pub windows: Option<i64>,
+    /// Capacity requests, their cancellations and refusals: [`Ledger::open_capacity_requests`]
+    /// and [`Ledger::cancelled_requests`]. `None` on PostgreSQL, where counting the refusals
+    /// would cost as much as the read.
+    pub requests: Option<i64>,
+}
+
 /// Pending notifications kept per outbox; past this the oldest are dropped (and recorded so).
 pub const ALERT_OUTBOX_BOUND: i64 = 1000;
 
@@ -228,6 +244,31 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// The latest event of every node that is not final (terminated or refused).
     async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError>;
+
+    /// Where the tables a tick reads stand now, so a reader keeps what it read until they
+    /// move; a field the backend cannot give cheaply is `None` (read again every time). Read
+    /// it before what it guards.
+    async fn revision(&self) -> Result<Revision, LedgerError> {
+        Ok(Revision::default())
+    }
+
+    /// [`Ledger::live_nodes`] with their sequence numbers, and a sequence number every event
+    /// at or below which they include: the start of a [`Ledger::node_events_after`] chain.
+    /// `None` where events may commit out of sequence order (see [`Revision::node_events`]).
+    async fn live_nodes_through(
+        &self,
+    ) -> Result<Option<(i64, Vec<Sequenced<NodeEvent>>)>, LedgerError> {
+        Ok(None)
+    }
+
+    /// The node events after `seq`, in order, at most `limit` of them. Complete only where
+    /// [`Ledger::live_nodes_through`] answers: only there does no event commit later with a
+    /// smaller sequence number.
+    async fn node_events_after(
+        &self,
+        seq: i64,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError>;
 
     /// Every node event, in order. Reports and cost derivations read this.
     async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError>;

@@ -25,7 +25,7 @@ use crate::requests::RequestWrite;
 use crate::{
     ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, Ledger, LedgerError, LedgerSummary,
     NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, RequestPageQuery,
-    Sequenced, StoredWindow, derive,
+    Revision, Sequenced, StoredWindow, derive,
 };
 
 /// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
@@ -342,6 +342,51 @@ where
             .collect()
     }
 
+    async fn sequenced_events(
+        &self,
+        query: Statement<'_, D>,
+    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError> {
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(Sequenced {
+                    seq: row.try_get("seq")?,
+                    row: Self::event_from_row(row)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The latest event of every live node with its sequence number, in ledger order.
+    async fn live_heads(&self) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError> {
+        let finals = final_states();
+        // Walk the node ids through the (node_id, seq) index, one probe per
+        // node, then each node's last event, so the cost grows with the nodes ever made and not
+        // with their events (a node running a week has thousands of renewals); a GROUP BY over
+        // the whole table grew with every renewal and made each tick slower than the last.
+        let mut query = Self::query(&format!(
+            "WITH RECURSIVE nodes(id) AS (
+               SELECT MIN(node_id) FROM node_events
+               UNION ALL
+               SELECT (SELECT MIN(n.node_id) FROM node_events n WHERE n.node_id > nodes.id)
+               FROM nodes WHERE nodes.id IS NOT NULL
+             ), heads(seq) AS (
+               SELECT (SELECT MAX(x.seq) FROM node_events x WHERE x.node_id = nodes.id)
+               FROM nodes WHERE nodes.id IS NOT NULL
+             )
+             SELECT e.* FROM heads JOIN node_events e ON e.seq = heads.seq
+             WHERE e.state NOT IN ({})
+             ORDER BY e.seq",
+            dialect::params(finals.len())
+        ));
+        for state in finals {
+            query = query.bind(state);
+        }
+        self.sequenced_events(query).await
+    }
+
     async fn refusals_by_reason(&self) -> Result<BTreeMap<String, u64>, LedgerError> {
         let rows = Self::query(
             "SELECT reason, CAST(SUM(replicas) AS BIGINT) AS n FROM refusals GROUP BY reason",
@@ -631,26 +676,19 @@ where
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError> {
-        Self::query(
-            "SELECT * FROM node_events
-             WHERE pool = ? AND {at} >= ? AND {at} < ? AND seq > ?
-             ORDER BY seq LIMIT ?",
+        self.sequenced_events(
+            Self::query(
+                "SELECT * FROM node_events
+                 WHERE pool = ? AND {at} >= ? AND {at} < ? AND seq > ?
+                 ORDER BY seq LIMIT ?",
+            )
+            .bind(pool.as_str())
+            .bind(D::time(from))
+            .bind(D::time(to))
+            .bind(after.unwrap_or(i64::MIN))
+            .bind(i64::from(limit)),
         )
-        .bind(pool.as_str())
-        .bind(D::time(from))
-        .bind(D::time(to))
-        .bind(after.unwrap_or(i64::MIN))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(Sequenced {
-                seq: row.try_get("seq")?,
-                row: Self::event_from_row(row)?,
-            })
-        })
-        .collect()
+        .await
     }
 
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError> {
@@ -774,30 +812,48 @@ where
     }
 
     async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError> {
-        let finals = final_states();
-        // Read every tick: walk the node ids through the (node_id, seq) index, one probe per
-        // node, then each node's last event, so the cost grows with the nodes ever made and not
-        // with their events (a node running a week has thousands of renewals); a GROUP BY over
-        // the whole table grew with every renewal and made each tick slower than the last.
-        let mut query = Self::query(&format!(
-            "WITH RECURSIVE nodes(id) AS (
-               SELECT MIN(node_id) FROM node_events
-               UNION ALL
-               SELECT (SELECT MIN(n.node_id) FROM node_events n WHERE n.node_id > nodes.id)
-               FROM nodes WHERE nodes.id IS NOT NULL
-             ), heads(seq) AS (
-               SELECT (SELECT MAX(x.seq) FROM node_events x WHERE x.node_id = nodes.id)
-               FROM nodes WHERE nodes.id IS NOT NULL
-             )
-             SELECT e.* FROM heads JOIN node_events e ON e.seq = heads.seq
-             WHERE e.state NOT IN ({})
-             ORDER BY e.seq",
-            dialect::params(finals.len())
-        ));
-        for state in finals {
-            query = query.bind(state);
+        Ok(self
+            .live_heads()
+            .await?
+            .into_iter()
+            .map(|e| e.row)
+            .collect())
+    }
+
+    async fn revision(&self) -> Result<Revision, LedgerError> {
+        let row = Self::query(D::REVISION).fetch_one(&self.pool).await?;
+        Ok(Revision {
+            budgets: row.try_get("budgets")?,
+            windows: row.try_get("windows")?,
+            requests: row.try_get("requests")?,
+        })
+    }
+
+    async fn live_nodes_through(
+        &self,
+    ) -> Result<Option<(i64, Vec<Sequenced<NodeEvent>>)>, LedgerError> {
+        if !D::COMMITS_IN_SEQ_ORDER {
+            return Ok(None);
         }
-        self.events(query).await
+        // The number first: the heads read after it include every event up to it.
+        let through: Option<i64> = Self::query("SELECT MAX(seq) AS seq FROM node_events")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("seq")?;
+        Ok(Some((through.unwrap_or(0), self.live_heads().await?)))
+    }
+
+    async fn node_events_after(
+        &self,
+        seq: i64,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError> {
+        self.sequenced_events(
+            Self::query("SELECT * FROM node_events WHERE seq > ? ORDER BY seq LIMIT ?")
+                .bind(seq)
+                .bind(i64::from(limit)),
+        )
+        .await
     }
 
     async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError> {

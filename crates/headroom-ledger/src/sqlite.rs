@@ -50,6 +50,18 @@ impl Dialect for SqliteDialect {
 
     const INSERTS_IN_WITH: bool = false;
 
+    // One writer at a time and row ids never reused (the tables are append-only): a table's
+    // largest row id grows with every commit that adds to it, and only then.
+    const REVISION: &'static str = "SELECT
+        COALESCE((SELECT MAX(seq) FROM budget_versions), 0) AS budgets,
+        COALESCE((SELECT MAX(rowid) FROM schedule_windows), 0)
+          + COALESCE((SELECT MAX(rowid) FROM schedule_window_cancellations), 0) AS windows,
+        COALESCE((SELECT MAX(rowid) FROM capacity_requests), 0)
+          + COALESCE((SELECT MAX(rowid) FROM request_cancellations), 0)
+          + COALESCE((SELECT MAX(seq) FROM refusals), 0) AS requests";
+
+    const COMMITS_IN_SEQ_ORDER: bool = true;
+
     /// IMMEDIATE takes the file's write lock up front, so two of these never read the same
     /// remaining budget. SQLite has no lock on one key: this one serialises every writer, in
     /// every process that has the file open.

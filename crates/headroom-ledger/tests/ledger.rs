@@ -1584,6 +1584,113 @@ async fn a_process_whose_view_is_stale_decides_on_the_ledger(
 }
 
 /// Runs every behaviour check against one backend, each on a fresh ledger.
+/// A reader that keeps what it read under a revision sees every write it guards move it, and
+/// nothing else; the live nodes kept from the events after a sequence number are the live
+/// nodes, wherever the backend offers that chain.
+async fn revisions_move_with_the_writes_they_guard(ledger: &dyn Ledger) {
+    let moved = |a: Option<i64>, b: Option<i64>| a.is_some() && a != b;
+    let r0 = ledger.revision().await.unwrap();
+    ml_day_budget(ledger, "10").await;
+    let r1 = ledger.revision().await.unwrap();
+    assert!(r1.budgets.is_some(), "both backends count budget versions");
+    assert!(moved(r1.budgets, r0.budgets), "{r0:?} then {r1:?}");
+    assert_eq!((r1.windows, r1.requests), (r0.windows, r0.requests));
+    let at = t("2026-11-30T09:00:00Z");
+    let llama: headroom_core::PoolName = "llama".parse().unwrap();
+    ledger
+        .add_schedule_window(
+            "w-1",
+            &llama,
+            at,
+            r#"{"name": "launch", "min_replicas": 2}"#,
+        )
+        .await
+        .unwrap();
+    let r2 = ledger.revision().await.unwrap();
+    assert!(r2.windows.is_some(), "both backends count windows");
+    assert!(moved(r2.windows, r1.windows));
+    assert!(
+        ledger
+            .cancel_schedule_window(&llama, "w-1", at)
+            .await
+            .unwrap()
+    );
+    let r3 = ledger.revision().await.unwrap();
+    assert!(moved(r3.windows, r2.windows));
+    assert_eq!(r3.budgets, r2.budgets);
+    // Requests, their cancellations and refusals: one revision where the backend gives it.
+    let (first, _) = ledger
+        .record_capacity_request(&new_request(None, 1))
+        .await
+        .unwrap();
+    let r4 = ledger.revision().await.unwrap();
+    ledger.cancel_capacity_request(&first.id, at).await.unwrap();
+    let r5 = ledger.revision().await.unwrap();
+    ledger
+        .append_refusal(&RefusalRecord {
+            pool: llama.clone(),
+            request: None,
+            node: None,
+            offering: None,
+            replicas: 1,
+            reason: RefusalReason::NoOffering,
+            detail: "every offering stocked out".into(),
+            at,
+        })
+        .await
+        .unwrap();
+    let r6 = ledger.revision().await.unwrap();
+    if r3.requests.is_some() {
+        assert!(moved(r4.requests, r3.requests));
+        assert!(moved(r5.requests, r4.requests));
+        assert!(moved(r6.requests, r5.requests));
+    }
+    assert_eq!(
+        ledger.revision().await.unwrap(),
+        r6,
+        "reading moves nothing"
+    );
+
+    // The chain of node events: heads, then every event after them, applied in order.
+    let Some((through, heads)) = ledger.live_nodes_through().await.unwrap() else {
+        return;
+    };
+    assert!(heads.is_empty());
+    let mut live: std::collections::BTreeMap<String, (i64, NodeEvent)> = Default::default();
+    let mut through = through;
+    for (i, (node, state)) in [
+        ("n-b", NodeState::Requested),
+        ("n-a", NodeState::Requested),
+        ("n-b", NodeState::Booting),
+        ("n-a", NodeState::Terminated),
+        ("n-c", NodeState::Requested),
+        ("n-b", NodeState::Serving),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut e = event(node, state, "2026-11-30T09:00:00Z", None, "step");
+        e.at = at + chrono::Duration::minutes(i as i64);
+        ledger.append_node_event(&e).await.unwrap();
+        for s in ledger.node_events_after(through, 2).await.unwrap() {
+            through = s.seq;
+            if s.row.state.is_final() {
+                live.remove(&s.row.node.0);
+            } else {
+                live.insert(s.row.node.0.clone(), (s.seq, s.row));
+            }
+        }
+        let mut kept: Vec<(i64, NodeEvent)> = live.values().cloned().collect();
+        kept.sort_by_key(|(seq, _)| *seq);
+        let kept: Vec<NodeEvent> = kept.into_iter().map(|(_, e)| e).collect();
+        assert_eq!(kept, ledger.live_nodes().await.unwrap(), "after event {i}");
+    }
+    let (again, heads) = ledger.live_nodes_through().await.unwrap().unwrap();
+    assert_eq!(again, through);
+    let heads: Vec<NodeEvent> = heads.into_iter().map(|s| s.row).collect();
+    assert_eq!(heads, ledger.live_nodes().await.unwrap());
+}
+
 macro_rules! behaviour_suite {
     ($module:ident, $open:expr) => {
         mod $module {
@@ -1719,6 +1826,12 @@ macro_rules! behaviour_suite {
             async fn parked_nodes() {
                 let (_guard, ledger) = $open.await;
                 a_parked_node_pays_and_holds_its_volumes(ledger).await;
+            }
+
+            #[tokio::test]
+            async fn revisions() {
+                let (_guard, ledger) = $open.await;
+                revisions_move_with_the_writes_they_guard(ledger.as_ref()).await;
             }
 
             #[tokio::test]

@@ -136,6 +136,58 @@ impl Engine {
         Ok(())
     }
 
+    /// Appends a refusal, noted in the tick's input so that its alert rules read refusals again.
+    pub(super) async fn append_refusal(
+        &self,
+        input: &mut TickInput,
+        refusal: &RefusalRecord,
+    ) -> Result<(), EngineError> {
+        input.wrote_refusal = true;
+        Ok(self.ledger.append_refusal(refusal).await?)
+    }
+
+    /// The refusals recorded in `[from, to)`. Kept from an earlier tick while none was recorded
+    /// since: by another process the revision read after the observe phase would say (and only
+    /// the lease holder records the refusals of its pools), by this one the tick's input says.
+    async fn recent_refusals(
+        &self,
+        input: &TickInput,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RefusalRecord>, EngineError> {
+        let revision = input.requests_revision.filter(|_| !input.wrote_refusal);
+        let within = |rows: &[RefusalRecord]| -> Vec<RefusalRecord> {
+            rows.iter()
+                .filter(|r| r.at >= from && r.at < to)
+                .cloned()
+                .collect()
+        };
+        if let Some(revision) = revision {
+            let reads = lock(&self.reads);
+            if let Some(kept) = reads
+                .refusals
+                .as_ref()
+                .filter(|k| k.revision == revision && k.value.0 <= from)
+            {
+                return Ok(within(&kept.value.1));
+            }
+        }
+        let Some(revision) = revision else {
+            return Ok(self.ledger.refusals_between(from, to).await?);
+        };
+        // Every refusal from `from` on, so that later windows are cut from the same rows.
+        let rows = self
+            .ledger
+            .refusals_between(from, Timestamp::MAX_UTC)
+            .await?;
+        let now = within(&rows);
+        lock(&self.reads).refusals = Some(read_cache::Kept {
+            revision,
+            value: (from, rows),
+        });
+        Ok(now)
+    }
+
     async fn alert_snapshot(
         &self,
         input: &mut TickInput,
@@ -147,8 +199,7 @@ impl Engine {
             chrono::Duration::minutes(10),
         );
         let refusals = self
-            .ledger
-            .refusals_between(now - window, now + chrono::Duration::milliseconds(1))
+            .recent_refusals(input, now - window, now + chrono::Duration::milliseconds(1))
             .await?
             .into_iter()
             .filter(|r| input.owned.contains(&r.pool))

@@ -287,8 +287,9 @@ impl Engine {
             ..e.next(NodeState::Warm, err.code(), self.clock.now())
         };
         self.record(input, back).await?;
-        self.ledger
-            .append_refusal(&RefusalRecord {
+        self.append_refusal(
+            input,
+            &RefusalRecord {
                 pool: pool.name.clone(),
                 request: request.cloned(),
                 node: Some(node.clone()),
@@ -297,8 +298,9 @@ impl Engine {
                 reason: RefusalReason::Cloud(err.class()),
                 detail: format!("waking {node}: {err}"),
                 at: now,
-            })
-            .await?;
+            },
+        )
+        .await?;
         if err.class().falls_back() {
             self.mark_unavailable(&last.offering);
             return Ok(Step::Replan);
@@ -550,8 +552,9 @@ impl Engine {
         } = refusal;
         self.record(input, intent.next(NodeState::Refused, &code, now))
             .await?;
-        self.ledger
-            .append_refusal(&RefusalRecord {
+        self.append_refusal(
+            input,
+            &RefusalRecord {
                 pool: pool.name.clone(),
                 request: intent.request.clone(),
                 node: Some(intent.node.clone()),
@@ -560,8 +563,9 @@ impl Engine {
                 reason,
                 detail: detail.clone(),
                 at: now,
-            })
-            .await?;
+            },
+        )
+        .await?;
         self.metrics
             .refusals
             .get_or_create(&crate::metrics::RefusalLabels {
@@ -650,8 +654,9 @@ impl Engine {
                 offering: String::new(),
             })
             .inc_by(count as u64);
-        self.ledger
-            .append_refusal(&RefusalRecord {
+        self.append_refusal(
+            input,
+            &RefusalRecord {
                 pool: pool.name.clone(),
                 request: request.cloned(),
                 node: None,
@@ -660,8 +665,9 @@ impl Engine {
                 reason,
                 detail,
                 at: self.clock.now(),
-            })
-            .await?;
+            },
+        )
+        .await?;
         if let Some(request) = request
             && reason.closes_request()
         {

@@ -6,6 +6,7 @@
 //! budget standing after a node of it ended, parked or renewed its hold within the tick: its released hold is
 //! derived from the node's history, so the standing is read again when next needed.
 
+use super::read_cache::{Kept, LiveNodes, ReadCache};
 use super::*;
 use headroom_core::budget::BudgetStanding;
 use headroom_core::{AccountName, Budget};
@@ -32,6 +33,10 @@ pub(super) struct TickInput {
     pub windows: HashMap<PoolName, Vec<(String, crate::schedule::ScheduleWindow)>>,
     /// Standings read so far this tick, kept up to date with the holds the tick places.
     standings: HashMap<AccountName, BudgetStanding>,
+    /// The revision of requests, cancellations and refusals read after the observe phase.
+    pub requests_revision: Option<i64>,
+    /// Whether the tick recorded a refusal ([`Engine::append_refusal`]).
+    pub wrote_refusal: bool,
 }
 
 /// A window declared through the API, checked against its pool as configured now.
@@ -48,14 +53,68 @@ pub(super) fn api_window(
         .map_err(|e| format!("{}: {}", e.field, e.what))
 }
 
+/// What `read` returns, or a fresh read where `revision` is not the one it was kept under (or
+/// the backend gives none); a fresh read is kept under `revision`.
+async fn kept<T: Clone>(
+    slot: &mut Option<Kept<T>>,
+    revision: Option<i64>,
+    read: impl std::future::Future<Output = Result<T, headroom_ledger::LedgerError>>,
+) -> Result<T, EngineError> {
+    if let Some(value) = Kept::at(slot, revision) {
+        return Ok(value);
+    }
+    let value = read.await?;
+    *slot = revision.map(|revision| Kept {
+        revision,
+        value: value.clone(),
+    });
+    Ok(value)
+}
+
+/// Node events read after the kept live nodes per round, and the rounds a tick reads so before
+/// it reads the live nodes afresh instead (a backlog of writes from elsewhere).
+const EVENTS_PAGE: u32 = 4096;
+const EVENT_PAGES: usize = 8;
+
+/// `Ledger::live_nodes`, kept up to date from the events committed since the last tick where
+/// the ledger commits them in order; read whole every tick where it does not.
+async fn live_nodes(
+    ledger: &dyn Ledger,
+    reads: &mut ReadCache,
+) -> Result<Vec<NodeEvent>, EngineError> {
+    // Taken out: a read that fails leaves nothing kept, and the next tick starts afresh.
+    if let Some(mut live) = reads.live.take() {
+        for _ in 0..EVENT_PAGES {
+            let events = ledger.node_events_after(live.through, EVENTS_PAGE).await?;
+            let last_page = events.len() < EVENTS_PAGE as usize;
+            live.apply(events);
+            if last_page {
+                let events = live.events();
+                reads.live = Some(live);
+                return Ok(events);
+            }
+        }
+    }
+    match ledger.live_nodes_through().await? {
+        Some((through, heads)) => {
+            let live = LiveNodes::new(through, heads);
+            let events = live.events();
+            reads.live = Some(live);
+            Ok(events)
+        }
+        None => Ok(ledger.live_nodes().await?),
+    }
+}
+
 impl TickInput {
     /// The live nodes and what the inventory says about them.
     pub async fn read(
         ledger: &dyn Ledger,
         owned: BTreeSet<PoolName>,
         inventory: &[Instance],
+        reads: &mut ReadCache,
     ) -> Result<TickInput, EngineError> {
-        let live = ledger.live_nodes().await?;
+        let live = live_nodes(ledger, reads).await?;
         let reclaiming = inventory
             .iter()
             .filter(|i| i.interruption_notice.is_some() && i.phase != InstancePhase::Interrupted)
@@ -71,6 +130,8 @@ impl TickInput {
             budgets: HashMap::new(),
             windows: HashMap::new(),
             standings: HashMap::new(),
+            requests_revision: None,
+            wrote_refusal: false,
         })
     }
 
@@ -80,20 +141,48 @@ impl TickInput {
         &mut self,
         ledger: &dyn Ledger,
         config: &Config,
+        reads: &mut ReadCache,
     ) -> Result<(), EngineError> {
-        self.open = ledger.open_capacity_requests().await?;
+        // After the observe phase: what it wrote moves the revision.
+        let revision = ledger.revision().await?;
+        self.requests_revision = revision.requests;
+        self.open = kept(
+            &mut reads.open,
+            revision.requests,
+            ledger.open_capacity_requests(),
+        )
+        .await?;
         let with_nodes: BTreeSet<RequestId> =
             self.live.iter().filter_map(|e| e.request.clone()).collect();
         let with_nodes: Vec<RequestId> = with_nodes.into_iter().collect();
-        self.cancelled = ledger.cancelled_requests(&with_nodes).await?;
-        self.budgets = ledger
-            .budgets()
+        self.cancelled = match reads
+            .cancelled
+            .as_ref()
+            .filter(|k| Some(k.revision) == revision.requests && k.value.0 == with_nodes)
+        {
+            Some(k) => k.value.1.clone(),
+            None => {
+                let cancelled = ledger.cancelled_requests(&with_nodes).await?;
+                reads.cancelled = revision.requests.map(|revision| Kept {
+                    revision,
+                    value: (with_nodes, cancelled.clone()),
+                });
+                cancelled
+            }
+        };
+        self.budgets = kept(&mut reads.budgets, revision.budgets, ledger.budgets())
             .await?
             .into_iter()
             .map(|b| (b.account.clone(), b))
             .collect();
         self.windows = HashMap::new();
-        for stored in ledger.schedule_windows().await? {
+        let windows = kept(
+            &mut reads.windows,
+            revision.windows,
+            ledger.schedule_windows(),
+        )
+        .await?;
+        for stored in windows {
             match api_window(&stored, config) {
                 Ok(window) => self
                     .windows

@@ -56,6 +56,7 @@ mod observe;
 mod offerings;
 mod orphans;
 mod quotas;
+mod read_cache;
 mod renewals;
 mod restore;
 mod schedules;
@@ -128,6 +129,8 @@ pub struct Engine {
     spans: spans::RequestSpans,
     /// When the last tick that finished without error started, on the engine's clock.
     last_good_tick: Mutex<Option<Timestamp>>,
+    /// What ticks read that seldom changes, kept until the ledger says it moved.
+    reads: Mutex<read_cache::ReadCache>,
 }
 
 /// Locks one of the engine's state structs. A panic elsewhere never leaves them half-written
@@ -241,6 +244,7 @@ impl Engine {
             alerting: Mutex::default(),
             spans: spans::RequestSpans::default(),
             last_good_tick: Mutex::default(),
+            reads: Mutex::default(),
         })
     }
 
@@ -346,13 +350,18 @@ impl Engine {
         }
         // Read the ledger after the inventory: an instance in the inventory had its intent
         // written before it was launched, so it cannot be mistaken for an orphan.
-        let mut input = TickInput::read(self.ledger.as_ref(), owned, &inventory).await?;
+        // The tick lock is held: nothing else uses the cache meanwhile. Taken out across the
+        // reads, so a tick that fails leaves none of it (the next reads afresh).
+        let mut reads = std::mem::take(&mut *lock(&self.reads));
+        let mut input =
+            TickInput::read(self.ledger.as_ref(), owned, &inventory, &mut reads).await?;
         self.observe(&mut input, &inventory, &unread).await?;
         self.refresh_prices().await;
         self.refresh_quotas().await;
         input
-            .read_demand(self.ledger.as_ref(), &self.config)
+            .read_demand(self.ledger.as_ref(), &self.config, &mut reads)
             .await?;
+        *lock(&self.reads) = reads;
         self.renew_holds(&mut input).await?;
         for pool in &self.config.pools {
             if input.owned.contains(&pool.name) {

@@ -237,8 +237,9 @@ impl Engine {
                 offering: last.offering.to_string(),
             })
             .inc();
-        self.ledger
-            .append_refusal(&RefusalRecord {
+        self.append_refusal(
+            input,
+            &RefusalRecord {
                 pool: pool.name.clone(),
                 request: last.request.clone(),
                 node: Some(last.node.clone()),
@@ -247,8 +248,9 @@ impl Engine {
                 reason: RefusalReason::Budget,
                 detail,
                 at: self.clock.now(),
-            })
-            .await?;
+            },
+        )
+        .await?;
         if let Some(request) = &last.request {
             input.close_request(request);
         }

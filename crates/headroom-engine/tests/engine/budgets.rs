@@ -438,3 +438,38 @@ async fn a_budget_that_cannot_hold_a_park_gets_the_node_released_not_parked() {
     let spent = spent(rig.ledger.as_ref(), &budget, now).await;
     assert!(spent <= budget.ceiling, "spent ${spent}");
 }
+
+/// The engine keeps the budgets it read between ticks, but not past a change: a budget raised
+/// through another handle on the ledger (another process, the API) is the one the next tick
+/// plans with.
+#[tokio::test]
+async fn a_budget_changed_through_another_handle_takes_effect_on_the_next_tick() {
+    // Five cents a day: not even one ten-minute hold of a $1/h node fits.
+    let rig = Rig::new(&budget_config("llm", "0.05", "refuse")).await;
+    let cloud = rig.sim_cloud();
+    let engine = rig.engine(cloud.clone());
+    engine.tick().await.unwrap();
+    let elsewhere = headroom_ledger::SqliteLedger::open_path(&rig.ledger_path())
+        .await
+        .unwrap();
+    let mut budget = ml_budget(&elsewhere).await;
+    budget.ceiling = "10".parse().unwrap();
+    elsewhere
+        .put_budget(&budget, rig.clock.now())
+        .await
+        .unwrap();
+    rig.clock.advance(Duration::from_secs(30));
+    rig.request("llm", 2).await;
+    engine.tick().await.unwrap();
+    let launched = headroom_cloud::CloudProvider::list_owned(cloud.as_ref(), "budget-test")
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(launched, 2, "both nodes launched under the raised budget");
+    let refused = rig
+        .ledger
+        .refusals_between(EPOCH.parse().unwrap(), rig.clock.now())
+        .await
+        .unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+}

@@ -238,14 +238,44 @@ pub async fn run_keeping_ledger(
 ) -> Result<Report, SimError> {
     let seed = seed.unwrap_or(sc.seed);
     let (requests, duration_s) = requests_for(sc, trace, seed);
+    let requests: Arc<[Request]> = requests.into();
+    // Each policy replays on its own clock, cloud and ledger, so they need not take turns:
+    // Headroom's (the real engine, the longest) runs on a thread of its own while this one
+    // plans the hindsight, computes the bound and replays the others. Same results, sooner.
+    let headroom = policies
+        .contains(&Policy::Headroom)
+        .then(|| headroom_apart(sc, &requests, duration_s, seed, ledger));
     let oracle = Oracle::new(sc, &requests, duration_s);
     let oracle_cost = oracle.cost_usd();
     let bound = Bound::new(sc, &requests, duration_s);
+    let mut runs = HashMap::new();
+    for &policy in policies.iter().filter(|&&p| p != Policy::Headroom) {
+        let run = run_policy(
+            sc,
+            &requests,
+            duration_s,
+            policy,
+            seed,
+            Some(&oracle),
+            ledger,
+        )
+        .await?;
+        runs.insert(policy, run);
+    }
+    if let Some(headroom) = headroom {
+        let run = headroom.await.unwrap_or_else(|_| {
+            Err(SimError::Engine(
+                "the thread replaying Headroom ended without a result".into(),
+            ))
+        })?;
+        runs.insert(Policy::Headroom, run);
+    }
     let mut reports = Vec::new();
     let mut series = Vec::new();
     for &policy in policies {
-        let (mut report, samples) =
-            run_policy(sc, &requests, duration_s, policy, seed, &oracle, ledger).await?;
+        let Some((mut report, samples)) = runs.remove(&policy) else {
+            continue;
+        };
         report.bound_usd = round6(bound.within(report.requests_within_slo));
         report.cost_vs_bound = ratio(report.cost_usd, report.bound_usd);
         report.cost_vs_hindsight = ratio(report.cost_usd, oracle_cost);
@@ -268,6 +298,53 @@ pub async fn run_keeping_ledger(
         simulated_requests_per_s: 0.0,
         series,
     })
+}
+
+/// Replays Headroom on a thread of its own, with its own runtime and the caller's log
+/// subscriber (the simulator silences the engine's logs); the answer comes back on the channel.
+fn headroom_apart(
+    sc: &Scenario,
+    requests: &Arc<[Request]>,
+    duration_s: f64,
+    seed: u64,
+    ledger: Option<&std::path::Path>,
+) -> tokio::sync::oneshot::Receiver<Result<(PolicyReport, Vec<Sample>), SimError>> {
+    let (sc, requests) = (sc.clone(), requests.clone());
+    let ledger = ledger.map(std::path::Path::to_path_buf);
+    let logs = tracing::dispatcher::get_default(Clone::clone);
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let replay = move || {
+        let run = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| SimError::Io(format!("a runtime for the Headroom replay: {e}")))
+            .and_then(|runtime| {
+                tracing::dispatcher::with_default(&logs, || {
+                    runtime.block_on(run_policy(
+                        &sc,
+                        &requests,
+                        duration_s,
+                        Policy::Headroom,
+                        seed,
+                        None,
+                        ledger.as_deref(),
+                    ))
+                })
+            });
+        // The caller went away only if it failed itself: nobody to tell.
+        let _ = answer.send(run);
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("sim-headroom".into())
+        .spawn(replay)
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let _ = answer.send(Err(SimError::Io(format!(
+            "a thread for the Headroom replay: {e}"
+        ))));
+        return answered;
+    }
+    answered
 }
 
 /// `cost / base`, or 0 when there is no base to compare with.
@@ -310,7 +387,7 @@ async fn run_policy(
     duration_s: f64,
     policy: Policy,
     seed: u64,
-    oracle: &Oracle,
+    oracle: Option<&Oracle>,
     ledger: Option<&std::path::Path>,
 ) -> Result<(PolicyReport, Vec<Sample>), SimError> {
     let clock = Arc::new(ManualClock::new(epoch()));
@@ -340,7 +417,12 @@ async fn run_policy(
             let driver = baselines::StaticDriver::start(sc, cloud, &clock).await;
             run.with(driver).await
         }
-        Policy::Oracle => run.with(oracle.clone()).await,
+        Policy::Oracle => match oracle {
+            Some(oracle) => run.with(oracle.clone()).await,
+            None => Err(SimError::Engine(
+                "the hindsight planner was not planned".into(),
+            )),
+        },
     }
 }
 
