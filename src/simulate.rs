@@ -34,6 +34,14 @@ pub struct SimulateArgs {
     /// one scoreboard.
     #[arg(long, conflicts_with_all = ["trace", "timeseries", "plot"])]
     suite: bool,
+    /// With --suite: write the golden files to DIR (Headroom's decisions in each scenario,
+    /// `NAME.txt`, and the scoreboard, `scoreboard.md`) instead of printing the scoreboard.
+    #[arg(long, value_name = "DIR", requires = "suite")]
+    golden: Option<PathBuf>,
+    /// With --golden: compare the run with the files in DIR instead of writing them; exits 1
+    /// naming each file that differs and its first differing line.
+    #[arg(long, requires = "golden")]
+    check: bool,
     /// Replay this trace (CSV TIMESTAMP,ContextTokens,GeneratedTokens or JSONL) instead of the
     /// scenario's synthetic traffic, with the scenario's pools.
     #[arg(long, value_name = "FILE")]
@@ -154,6 +162,10 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = &args.corpus {
         return corpus(&args, n, &policies, json).await;
+    }
+    if let Some(dir) = &args.golden {
+        golden_apply(&args)?;
+        return golden(dir, args.check).await;
     }
     if args.suite {
         return suite(&policies, args.seed, json, markdown).await;
@@ -390,13 +402,11 @@ async fn corpus(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every built-in scenario under `policies`: one scoreboard.
-async fn suite(
+/// Every built-in scenario under `policies`, each with its name.
+async fn suite_reports(
     policies: &[Policy],
     seed: Option<u64>,
-    json: bool,
-    markdown: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Vec<(&'static str, headroom_sim::Report)>> {
     let mut reports = Vec::new();
     for name in headroom_sim::scenario::built_in_names() {
         let scenario = headroom_sim::scenario::load(name).map_err(|e| bad("--suite", e))?;
@@ -407,8 +417,23 @@ async fn suite(
         report.wall_time_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
         report.simulated_requests_per_s =
             (report.simulated_requests() as f64 / report.wall_time_s.max(1e-3)).round();
-        reports.push(report);
+        reports.push((name, report));
     }
+    Ok(reports)
+}
+
+/// Every built-in scenario under `policies`: one scoreboard.
+async fn suite(
+    policies: &[Policy],
+    seed: Option<u64>,
+    json: bool,
+    markdown: bool,
+) -> anyhow::Result<ExitCode> {
+    let reports: Vec<_> = suite_reports(policies, seed)
+        .await?
+        .into_iter()
+        .map(|(_, report)| report)
+        .collect();
     if json {
         println!("{}", headroom_sim::render::suite_json(&reports));
     } else if markdown {
@@ -417,6 +442,83 @@ async fn suite(
         print!("{}", headroom_sim::render::suite_table(&reports));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--golden` keeps the suite as it is built in: every policy, each scenario's own seed, no
+/// printed format.
+fn golden_apply(args: &SimulateArgs) -> anyhow::Result<()> {
+    let changed = [
+        ("--policy", !args.policies.is_empty()),
+        ("--seed", args.seed.is_some()),
+        ("--format", args.format != "table"),
+    ];
+    match changed.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(BadInput(format!(
+            "{flag}: cannot be combined with --golden; the golden files are of every policy on each scenario's own seed, drop {flag}"
+        ))
+        .into()),
+        None => Ok(()),
+    }
+}
+
+/// The suite's golden files in `dir`: written, or with `check` compared (exit 1 when any
+/// differs, each named with its first differing line).
+async fn golden(dir: &std::path::Path, check: bool) -> anyhow::Result<ExitCode> {
+    use headroom_sim::golden;
+    let reports = suite_reports(&Policy::ALL, None).await?;
+    let mut files = Vec::new();
+    for (name, report) in &reports {
+        let text = golden::decisions(name, report)
+            .ok_or_else(|| anyhow::anyhow!("the suite ran no Headroom policy on {name}"))?;
+        files.push((golden::decisions_file(name), text));
+    }
+    let boards: Vec<_> = reports.into_iter().map(|(_, report)| report).collect();
+    files.push((
+        golden::SCOREBOARD.to_string(),
+        headroom_sim::render::suite_markdown(&boards),
+    ));
+    if !check {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            BadInput(format!(
+                "--golden: cannot create {} ({e}); pass a writable directory",
+                dir.display()
+            ))
+        })?;
+        for (file, text) in &files {
+            let path = dir.join(file);
+            std::fs::write(&path, text).map_err(|e| {
+                BadInput(format!(
+                    "--golden: cannot write {} ({e}); pass a writable directory",
+                    path.display()
+                ))
+            })?;
+        }
+        println!("wrote {} golden files to {}", files.len(), dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut differ = Vec::new();
+    for (file, text) in &files {
+        let path = dir.join(file);
+        let kept = std::fs::read_to_string(&path).unwrap_or_default();
+        if let Some(difference) = golden::first_difference(&kept, text) {
+            differ.push(format!("{}: {difference}", path.display()));
+        }
+    }
+    if differ.is_empty() {
+        println!(
+            "{} golden files in {} agree with the run",
+            files.len(),
+            dir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "{} of {} golden files differ from the run; review the change, then rewrite them (and the README's table) with scripts/scoreboard:\n{}",
+        differ.len(),
+        files.len(),
+        differ.join("\n")
+    );
+    Ok(ExitCode::from(1))
 }
 
 #[cfg(test)]

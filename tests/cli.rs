@@ -2525,6 +2525,8 @@ mod messages;
 mod purity;
 #[path = "cli/roles.rs"]
 mod roles;
+#[path = "cli/scoreboard.rs"]
+mod scoreboard;
 
 /// `bench admissions` on PostgreSQL, as a reader of its figures would check them: every round's
 /// budget admissions and API admissions are counted and timed beside a pgbench run of its own,

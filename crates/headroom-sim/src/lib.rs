@@ -7,6 +7,7 @@
 pub mod arrivals;
 pub mod corpus;
 pub mod error;
+pub mod golden;
 pub mod model;
 pub mod render;
 pub mod replay;
