@@ -116,6 +116,34 @@ def module_resources(module_dir, rtype):
     return found
 
 
+def all_blocks(kind="resource"):
+    """(path, type, name, body) of every resource (or data) block under terraform/."""
+    for path in tf_files():
+        for labels, body in blocks(load_hcl(path), kind):
+            yield path, labels[0], labels[1], body
+
+
+def module_calls(directory):
+    """name -> body (values as unquote() gives them) of every module block in a directory."""
+    calls = {}
+    for path in sorted(directory.glob("*.tf")):
+        for (name,), body in blocks(load_hcl(path), "module"):
+            calls[name] = unquote(body)
+    return calls
+
+
+def terraform_console(directory, expr):
+    """`terraform console` in a directory holding only locals and variables (no provider)."""
+    proc = subprocess.run(["terraform", "console"], input=expr + "\n", capture_output=True, text=True, cwd=directory,
+                          env=dict(os.environ, CHECKPOINT_DISABLE="1", TF_CLI_CONFIG_FILE="/dev/null"), timeout=120)
+    return proc.returncode, proc.stdout.strip(), proc.stderr.strip()
+
+
+def first_locals_block(text):
+    start = text.index("locals {")
+    return text[start:text.index("\n}\n", start) + 3]
+
+
 def read_list(path):
     """The provider's list of cloud permissions, as the module reads it; (lines, path, note)."""
     if not path.exists():
@@ -291,9 +319,7 @@ def check_aws_iam():
 def terraform_policy(iam_tf, source_file):
     """The provider policy's statements as Terraform computes them, from iam.tf's locals alone
     (data sources replaced by placeholders), in a copy of the repository layout."""
-    text = iam_tf.read_text()
-    start = text.index("locals {")
-    block = text[start:text.index("\n}\n", start) + 3]
+    block = first_locals_block(iam_tf.read_text())
     block = block.replace("data.aws_caller_identity.current.account_id", '"123456789012"')
     block = block.replace("data.aws_partition.current.partition", '"aws"')
     defaults = {}
@@ -308,37 +334,141 @@ def terraform_policy(iam_tf, source_file):
         shutil.copy(source_file, copy)
         decls = "".join(f'variable "{v}" {{\n  default = {json.dumps(defaults[v])}\n}}\n' for v in used)
         (module / "main.tf").write_text(block + decls)
-        proc = subprocess.run(["terraform", "console"], input='jsonencode(local.provider_statements)\n', capture_output=True, text=True,
-                              cwd=module, env=dict(os.environ, CHECKPOINT_DISABLE="1", TF_CLI_CONFIG_FILE="/dev/null"), timeout=120)
-        if proc.returncode != 0:
-            raise Fail(f"{rel(iam_tf)}: terraform console cannot evaluate local.provider_statements: {proc.stderr.strip()[-300:]}")
-        return json.loads(json.loads(proc.stdout.strip()))
+        code, out, err = terraform_console(module, "jsonencode(local.provider_statements)")
+        if code != 0:
+            raise Fail(f"{rel(iam_tf)}: terraform console cannot evaluate local.provider_statements: {err[-300:]}")
+        return json.loads(json.loads(out))
 
 
 PERMISSION = re.compile(r"^[a-z]+\.[A-Za-z]+\.[A-Za-z]+$")
+GCP_ACCESS = TF / "modules/gcp-compute-access"
+# Who holds the GCP provider's role: each goes through modules/gcp-compute-access, the one place
+# the custom role is defined.
+GCP_ACCESS_USERS = {TF / "modules/gcp": "../gcp-compute-access", TF / "examples/multicloud": "../../modules/gcp-compute-access"}
 ALLOWED_PROJECT_ROLES = {"${google_project_iam_custom_role.provider.id}", "roles/cloudsql.client"}
+# Grants above a service account or resource: each names a role for a whole project, folder or
+# organisation (the *_policy forms replace the whole policy).
+WIDE_IAM = re.compile(r"^google_(project|folder|organization)_iam_(member|binding|policy)$")
 
 
 def check_gcp_iam():
-    module = TF / "modules/gcp"
-    iam_tf = module / "iam.tf"
+    iam_tf = GCP_ACCESS / "iam.tf"
     perms, source_file, note = read_list(GCP_PERMISSIONS)
     bad = [p for p in perms if not PERMISSION.match(p)]
     if bad:
         raise Fail(f"{rel(source_file)}: {bad[0]!r} is not a permission like compute.instances.create")
     if "iam.serviceAccounts.actAs" in perms:
         raise Fail(f"{rel(source_file)}: iam.serviceAccounts.actAs project-wide lets the service act as any account; remove it and set node_service_account_email")
-    loc = module_locals(module)
+    loc = module_locals(GCP_ACCESS)
     if "file(local.permissions_file)" not in loc.get("provider_permissions", "") or "crates/headroom-gcp/iam-permissions.txt" not in loc.get("permissions_file", ""):
         raise Fail(f"{rel(iam_tf)}: local.provider_permissions must read crates/headroom-gcp/iam-permissions.txt (local.permissions_file) with file()")
-    roles = module_resources(module, "google_project_iam_custom_role")
-    if len(roles) != 1 or unquote(list(roles.values())[0].get("permissions")) != "${local.provider_permissions}":
-        raise Fail(f"{rel(iam_tf)}: exactly one custom role, with permissions = local.provider_permissions (no literal list)")
-    for name, body in module_resources(module, "google_project_iam_member").items():
+    roles = [(path, name, body) for path, rtype, name, body in all_blocks() if rtype == "google_project_iam_custom_role"]
+    if len(roles) != 1 or roles[0][0].parent != GCP_ACCESS or unquote(roles[0][2].get("permissions")) != "${local.provider_permissions}":
+        where = ", ".join(f"{rel(p)} ({n})" for p, n, _ in roles) or "none"
+        raise Fail(f"exactly one custom role, in {rel(iam_tf)}, with permissions = local.provider_permissions (no literal list); found: {where}")
+    for user, source in GCP_ACCESS_USERS.items():
+        if not any(call.get("source") == source for call in module_calls(user).values()):
+            raise Fail(f"{rel(user)}: give the service its GCP permissions through module \"{source}\" (the one custom role), not a role of its own")
+    for path, rtype, name, body in all_blocks():
+        if not WIDE_IAM.match(rtype):
+            continue
         role = unquote(body.get("role"))
-        if role not in ALLOWED_PROJECT_ROLES:
-            raise Fail(f"{rel(iam_tf)}: google_project_iam_member.{name} grants {role} project-wide; the service gets its custom role and roles/cloudsql.client only")
-    return f"GCP custom role = the {len(perms)} permissions of {rel(source_file)}{note}; project roles: custom role, cloudsql.client"
+        if rtype.endswith("_policy") or not rtype.startswith("google_project_") or role not in ALLOWED_PROJECT_ROLES or (
+            role.startswith("${google_project_iam_custom_role") and path.parent != GCP_ACCESS
+        ):
+            raise Fail(f"{rel(path)}: {rtype}.{name} grants {role or 'a whole policy'} above a single resource; the service gets its custom role (modules/gcp-compute-access) and roles/cloudsql.client project-wide, nothing else")
+    return (f"GCP custom role = the {len(perms)} permissions of {rel(source_file)}{note}, defined once ({rel(GCP_ACCESS)}, used by "
+            + " and ".join(rel(u) for u in GCP_ACCESS_USERS) + "); project roles: custom role, cloudsql.client")
+
+
+# --- multicloud: the AWS control plane acting as a GCP service account, with no key ---
+
+WIF_USER = "roles/iam.workloadIdentityUser"
+MULTICLOUD = TF / "examples/multicloud"
+
+
+def check_multicloud_wif():
+    fed_tf = GCP_ACCESS / "federation.tf"
+    main_tf = MULTICLOUD / "main.tf"
+    # The example: the GCP module trusts the AWS module's task role, and the task gets the
+    # credential configuration the GCP module renders.
+    calls = module_calls(MULTICLOUD)
+    aws = [n for n, c in calls.items() if c.get("source") == "../../modules/aws"]
+    gcp = [n for n, c in calls.items() if c.get("source") == GCP_ACCESS_USERS[MULTICLOUD]]
+    if len(aws) != 1 or len(gcp) != 1:
+        raise Fail(f"{rel(main_tf)}: one module from ../../modules/aws (the control plane) and one from ../../modules/gcp-compute-access")
+    aws, gcp = aws[0], gcp[0]
+    if calls[gcp].get("aws_role_arn") != f"${{module.{aws}.task_role_arn}}":
+        raise Fail(f"{rel(main_tf)}: module.{gcp}: set aws_role_arn = module.{aws}.task_role_arn, so federation admits the service's task role and nothing else")
+    if calls[aws].get("google_credential_config") != f"${{module.{gcp}.credential_config}}":
+        raise Fail(f"{rel(main_tf)}: module.{aws}: set google_credential_config = module.{gcp}.credential_config, so the task reaches GCP through federation")
+    outputs = {name: unquote(body.get("value")) for path in (TF / "modules/aws").glob("*.tf") for (name,), body in blocks(load_hcl(path), "output")}
+    if outputs.get("task_role_arn") != "${aws_iam_role.task.arn}":
+        raise Fail("terraform/modules/aws: output task_role_arn must be aws_iam_role.task.arn, the role the service runs as")
+
+    # The provider: AWS only, and its condition admits exactly the assumed-role ARN of that role.
+    providers = module_resources(GCP_ACCESS, "google_iam_workload_identity_pool_provider")
+    if len(providers) != 1:
+        raise Fail(f"{rel(fed_tf)}: exactly one workload identity pool provider (the AWS one)")
+    (pname, provider), = providers.items()
+    if "aws" not in provider or any(k in provider for k in ("oidc", "saml", "x509")):
+        raise Fail(f"{rel(fed_tf)}: google_iam_workload_identity_pool_provider.{pname} must be an AWS provider (an aws block, no oidc/saml/x509)")
+    condition = unquote(provider.get("attribute_condition", ""))
+    if not re.fullmatch(r"attribute\.aws_role == '\$\{local\.aws_assumed_role\}'", condition):
+        raise Fail(f"{rel(fed_tf)}: google_iam_workload_identity_pool_provider.{pname}: attribute_condition is {condition!r}; "
+                   "write attribute_condition = \"attribute.aws_role == '${local.aws_assumed_role}'\" so only the task role's sessions are exchanged")
+    mapping = unquote(provider.get("attribute_mapping", {}))
+    if "assumed-role" not in mapping.get("attribute.aws_role", "") or mapping.get("google.subject") != "assertion.arn":
+        raise Fail(f"{rel(fed_tf)}: google_iam_workload_identity_pool_provider.{pname}: map google.subject = assertion.arn and attribute.aws_role to the assumed-role ARN (GCP's default AWS mapping)")
+    loc = module_locals(GCP_ACCESS)
+    if "var.aws_role_arn" not in loc.get("aws_role", "") or ":sts::" not in loc.get("aws_assumed_role", "") or "assumed-role/${local.aws_role.name}" not in loc.get("aws_assumed_role", ""):
+        raise Fail(f"{rel(fed_tf)}: local.aws_assumed_role must be arn:PARTITION:sts::ACCOUNT:assumed-role/NAME derived from var.aws_role_arn")
+    via = "terraform not installed: the ARN derivation not evaluated"
+    if shutil.which("terraform"):
+        sample = "arn:aws:iam::123456789012:role/headroom-task"
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "main.tf").write_text(first_locals_block(fed_tf.read_text()) + f'variable "aws_role_arn" {{\n  default = "{sample}"\n}}\n')
+            code, out, err = terraform_console(tmp, "local.aws_assumed_role")
+        if code != 0 or out != '"arn:aws:sts::123456789012:assumed-role/headroom-task"':
+            raise Fail(f"{rel(fed_tf)}: for {sample} Terraform computes local.aws_assumed_role = {out or err[-200:]}; it must be arn:aws:sts::123456789012:assumed-role/headroom-task")
+        via = "Terraform evaluated the assumed-role ARN"
+
+    # Impersonation: granted on a service account, to that pool's principalSet for the role;
+    # never above the account (project, folder, organisation, or in a policy document).
+    member = re.compile(r"principalSet://iam\.googleapis\.com/\$\{google_iam_workload_identity_pool\.\w+(\[0\])?\.name\}/attribute\.aws_role/\$\{local\.aws_assumed_role\}")
+    grants = 0
+    for kind in ("resource", "data"):
+        for path, rtype, name, body in all_blocks(kind):
+            if rtype == "google_service_account_key":
+                raise Fail(f"{rel(path)}: {kind} google_service_account_key.{name}: no service account key anywhere; the AWS side federates instead")
+            if WIF_USER not in json.dumps(body):
+                continue
+            if kind != "resource" or rtype != "google_service_account_iam_member":
+                raise Fail(f"{rel(path)}: {rtype}.{name} grants {WIF_USER} there; grant it only with google_service_account_iam_member on the one service account")
+            if path.parent != GCP_ACCESS or not re.fullmatch(r"\$\{google_service_account\.\w+\.name\}", unquote(body.get("service_account_id", ""))):
+                raise Fail(f"{rel(path)}: google_service_account_iam_member.{name}: {WIF_USER} belongs on the provider's service account in {rel(GCP_ACCESS)} (service_account_id = google_service_account.<name>.name)")
+            if not member.fullmatch(unquote(body.get("member", ""))):
+                raise Fail(f"{rel(path)}: google_service_account_iam_member.{name}: member must be principalSet://iam.googleapis.com/${{google_iam_workload_identity_pool.<pool>.name}}/attribute.aws_role/${{local.aws_assumed_role}}, "
+                           f"not {unquote(body.get('member'))!r}")
+            grants += 1
+    if grants != 1:
+        raise Fail(f"{rel(fed_tf)}: exactly one {WIF_USER} grant (found {grants}), on the provider's service account")
+
+    # The credential configuration: external_account from AWS, impersonating that account.
+    config = loc.get("credential_config", "")
+    for needle in ('type = "external_account"', 'subject_token_type = "urn:ietf:params:aws:token-type:aws4_request"',
+                   'environment_id = "aws1"', "regional_cred_verification_url = ", "iam.googleapis.com/${google_iam_workload_identity_pool_provider.",
+                   "serviceAccounts/${google_service_account.this.email}:generateAccessToken"):
+        if needle not in config:
+            raise Fail(f"{rel(fed_tf)}: local.credential_config lacks {needle!r}; it is the external_account file of an AWS source that impersonates the provider's account")
+
+    # The AWS side gains nothing: the task role's only policy is the provider's.
+    for path, rtype, name, body in all_blocks():
+        if rtype in ("aws_iam_role_policy", "aws_iam_role_policy_attachment", "aws_iam_policy_attachment", "aws_iam_role_policies_exclusive", "aws_iam_role_policy_attachments_exclusive"):
+            if "aws_iam_role.task." in json.dumps(body) and (rtype, name, path.parent) != ("aws_iam_role_policy", "provider", TF / "modules/aws"):
+                raise Fail(f"{rel(path)}: {rtype}.{name} adds to the task role; federation needs no AWS permission (sts:GetCallerIdentity needs none), and the role holds only the provider's policy")
+    return (f"module.{gcp} federates module.{aws}'s task role only (attribute_condition on its assumed-role ARN; {via}); {WIF_USER} on the service account "
+            "alone, to that pool's principalSet; the task role's only policy is the provider's; no service account key under terraform/")
 
 
 # --- the configuration template: a renderer for the subset of Terraform templates used ---
@@ -585,6 +715,7 @@ def main():
         ("variables", check_variables),
         ("aws-iam", check_aws_iam),
         ("gcp-iam", check_gcp_iam),
+        ("multicloud-wif", check_multicloud_wif),
         ("configs", lambda: check_configs(headroom_cmd)),
         ("dockerfile", check_dockerfile),
         ("checkov", lambda: check_checkov(venv("venv-checkov", CHECKOV_PIN) / "checkov")),

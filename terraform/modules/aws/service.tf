@@ -4,6 +4,17 @@ locals {
   # secret as a file, so the container writes HEADROOM_CONFIG to a scratch volume first.
   config_path = "/run/headroom/headroom.toml"
   api_host    = coalesce(var.api_domain_name, aws_lb.this.dns_name)
+  # With GCP offerings: the external-account credential configuration, written beside the
+  # configuration and named by GOOGLE_APPLICATION_CREDENTIALS. It holds no secret, so it travels
+  # as a plain environment variable of the task definition.
+  google_credentials_path = "/run/headroom/google-credentials.json"
+  write_google_credentials = var.google_credential_config == null ? "" : (
+    "printf '%s' \"$HEADROOM_GOOGLE_CREDENTIAL_CONFIG\" > ${local.google_credentials_path} && "
+  )
+  google_environment = var.google_credential_config == null ? [] : [
+    { name = "HEADROOM_GOOGLE_CREDENTIAL_CONFIG", value = var.google_credential_config },
+    { name = "GOOGLE_APPLICATION_CREDENTIALS", value = local.google_credentials_path },
+  ]
 }
 
 # --- network: clients -> ALB (443) -> tasks (8080) -> database (5432) ---
@@ -231,7 +242,7 @@ resource "aws_ecs_task_definition" "this" {
     # which stops taking requests and finishes its tick.
     entryPoint = ["/bin/sh", "-c"]
     command = [
-      "printf '%s' \"$HEADROOM_CONFIG\" > ${local.config_path} && exec headroom serve --config ${local.config_path} --listen 0.0.0.0:${local.container_port}"
+      "${local.write_google_credentials}printf '%s' \"$HEADROOM_CONFIG\" > ${local.config_path} && exec headroom serve --config ${local.config_path} --listen 0.0.0.0:${local.container_port}"
     ]
     portMappings = [{ containerPort = local.container_port, protocol = "tcp" }]
     # The runtime role's URL: it can add ledger rows, not rewrite them or change the schema.
@@ -239,9 +250,10 @@ resource "aws_ecs_task_definition" "this" {
       { name = "HEADROOM_DATABASE_URL", valueFrom = aws_secretsmanager_secret.database_url.arn },
       { name = "HEADROOM_CONFIG", valueFrom = aws_secretsmanager_secret.config.arn },
     ]
-    environment = [
+    # AWS_REGION also tells the GCP credentials which regional STS endpoint to sign for.
+    environment = concat([
       { name = "AWS_REGION", value = data.aws_region.current.region },
-    ]
+    ], local.google_environment)
     readonlyRootFilesystem = true
     mountPoints            = [{ sourceVolume = "run", containerPath = "/run/headroom", readOnly = false }]
     stopTimeout            = 60

@@ -186,6 +186,17 @@ variable "alb_access_logs_bucket" {
   default     = null
 }
 
+variable "google_credential_config" {
+  type        = string
+  description = "For GCP offerings: an external-account credential configuration (JSON, e.g. the credential_config output of modules/gcp-compute-access) that lets the task role act as a GCP service account through workload identity federation. It holds no secret and is passed as a plain environment variable, written to /run/headroom/google-credentials.json and named by GOOGLE_APPLICATION_CREDENTIALS. Null: no GCP credentials."
+  default     = null
+
+  validation {
+    condition     = var.google_credential_config == null || try(jsondecode(var.google_credential_config).type == "external_account", false)
+    error_message = "google_credential_config: an external_account credential configuration (JSON with \"type\": \"external_account\"); never a service account key."
+  }
+}
+
 variable "tags" {
   type        = map(string)
   description = "Tags added to every resource."

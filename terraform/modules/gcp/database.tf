@@ -237,5 +237,5 @@ resource "google_secret_manager_secret_iam_member" "service_reads" {
   project   = var.project
   secret_id = each.value
   role      = "roles/secretmanager.secretAccessor"
-  member    = "serviceAccount:${google_service_account.service.email}"
+  member    = module.compute_access.service_account_member
 }

@@ -1,54 +1,45 @@
 locals {
-  # The one list of permissions the GCP provider's calls need, kept beside its code (a test
-  # there keeps it in step with the calls).
-  permissions_file = "${path.module}/../../../crates/headroom-gcp/iam-permissions.txt"
-  provider_permissions = sort(distinct([
-    for line in split("\n", file(local.permissions_file)) :
-    trimspace(line) if trimspace(line) != "" && !startswith(trimspace(line), "#")
-  ]))
-
   labels = merge(var.labels, { "headroom-cluster" = var.cluster_id })
 }
 
-resource "google_service_account" "service" {
-  project      = var.project
-  account_id   = "${var.name}-svc"
-  display_name = "Headroom control plane (${var.cluster_id})"
+# The service's account, holding a custom role with exactly the GCP provider's permissions
+# (crates/headroom-gcp/iam-permissions.txt) and, with node_service_account_email, actAs on that
+# one account: the same module the multicloud example federates from AWS.
+module "compute_access" {
+  source = "../gcp-compute-access"
+
+  project                    = var.project
+  name                       = var.name
+  cluster_id                 = var.cluster_id
+  node_service_account_email = var.node_service_account_email
 }
 
-# Exactly the provider's permissions. GCP IAM cannot condition on instance labels, so the role
-# applies project-wide; the service itself only touches instances labelled with its cluster_id.
-resource "google_project_iam_custom_role" "provider" {
-  project     = var.project
-  role_id     = "${replace(var.name, "-", "_")}_provider"
-  title       = "Headroom cloud provider (${var.name})"
-  description = "The Compute Engine permissions the Headroom GCP provider uses; from crates/headroom-gcp/iam-permissions.txt."
-  permissions = local.provider_permissions
-
-  lifecycle {
-    precondition {
-      condition     = length(local.provider_permissions) > 0 && alltrue([for p in local.provider_permissions : can(regex("^[a-z]+\\.[A-Za-z]+\\.[A-Za-z]+$", p))])
-      error_message = "crates/headroom-gcp/iam-permissions.txt: one permission per line like compute.instances.create."
-    }
-    # actAs on the whole project would let the service run instances as any service account.
-    precondition {
-      condition     = !contains(local.provider_permissions, "iam.serviceAccounts.actAs")
-      error_message = "crates/headroom-gcp/iam-permissions.txt: remove iam.serviceAccounts.actAs; set node_service_account_email and the module grants it on that one account."
-    }
-  }
+# Where these lived before the module existed: state moves, nothing is replaced.
+moved {
+  from = google_service_account.service
+  to   = module.compute_access.google_service_account.this
 }
 
-resource "google_project_iam_member" "provider" {
-  project = var.project
-  role    = google_project_iam_custom_role.provider.id
-  member  = "serviceAccount:${google_service_account.service.email}"
+moved {
+  from = google_project_iam_custom_role.provider
+  to   = module.compute_access.google_project_iam_custom_role.provider
+}
+
+moved {
+  from = google_project_iam_member.provider
+  to   = module.compute_access.google_project_iam_member.provider
+}
+
+moved {
+  from = google_service_account_iam_member.node_user
+  to   = module.compute_access.google_service_account_iam_member.node_user
 }
 
 # The Cloud SQL Auth Proxy sidecar connects as the service account.
 resource "google_project_iam_member" "cloudsql_client" {
   project = var.project
   role    = "roles/cloudsql.client"
-  member  = "serviceAccount:${google_service_account.service.email}"
+  member  = module.compute_access.service_account_member
 }
 
 # The migrate job's own identity: it reads the owner's database URL, which the service's
@@ -63,11 +54,4 @@ resource "google_project_iam_member" "migrate_cloudsql_client" {
   project = var.project
   role    = "roles/cloudsql.client"
   member  = "serviceAccount:${google_service_account.migrate.email}"
-}
-
-resource "google_service_account_iam_member" "node_user" {
-  count              = var.node_service_account_email == null ? 0 : 1
-  service_account_id = "projects/${var.project}/serviceAccounts/${var.node_service_account_email}"
-  role               = "roles/iam.serviceAccountUser"
-  member             = "serviceAccount:${google_service_account.service.email}"
 }

@@ -40,10 +40,10 @@ output "admin_token_secret_id" {
 
 output "service_account_email" {
   description = "Service account the service runs as."
-  value       = google_service_account.service.email
+  value       = module.compute_access.service_account_email
 }
 
 output "granted_permissions" {
   description = "The provider's permissions from crates/headroom-gcp/iam-permissions.txt, in the custom role."
-  value       = google_project_iam_custom_role.provider.permissions
+  value       = module.compute_access.granted_permissions
 }

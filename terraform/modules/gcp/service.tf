@@ -16,7 +16,7 @@ resource "google_cloud_run_v2_service" "this" {
   invoker_iam_disabled = true
 
   template {
-    service_account = google_service_account.service.email
+    service_account = module.compute_access.service_account_email
     labels          = local.labels
 
     scaling {
@@ -130,7 +130,7 @@ resource "google_cloud_run_v2_service" "this" {
     google_cloud_run_v2_job.migrate,
     google_secret_manager_secret_iam_member.service_reads,
     google_project_iam_member.cloudsql_client,
-    google_project_iam_member.provider,
+    module.compute_access,
   ]
 }
 
