@@ -266,7 +266,7 @@ fn table(r: &ReplayReport, cooldown: Duration) -> String {
             |v| format!("{v:.1}"),
         )
     };
-    let p = &r.promotion;
+    let (p, c) = (&r.promotion, &r.capacity);
     let verdict = if p.ready {
         "ready by the promotion rules (no reversal inside a cooldown, no scale-up on a missing signal)".to_string()
     } else {
@@ -294,12 +294,12 @@ fn table(r: &ReplayReport, cooldown: Duration) -> String {
         within = p.changes_within_cooldown,
         cooldown = cooldown.as_secs(),
         ups = p.scale_ups_on_missing_signal,
-        rh = r.replica_hours,
-        gh = r.gpu_hours,
-        idle = or_none(r.idle_gpu_minutes),
-        hq = r.history_queue_request_minutes,
-        mq = or_none(r.modelled_queue_request_minutes),
-        aq = or_none(r.avoided_queue_request_minutes),
+        rh = c.replica_hours,
+        gh = c.gpu_hours,
+        idle = or_none(c.idle_gpu_minutes),
+        hq = c.history_queue_request_minutes,
+        mq = or_none(c.modelled_queue_request_minutes),
+        aq = or_none(c.avoided_queue_request_minutes),
         over = p.minutes_over_age_objective,
         up = r.minutes_over_age_objective_while_scaling_up,
     )

@@ -469,12 +469,14 @@ async fn the_shadow_report_tallies_the_promotion_rules_over_a_range() {
         api.engine.tick().await.unwrap();
         api.clock.advance(std::time::Duration::from_secs(5));
     }
+    let signalled_from = headroom_cloud::Clock::now(api.clock.as_ref());
     for queue in [400, 400, 400, 0, 0, 0] {
         let signal = json!({"queue_depth": queue, "arrival_rate_rps": 20.0, "oldest_age_s": 1.0});
         api.post(&format!("{pool}/signals"), None, signal).await;
         api.engine.tick().await.unwrap();
         api.clock.advance(std::time::Duration::from_secs(5));
     }
+    let signalled_to = headroom_cloud::Clock::now(api.clock.as_ref());
     let report = api
         .get(&format!(
             "{pool}/shadow-report?from=2026-11-30T08:00:00Z&to=2026-11-30T10:00:00Z"
@@ -492,6 +494,33 @@ async fn the_shadow_report_tallies_the_promotion_rules_over_a_range() {
     assert_eq!(r["changes_within_cooldown"], 0, "{r}");
     assert_eq!(r["ready"], true, "{r}");
     assert!(r["minutes"].as_f64().unwrap() > 1.0, "{r}");
+    // What the targets ran, by the fluid model: the pool's floor at least, for the whole range.
+    let hours = r["minutes"].as_f64().unwrap() / 60.0;
+    assert!(r["replica_hours"].as_f64().unwrap() >= hours, "{r}");
+    assert!(
+        r["gpu_hours"].as_f64().unwrap() > r["replica_hours"].as_f64().unwrap(),
+        "several GPUs a replica: {r}"
+    );
+    // The signal-less minute has no arrival rate: no estimate of idle capacity or queueing.
+    assert_eq!(r["idle_gpu_minutes"], Value::Null, "{r}");
+    assert_eq!(r["avoided_queue_request_minutes"], Value::Null, "{r}");
+    // From the first signal on there is one: the recorded queue of 400 for the first three
+    // ticks at least, and the model's against it.
+    let signalled = api
+        .get(&format!(
+            "{pool}/shadow-report?from={}&to={}",
+            signalled_from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            signalled_to.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ))
+        .await;
+    assert_eq!(signalled.status, StatusCode::OK, "{:?}", signalled.body);
+    let r = &signalled.body;
+    let recorded = r["history_queue_request_minutes"].as_f64().unwrap();
+    assert!(recorded >= 400.0 * 5.0 / 60.0, "{r}");
+    let modelled = r["modelled_queue_request_minutes"].as_f64().unwrap();
+    let avoided = r["avoided_queue_request_minutes"].as_f64().unwrap();
+    assert!((recorded - modelled - avoided).abs() < 1e-9, "{r}");
+    assert!(r["idle_gpu_minutes"].as_f64().unwrap() >= 0.0, "{r}");
     assert_problem(
         &api.get(&format!("{pool}/shadow-report?from=yesterday"))
             .await,

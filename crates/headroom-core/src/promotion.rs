@@ -5,12 +5,13 @@
 //! (`GET /v1/pools/{name}/shadow-report`).
 
 use std::cmp::Ordering;
+use std::collections::VecDeque;
 
 use serde::Serialize;
 
 use crate::Timestamp;
 use crate::controller::Signals;
-use crate::pool::ScalingPolicy;
+use crate::pool::{PoolSpec, ScalingPolicy};
 
 /// One decision as the tally reads it: in force from `at` until `until`.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +115,145 @@ pub fn tally<'a>(
     p
 }
 
+/// What a run of targets would have run and served, by the fluid model (`CapacityModel`): the
+/// price of staying ahead (idle GPU-minutes) against the queueing it avoids.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CapacityEstimate {
+    /// Replica-hours and GPU-hours the targets' capacity ran (ready and starting).
+    pub replica_hours: f64,
+    pub gpu_hours: f64,
+    /// GPU-minutes of ready capacity above what the recorded arrivals needed while the
+    /// modelled queue was empty. Absent when a span had no arrival rate (the model cannot run).
+    pub idle_gpu_minutes: Option<f64>,
+    /// Request-minutes of waiting the signals recorded (the integral of their queue depth).
+    pub history_queue_request_minutes: f64,
+    /// Request-minutes of waiting under the targets' capacity (the fluid model), and what that
+    /// avoids against the record (negative: the targets would have queued more).
+    pub modelled_queue_request_minutes: Option<f64>,
+    pub avoided_queue_request_minutes: Option<f64>,
+}
+
+/// A fluid model of a pool following a run of targets: a launch serves one cold start after it
+/// is asked for, a release takes the newest launch still on its ladder first, then a ready
+/// replica; each ready replica serves the pool's `replica_throughput_rps`, and the recorded
+/// arrivals queue when they exceed it. Pure: the caller walks time and feeds it what was
+/// recorded.
+#[derive(Debug, Clone)]
+pub struct CapacityModel {
+    cold_start: chrono::Duration,
+    throughput_rps: f64,
+    gpus_per_replica: u32,
+    ready: u32,
+    /// When each launch still on its ladder serves, oldest first.
+    launches: VecDeque<Timestamp>,
+    queue: f64,
+    estimate: CapacityEstimate,
+    idle_gpu_minutes: Option<f64>,
+    modelled_minutes: Option<f64>,
+}
+
+impl CapacityModel {
+    /// The pool with `ready` replicas serving and none on the way.
+    pub fn new(pool: &PoolSpec, gpus_per_replica: u32, ready: u32) -> CapacityModel {
+        CapacityModel {
+            cold_start: chrono::Duration::from_std(pool.ladder.cold_total()).unwrap_or_default(),
+            throughput_rps: pool.scaling.replica_throughput_rps,
+            gpus_per_replica,
+            ready,
+            launches: VecDeque::new(),
+            queue: 0.0,
+            estimate: CapacityEstimate::default(),
+            idle_gpu_minutes: Some(0.0),
+            modelled_minutes: Some(0.0),
+        }
+    }
+
+    /// Launches that have climbed their ladder by `now` serve.
+    pub fn land(&mut self, now: Timestamp) {
+        while self.launches.front().is_some_and(|serves| *serves <= now) {
+            self.launches.pop_front();
+            self.ready += 1;
+        }
+    }
+
+    pub fn ready(&self) -> u32 {
+        self.ready
+    }
+
+    /// Launches still on their ladder.
+    pub fn starting(&self) -> u32 {
+        u32::try_from(self.launches.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Moves toward `target` at `now`: launches for a rise, releases for a fall (the newest
+    /// launch on its ladder first, then ready replicas).
+    pub fn follow(&mut self, target: u32, now: Timestamp) {
+        let provisioned = self.ready.saturating_add(self.starting());
+        if target > provisioned {
+            let serves = now + self.cold_start;
+            self.launches
+                .extend(std::iter::repeat_n(serves, (target - provisioned) as usize));
+            return;
+        }
+        let mut surplus = provisioned - target;
+        while surplus > 0 && self.launches.pop_back().is_some() {
+            surplus -= 1;
+        }
+        self.ready -= surplus.min(self.ready);
+    }
+
+    /// Accounts `span_s` seconds as they stand, against the recorded queue depth and arrival
+    /// rate; returns the modelled queue, or `None` without an arrival rate.
+    pub fn account(
+        &mut self,
+        span_s: f64,
+        recorded_queue: Option<u64>,
+        arrival_rps: Option<f64>,
+    ) -> Option<f64> {
+        let span_min = span_s / 60.0;
+        let running = f64::from(self.ready.saturating_add(self.starting()));
+        self.estimate.replica_hours += running * span_s / 3600.0;
+        self.estimate.history_queue_request_minutes +=
+            recorded_queue.unwrap_or(0) as f64 * span_min;
+        let throughput = self.throughput_rps;
+        match arrival_rps {
+            Some(rate) if throughput > 0.0 => {
+                let capacity = f64::from(self.ready) * throughput;
+                self.queue = (self.queue + (rate - capacity) * span_s).max(0.0);
+                if self.queue == 0.0
+                    && let Some(idle) = self.idle_gpu_minutes.as_mut()
+                {
+                    let spare = (capacity - rate).max(0.0) / throughput;
+                    *idle += spare * f64::from(self.gpus_per_replica) * span_min;
+                }
+                if let Some(total) = self.modelled_minutes.as_mut() {
+                    *total += self.queue * span_min;
+                }
+                Some(self.queue)
+            }
+            _ => {
+                // Without the arrivals the fluid model cannot run: no estimate for the range.
+                self.idle_gpu_minutes = None;
+                self.modelled_minutes = None;
+                None
+            }
+        }
+    }
+
+    /// The totals so far.
+    pub fn estimate(&self) -> CapacityEstimate {
+        let mut e = self.estimate.clone();
+        e.gpu_hours = e.replica_hours * f64::from(self.gpus_per_replica);
+        e.idle_gpu_minutes = self.idle_gpu_minutes;
+        e.modelled_queue_request_minutes = self.modelled_minutes;
+        e.avoided_queue_request_minutes = self
+            .modelled_minutes
+            .map(|m| e.history_queue_request_minutes - m);
+        e
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +299,75 @@ mod tests {
         assert_eq!(p.blockers.len(), 2, "{:?}", p.blockers);
         let calm = tally(&policy, spans.into_iter().take(2));
         assert!(calm.ready, "{calm:?}");
+    }
+
+    /// Two replicas serve 30 req/s worth 3 while two more climb a one-minute ladder: the modelled
+    /// queue grows 10 a second for a minute and drains as fast once they land; then 20 req/s on
+    /// four leaves two idle.
+    #[test]
+    fn the_capacity_model_queues_until_launches_land_then_counts_idle_gpus() {
+        let sec = std::time::Duration::from_secs;
+        let pool = PoolSpec {
+            name: "p".parse().unwrap(),
+            account: "a".parse().unwrap(),
+            offerings: vec![],
+            min_replicas: 0,
+            max_replicas: 10,
+            max_scale_up_per_step: 10,
+            warm_pool_size: 0,
+            ladder: crate::pool::ColdStartLadder {
+                node_acquisition: sec(60),
+                image_pull: sec(0),
+                weight_load: sec(0),
+                compile: sec(0),
+                warmup: sec(0),
+            },
+            scaling: ScalingPolicy {
+                replica_throughput_rps: 10.0,
+                ..ScalingPolicy::default()
+            },
+            supply: crate::pool::SupplyPolicy::default(),
+        };
+        let mut m = CapacityModel::new(&pool, 8, 2);
+        m.follow(4, t(0));
+        assert_eq!((m.ready(), m.starting()), (2, 2));
+        let mut peak = 0.0f64;
+        for s in 0..180 {
+            m.land(t(s));
+            let rate = if s < 120 { 30.0 } else { 20.0 };
+            peak = peak.max(m.account(1.0, Some(100), Some(rate)).unwrap());
+        }
+        assert_eq!((m.ready(), m.starting()), (4, 0));
+        assert_eq!(peak, 600.0);
+        let e = m.estimate();
+        assert!(
+            (e.replica_hours - 4.0 * 180.0 / 3600.0).abs() < 1e-9,
+            "{e:?}"
+        );
+        assert!((e.gpu_hours - 8.0 * e.replica_hours).abs() < 1e-9, "{e:?}");
+        assert!(
+            (e.history_queue_request_minutes - 300.0).abs() < 1e-9,
+            "{e:?}"
+        );
+        // The triangle 0 → 600 → 0 over two minutes: 600 request-minutes, within a step.
+        let modelled = e.modelled_queue_request_minutes.unwrap();
+        assert!((modelled - 600.0).abs() < 11.0, "{modelled}");
+        let avoided = e.avoided_queue_request_minutes.unwrap();
+        assert!((avoided - (300.0 - modelled)).abs() < 1e-9, "{avoided}");
+        // The last minute (and the step the queue emptied on): two spare replicas of 8 GPUs.
+        let idle = e.idle_gpu_minutes.unwrap();
+        assert!((16.0..=16.6).contains(&idle), "{idle}");
+
+        // A release takes the launch still climbing first, then a ready replica.
+        m.follow(6, t(180));
+        m.follow(3, t(181));
+        assert_eq!((m.ready(), m.starting()), (3, 0));
+        // A span without arrivals leaves no estimate of the queue or the idle capacity.
+        assert_eq!(m.account(1.0, None, None), None);
+        let e = m.estimate();
+        assert_eq!(
+            (e.idle_gpu_minutes, e.avoided_queue_request_minutes),
+            (None, None)
+        );
     }
 }

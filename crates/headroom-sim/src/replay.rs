@@ -15,7 +15,7 @@ use std::time::Duration;
 use headroom_core::controller::{
     self, ControllerMemory, ReplicaCounts, Rule, ScalingHold, Signals,
 };
-use headroom_core::promotion::{self, DecisionSpan, Promotion};
+use headroom_core::promotion::{self, CapacityEstimate, CapacityModel, DecisionSpan, Promotion};
 use headroom_core::{PoolSpec, Timestamp};
 use headroom_engine::SignalInput;
 use serde::Serialize;
@@ -63,17 +63,10 @@ pub struct ReplayReport {
     /// missing signal, held minutes, minutes over the age objective, the verdict).
     #[serde(flatten)]
     pub promotion: Promotion,
-    /// Replica-hours and GPU-hours the replayed capacity ran (ready and starting).
-    pub replica_hours: f64,
-    pub gpu_hours: f64,
-    /// GPU-minutes of ready capacity above what the history's arrivals needed while the modelled
-    /// queue was empty (the price of staying ahead).
-    pub idle_gpu_minutes: Option<f64>,
-    /// Request-minutes of waiting in the history (the integral of its queue) and under the
-    /// replayed capacity (the fluid model), and their difference: queueing avoided.
-    pub history_queue_request_minutes: f64,
-    pub modelled_queue_request_minutes: Option<f64>,
-    pub avoided_queue_request_minutes: Option<f64>,
+    /// What the replayed capacity ran and the queueing it avoided against the history
+    /// (replica- and GPU-hours, idle GPU-minutes, request-minutes waited), by the fluid model.
+    #[serde(flatten)]
+    pub capacity: CapacityEstimate,
     /// Of the minutes over the age objective, those in which the replay was adding capacity.
     pub minutes_over_age_objective_while_scaling_up: f64,
 }
@@ -101,7 +94,6 @@ pub fn replay(
     step: Duration,
     gpus_per_replica: u32,
 ) -> (Vec<ReplayStep>, ReplayReport) {
-    let cold_start = chrono::Duration::from_std(pool.ladder.cold_total()).unwrap_or_default();
     let step_s = step.as_secs_f64();
     let step_min = step_s / 60.0;
     let throughput = pool.scaling.replica_throughput_rps;
@@ -120,13 +112,8 @@ pub fn replay(
         target: initial,
         ..ControllerMemory::default()
     };
-    let mut ready = initial;
-    // When each launch still on its ladder serves, oldest first.
-    let mut launches: std::collections::VecDeque<Timestamp> = Default::default();
+    let mut model = CapacityModel::new(pool, gpus_per_replica, initial);
     let mut steps = Vec::with_capacity(history.len());
-    let mut modelled_queue = 0.0f64;
-    let mut idle_gpu_minutes = Some(0.0f64);
-    let mut modelled_minutes = Some(0.0f64);
     let mut report = ReplayReport {
         pool: pool.name.to_string(),
         from: history.first().map_or_else(Timestamp::default, |s| s.at),
@@ -135,85 +122,41 @@ pub fn replay(
         steps: history.len(),
         missing_signal_steps: 0,
         promotion: Promotion::default(),
-        replica_hours: 0.0,
-        gpu_hours: 0.0,
-        idle_gpu_minutes: None,
-        history_queue_request_minutes: 0.0,
-        modelled_queue_request_minutes: None,
-        avoided_queue_request_minutes: None,
+        capacity: CapacityEstimate::default(),
         minutes_over_age_objective_while_scaling_up: 0.0,
     };
     // The signal each step's decision read, for the promotion tally.
     let mut read: Vec<Option<Signals>> = Vec::with_capacity(history.len());
     let mut previous_target: Option<u32> = None;
     for h in history {
-        while launches.front().is_some_and(|serves| *serves <= h.at) {
-            launches.pop_front();
-            ready += 1;
-        }
+        model.land(h.at);
         if let Some(input) = &h.signal {
             latest = Some(signals_at(input, h.at));
         } else {
             report.missing_signal_steps += 1;
         }
         let counts = ReplicaCounts {
-            ready,
-            starting: u32::try_from(launches.len()).unwrap_or(u32::MAX),
+            ready: model.ready(),
+            starting: model.starting(),
             ..ReplicaCounts::default()
         };
         let mut decision = controller::decide(pool, latest.as_ref(), counts, memory, h.at);
         memory = std::mem::take(&mut decision.memory);
         let target = decision.target;
-        let provisioned = ready + u32::try_from(launches.len()).unwrap_or(u32::MAX);
-        if target > provisioned {
-            for _ in provisioned..target {
-                launches.push_back(h.at + cold_start);
-            }
-        } else {
-            // Releases: launches still on their ladder first (newest first), then serving ones.
-            let mut surplus = provisioned - target;
-            while surplus > 0 && launches.pop_back().is_some() {
-                surplus -= 1;
-            }
-            ready -= surplus.min(ready);
-        }
+        model.follow(target, h.at);
         read.push(latest);
-        let running = ready + u32::try_from(launches.len()).unwrap_or(u32::MAX);
-        report.replica_hours += f64::from(running) * step_s / 3600.0;
         let (queue, age, arrivals) = match &h.signal {
             Some(s) => (Some(s.queue_depth), s.oldest_age_s, s.arrival_rate_rps),
             None => (None, None, None),
         };
-        report.history_queue_request_minutes += queue.unwrap_or(0) as f64 * step_min;
-        let adding = previous_target.is_some_and(|before| target > before) || !launches.is_empty();
+        let adding = previous_target.is_some_and(|before| target > before) || model.starting() > 0;
         if let (Some(age), Some(objective)) = (age, pool.scaling.oldest_age_threshold)
             && age > objective.as_secs_f64()
             && adding
         {
             report.minutes_over_age_objective_while_scaling_up += step_min;
         }
-        let modelled = match arrivals {
-            Some(rate) if throughput > 0.0 => {
-                let capacity = f64::from(ready) * throughput;
-                modelled_queue = (modelled_queue + (rate - capacity) * step_s).max(0.0);
-                if modelled_queue == 0.0
-                    && let Some(idle) = idle_gpu_minutes.as_mut()
-                {
-                    let spare = (capacity - rate).max(0.0) / throughput;
-                    *idle += spare * f64::from(gpus_per_replica) * step_min;
-                }
-                if let Some(total) = modelled_minutes.as_mut() {
-                    *total += modelled_queue * step_min;
-                }
-                Some(modelled_queue)
-            }
-            _ => {
-                // Without the arrivals the fluid model cannot run: no estimate for the range.
-                idle_gpu_minutes = None;
-                modelled_minutes = None;
-                None
-            }
-        };
+        let modelled = model.account(step_s, queue, arrivals);
         steps.push(ReplayStep {
             at: h.at,
             signal: h.signal.is_some(),
@@ -230,7 +173,6 @@ pub fn replay(
         });
         previous_target = Some(target);
     }
-    report.gpu_hours = report.replica_hours * f64::from(gpus_per_replica);
     let step_chrono = chrono::Duration::from_std(step).unwrap_or_default();
     report.promotion = promotion::tally(
         &pool.scaling,
@@ -243,10 +185,7 @@ pub fn replay(
             signal: signal.as_ref(),
         }),
     );
-    report.idle_gpu_minutes = idle_gpu_minutes;
-    report.modelled_queue_request_minutes = modelled_minutes;
-    report.avoided_queue_request_minutes =
-        modelled_minutes.map(|m| report.history_queue_request_minutes - m);
+    report.capacity = model.estimate();
     (steps, report)
 }
 
@@ -349,9 +288,12 @@ oldest_age_threshold = "30s"
         // Two minutes of recorded ages over 30 s, and the last of them for as long as it stays
         // fresh (signal_max_age, 30 s) once the metric goes missing.
         assert_eq!(report.promotion.minutes_over_age_objective, 2.5);
-        assert!(report.gpu_hours > report.replica_hours, "8 GPUs a replica");
+        assert!(
+            report.capacity.gpu_hours > report.capacity.replica_hours,
+            "8 GPUs a replica"
+        );
         assert_eq!(
-            report.idle_gpu_minutes, None,
+            report.capacity.idle_gpu_minutes, None,
             "no arrivals while the metric was missing"
         );
     }
@@ -367,10 +309,13 @@ oldest_age_threshold = "30s"
             })
             .collect();
         let (_, report) = replay(&p, &history, Duration::from_secs(15), 1);
-        assert_eq!(report.history_queue_request_minutes, 50.0 * 40.0 * 0.25);
-        let modelled = report.modelled_queue_request_minutes.unwrap();
+        assert_eq!(
+            report.capacity.history_queue_request_minutes,
+            50.0 * 40.0 * 0.25
+        );
+        let modelled = report.capacity.modelled_queue_request_minutes.unwrap();
         assert!(modelled < 1.0, "2+ replicas at 5/s serve 10/s: {modelled}");
-        assert!(report.avoided_queue_request_minutes.unwrap() > 490.0);
+        assert!(report.capacity.avoided_queue_request_minutes.unwrap() > 490.0);
         assert_eq!(report.promotion.direction_changes, 0);
         assert!(report.promotion.ready);
     }

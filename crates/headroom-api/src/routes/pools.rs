@@ -426,7 +426,8 @@ fn pool_and_range(
 }
 
 /// The background notes' promotion report for one pool over a time range: what its controller
-/// decided (executed or, in shadow mode, only recorded) tallied against the promotion rules.
+/// decided (executed or, in shadow mode, only recorded) tallied against the promotion rules, and
+/// the idle capacity and queueing its targets would have given by the fluid model.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 struct ShadowReport {
     pool: PoolName,
@@ -438,6 +439,9 @@ struct ShadowReport {
     to: Timestamp,
     #[serde(flatten)]
     promotion: headroom_core::promotion::Promotion,
+    /// What the decisions' targets would have run and served (the fluid model).
+    #[serde(flatten)]
+    capacity: headroom_core::promotion::CapacityEstimate,
 }
 
 #[utoipa::path(
@@ -449,7 +453,7 @@ struct ShadowReport {
         ("to" = Option<String>, Query)
     ),
     responses(
-        (status = 200, description = "The promotion rules over the pool's decisions in the range", body = ShadowReport),
+        (status = 200, description = "The promotion rules over the pool's decisions in the range, and what their targets would have run and served", body = ShadowReport),
         (status = 400, response = InvalidInput),
         (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
@@ -470,7 +474,7 @@ async fn pool_shadow_report(
         .pool(&pool)
         .cloned()
         .ok_or_else(|| ApiError::NotFound(format!("no pool named {pool}")))?;
-    let promotion = state
+    let (promotion, capacity) = state
         .engine
         .shadow_report(&spec, from, to)
         .await
@@ -484,6 +488,7 @@ async fn pool_shadow_report(
         from,
         to,
         promotion,
+        capacity,
     }))
 }
 

@@ -4,9 +4,13 @@
 
 use super::*;
 use headroom_core::controller::{Decision, ReplicaCounts, Signals};
+use headroom_core::promotion::{CapacityEstimate, CapacityModel, Promotion};
 
 /// Log entries a shadow report reads at most.
 pub const SHADOW_REPORT_ENTRIES: i64 = 10_000;
+
+/// The shadow report's fluid model walks time in steps of at most this.
+const SHADOW_MODEL_STEP: chrono::Duration = chrono::Duration::seconds(15);
 
 /// Decisions kept per pool for `GET /v1/pools/{name}/decisions`.
 pub const DECISION_LOG_LEN: usize = 256;
@@ -28,6 +32,42 @@ pub struct DecisionRecord {
     pub replicas: ReplicaCounts,
     /// Shadow mode: recorded, not executed.
     pub shadow: bool,
+    /// What the signals of the activations folded into this entry said, summed over time: a
+    /// shadow report reads their means, not only the signal the entry opened with.
+    #[serde(default)]
+    pub folded: FoldedSignals,
+}
+
+/// Signals summed over the activations folded into one log entry, each standing from the
+/// activation before it: seconds covered (those with an arrival rate), request-seconds waited
+/// and requests arrived.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct FoldedSignals {
+    pub seconds: f64,
+    pub queue_request_seconds: f64,
+    pub requests_arrived: f64,
+}
+
+impl FoldedSignals {
+    /// Adds `signal` standing for `seconds`; a signal without an arrival rate adds nothing.
+    fn add(&mut self, signal: Option<&Signals>, seconds: f64) {
+        if let Some((s, rate)) = signal.and_then(|s| Some((s, s.arrival_rate_rps?))) {
+            self.seconds += seconds;
+            self.queue_request_seconds += s.queue_depth as f64 * seconds;
+            self.requests_arrived += rate * seconds;
+        }
+    }
+
+    /// The mean queue depth and arrival rate, when anything was folded.
+    fn means(&self) -> Option<(u64, f64)> {
+        (self.seconds > 0.0).then(|| {
+            (
+                (self.queue_request_seconds / self.seconds).round() as u64,
+                self.requests_arrived / self.seconds,
+            )
+        })
+    }
 }
 
 /// One page of a pool's decision log ([`Engine::decision_page`]).
@@ -64,6 +104,8 @@ impl DecisionLog {
                     decision.limited,
                 )
             {
+                let since = (now - open.last_at).num_milliseconds().max(0) as f64 / 1000.0;
+                open.folded.add(signal.as_ref(), since);
                 open.last_at = now;
                 open.repeated = open.repeated.saturating_add(1);
                 return None;
@@ -79,6 +121,7 @@ impl DecisionLog {
                 signal,
                 replicas,
                 shadow: pool.scaling.shadow,
+                folded: FoldedSignals::default(),
             },
         )
     }
@@ -137,22 +180,30 @@ impl Engine {
     }
 
     /// The promotion rules' tally over `pool`'s decisions from `from` to `to` (the background
-    /// notes' report for a shadow-mode pool; any pool has one). Reads at most the last
-    /// [`SHADOW_REPORT_ENTRIES`] entries of the log: consecutive identical decisions are one
-    /// entry, so that is weeks of a calm pool and less of a busy one.
+    /// notes' report for a shadow-mode pool; any pool has one), and what the decisions' targets
+    /// would have run and served by the fluid model ([`CapacityModel`]): from the replicas ready
+    /// when the range opens, each entry's target followed (launches landing a cold start later)
+    /// against the arrivals and queue its signals recorded (the means over the activations folded
+    /// into it, or the signal it opened with when it folded none). Reads at
+    /// most the last [`SHADOW_REPORT_ENTRIES`] entries of the log: that is weeks of a calm pool
+    /// and less of a busy one.
     pub async fn shadow_report(
         &self,
         pool: &PoolSpec,
         from: Timestamp,
         to: Timestamp,
-    ) -> Result<headroom_core::promotion::Promotion, EngineError> {
-        /// What the tally reads of a log entry (node events have no `target`).
+    ) -> Result<(Promotion, CapacityEstimate), EngineError> {
+        /// What the report reads of a log entry (node events have no `target`).
         #[derive(serde::Deserialize)]
         struct Entry {
             at: Timestamp,
             target: u32,
             hold: Option<serde_json::Value>,
             signal: Option<Signals>,
+            #[serde(default)]
+            replicas: ReplicaCounts,
+            #[serde(default)]
+            folded: FoldedSignals,
         }
         let now = self.clock.now();
         let open = lock(&self.control).log.open(&pool.name);
@@ -177,18 +228,54 @@ impl Engine {
             .map(|e| e.at)
             .chain(std::iter::once(now))
             .collect();
-        let spans = entries
+        let in_range: Vec<(&Entry, Timestamp, Timestamp)> = entries
             .iter()
             .zip(ends)
             .filter(|(e, until)| *until > from && e.at < to)
-            .map(|(e, until)| headroom_core::promotion::DecisionSpan {
-                at: e.at.max(from),
-                until: until.min(to),
-                target: e.target,
-                held: e.hold.as_ref().is_some_and(|h| !h.is_null()),
-                signal: e.signal.as_ref(),
+            .map(|(e, until)| (e, e.at.max(from), until.min(to)))
+            .collect();
+        let promotion = headroom_core::promotion::tally(
+            &pool.scaling,
+            in_range
+                .iter()
+                .map(|(e, at, until)| headroom_core::promotion::DecisionSpan {
+                    at: *at,
+                    until: *until,
+                    target: e.target,
+                    held: e.hold.as_ref().is_some_and(|h| !h.is_null()),
+                    signal: e.signal.as_ref(),
+                }),
+        );
+        let gpus = pool
+            .offerings
+            .first()
+            .and_then(|o| self.config.offering(o))
+            .map_or(1, |o| o.gpus_per_node);
+        let ready = in_range.first().map_or(0, |(e, _, _)| e.replicas.ready);
+        let mut model = CapacityModel::new(pool, gpus, ready);
+        for (e, at, until) in &in_range {
+            model.follow(e.target, *at);
+            // A stale signal says nothing of the arrivals: the estimate stops, as the tally's
+            // age check does.
+            let fresh = e.signal.as_ref().filter(|s| {
+                (e.at - s.received_at).to_std().unwrap_or_default() <= pool.scaling.signal_max_age
             });
-        Ok(headroom_core::promotion::tally(&pool.scaling, spans))
+            let opened = fresh.and_then(|s| Some((s.queue_depth, s.arrival_rate_rps?)));
+            let (queue, arrivals) = match e.folded.means().or(opened) {
+                Some((queue, rate)) => (Some(queue), Some(rate)),
+                None => (fresh.map(|s| s.queue_depth), None),
+            };
+            // Launches land within the span: walk it in steps of at most SHADOW_MODEL_STEP.
+            let mut t = *at;
+            while t < *until {
+                model.land(t);
+                let next = (t + SHADOW_MODEL_STEP).min(*until);
+                let span_s = (next - t).num_milliseconds() as f64 / 1000.0;
+                model.account(span_s, queue, arrivals);
+                t = next;
+            }
+        }
+        Ok((promotion, model.estimate()))
     }
 
     /// Writes an event of a node's life (an interruption notice, an orphan, a cluster rung) to
@@ -204,5 +291,29 @@ impl Engine {
             .append_decision(pool, at, &entry.to_string())
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each folded activation's signal stands for the time since the one before; a signal
+    /// without an arrival rate adds nothing, so the means are over the seconds that had one.
+    #[test]
+    fn folded_signals_average_over_the_time_each_stood() {
+        let at: Timestamp = "2026-12-01T09:00:00Z".parse().unwrap();
+        let mut folded = FoldedSignals::default();
+        assert_eq!(folded.means(), None);
+        folded.add(Some(&Signals::queue(400, 30.0, at)), 10.0);
+        folded.add(Some(&Signals::queue(0, 10.0, at)), 30.0);
+        let no_rate = Signals {
+            arrival_rate_rps: None,
+            ..Signals::queue(9_999, 0.0, at)
+        };
+        folded.add(Some(&no_rate), 60.0);
+        folded.add(None, 60.0);
+        assert_eq!(folded.seconds, 40.0);
+        assert_eq!(folded.means(), Some((100, 15.0)));
     }
 }
