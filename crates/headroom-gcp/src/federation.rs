@@ -10,7 +10,8 @@
 //! (`AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`, or `AWS_CONTAINER_CREDENTIALS_FULL_URI` with
 //! `AWS_CONTAINER_AUTHORIZATION_TOKEN` or `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`), the
 //! credentials are built by [`ecs_federated_credentials`] with Headroom's own subject token
-//! provider, [`EcsAwsSubjectTokenProvider`]:
+//! provider, [`EcsAwsSubjectTokenProvider`] (a `…_FULL_URI` over plain http must name a
+//! loopback address or the ECS/EKS credentials address, as the AWS SDKs require):
 //!
 //! 1. it fetches the task role's temporary credentials from the endpoint (kept until five
 //!    minutes before their `Expiration`, never logged);
@@ -460,6 +461,26 @@ fn host_of(url: &str) -> Option<&str> {
     (!host.is_empty()).then_some(host)
 }
 
+/// Whether a `…_FULL_URI` may receive the authorization token, by the AWS SDKs' rule: https,
+/// or plain http only to a loopback address or the ECS/EKS credentials address.
+fn full_uri_allowed(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(authority) = url.strip_prefix("http://").and_then(host_of) else {
+        return false;
+    };
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+        || ["169.254.170.2", "169.254.170.23", "fd00:ec2::23"].contains(&host)
+}
+
 /// Where Application Default Credentials are read from: `GOOGLE_APPLICATION_CREDENTIALS`, else
 /// gcloud's well-known file.
 fn adc_path(env: EnvLookup<'_>) -> Option<PathBuf> {
@@ -524,6 +545,11 @@ pub fn ecs_federated_credentials(
             path.display()
         ))
     };
+    if endpoint.source == FULL_URI && !full_uri_allowed(&endpoint.url) {
+        return Err(GcpError::Config(format!(
+            "GCP credentials: {FULL_URI} must be https, or http to a loopback address or 169.254.170.2/169.254.170.23 (the container credentials endpoint)"
+        )));
+    }
     let region = env("AWS_REGION")
         .or_else(|| env("AWS_DEFAULT_REGION"))
         .ok_or_else(|| config_error("needs AWS_REGION (or AWS_DEFAULT_REGION) to be set"))?;
@@ -629,6 +655,27 @@ mod tests {
         assert_eq!(e.url, "http://169.254.170.2/v2/credentials/abc");
         assert!(e.authorization.is_none());
         assert!(EcsCredentialsEndpoint::from_env(&|_| None).is_none());
+    }
+
+    #[test]
+    fn a_full_uri_gets_the_token_only_over_https_or_to_a_local_endpoint() {
+        for ok in [
+            "https://creds.example.com/x",
+            "http://127.0.0.1:8080/creds",
+            "http://localhost/creds",
+            "http://[::1]:99/creds",
+            "http://169.254.170.23/v1/credentials",
+            "http://[fd00:ec2::23]/v1/credentials",
+        ] {
+            assert!(full_uri_allowed(ok), "{ok}");
+        }
+        for refused in [
+            "http://creds.example.com/x",
+            "http://10.0.0.1/creds",
+            "ftp://127.0.0.1/",
+        ] {
+            assert!(!full_uri_allowed(refused), "{refused}");
+        }
     }
 
     #[test]
