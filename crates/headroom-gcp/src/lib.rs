@@ -6,9 +6,12 @@
 //!   warm pools, delete, describe, list by label; spot preemption from zone operations.
 //! - [`errors`]: GCP's errors, HTTP or inside a finished operation, mapped to the taxonomy.
 //! - [`GcpSettings`]: the `[gcp]` table.
+//! - [`federation`]: credentials on AWS ECS/Fargate by workload identity federation from the
+//!   task role (the library alone cannot read the container credentials endpoint).
 //! - `server` (feature `test-server`): a local Compute API server for tests and trials.
 
 pub mod errors;
+pub mod federation;
 pub mod iam;
 pub mod naming;
 mod provider;

@@ -211,7 +211,17 @@ impl GcpProvider {
             ob = ob.with_endpoint(endpoint.clone());
             rb = rb.with_endpoint(endpoint.clone());
         }
-        if settings.credentials == Credentials::Anonymous {
+        if settings.credentials == Credentials::Adc
+            && let Some(federated) = crate::federation::ecs_federated_credentials(
+                &crate::federation::process_env,
+                clock.clone(),
+            )?
+        {
+            // An external_account file with an AWS source, on ECS: see `federation`.
+            ib = ib.with_credentials(federated.clone());
+            ob = ob.with_credentials(federated.clone());
+            rb = rb.with_credentials(federated);
+        } else if settings.credentials == Credentials::Anonymous {
             let anonymous = google_cloud_auth::credentials::anonymous::Builder::new().build();
             ib = ib.with_credentials(anonymous.clone());
             ob = ob.with_credentials(anonymous.clone());
