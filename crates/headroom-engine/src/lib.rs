@@ -16,6 +16,8 @@ pub mod process_metrics;
 pub mod prometheus;
 pub mod schedule;
 pub mod scrape;
+pub mod signal_sources;
+pub mod views;
 
 pub use cluster::{Cluster, ClusterError, ClusterNodeKey, ClusterNodeView, DrainProgress};
 pub use config::{Config, ConfigErrors};

@@ -14,7 +14,7 @@ use std::time::Duration;
 use headroom_core::Timestamp;
 use serde::Deserialize;
 
-use crate::engine::SignalInput;
+use crate::views::SignalInput;
 
 /// One PromQL expression per signal. Only `queue_depth` is required.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]

@@ -14,7 +14,7 @@ use headroom_core::{
 use headroom_ledger::RefusalRecord;
 
 use super::Alert;
-use crate::engine::{PoolStatus, ProviderTrouble};
+use crate::views::{PoolStatus, ProviderTrouble};
 
 /// A reservation unused this long raises an alert...
 pub const RESERVATION_IDLE_ALERT: chrono::Duration = chrono::Duration::minutes(30);

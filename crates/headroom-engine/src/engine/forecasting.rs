@@ -11,23 +11,6 @@ use headroom_core::forecast::{self, DemandRecord, Forecast};
 /// Scored forecasts kept per pool: a day of minutes.
 const MAX_SCORES: usize = 24 * 60;
 
-/// What `GET /v1/pools/{name}` says of a pool's forecast.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ForecastStatus {
-    /// The forecast in force: the most demand the history expects within the lead time.
-    pub expected: Option<Forecast>,
-    /// How far ahead it looks: a new replica's cold start and the breach windows before a
-    /// scale-up.
-    pub lead_s: u64,
-    /// Minutes of history held.
-    pub history_minutes: u64,
-    /// Forecasts scored against the demand that came (their minute ended), at most a day's.
-    pub scored: u64,
-    /// Their mean absolute error, in replicas.
-    pub mean_abs_error_replicas: Option<f64>,
-}
-
 /// One pool's history and the scoring of its forecasts.
 #[derive(Debug, Default)]
 pub(super) struct PoolHistory {

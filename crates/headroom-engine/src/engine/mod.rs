@@ -65,14 +65,13 @@ mod spans;
 mod status;
 mod warm_pool;
 
+pub use crate::views::{
+    Clamp, ForecastStatus, PoolStatus, ProviderTrouble, ReplicaQueues, SignalInput, WarmPoolSize,
+};
 pub use decisions::{DECISION_LOG_LEN, DecisionPage, DecisionRecord};
-pub use forecasting::ForecastStatus;
-pub use offerings::{OfferingPrice, ProviderTrouble};
+pub use offerings::OfferingPrice;
 pub use quotas::OfferingQuota;
 pub use schedules::DeclaredWindow;
-pub use signals::{ReplicaQueues, SignalInput};
-pub use status::{Clamp, PoolStatus};
-pub use warm_pool::WarmPoolSize;
 
 use input::TickInput;
 

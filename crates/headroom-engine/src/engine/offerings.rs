@@ -34,17 +34,6 @@ pub(super) struct OfferingBook {
     pub provider_trouble: HashMap<PoolName, ProviderTrouble>,
 }
 
-/// A pool's launches failing with transient provider errors, none succeeding since `since`:
-/// what the `ProviderErrors` alert reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderTrouble {
-    pub pool: PoolName,
-    pub since: Timestamp,
-    pub last_at: Timestamp,
-    pub failures: u32,
-    pub last_error: String,
-}
-
 impl OfferingBook {
     /// Refusals of `offering` within [`RECENT_REFUSALS`] of `now`, forgetting older ones.
     fn recent_refusals(&mut self, offering: &OfferingId, now: Timestamp) -> u32 {

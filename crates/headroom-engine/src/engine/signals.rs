@@ -5,32 +5,6 @@ use super::*;
 use headroom_core::Priority;
 use headroom_core::controller::Signals;
 
-/// A sample pushed for a pool; the engine stamps it on receipt.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SignalInput {
-    pub queue_depth: u64,
-    pub oldest_age_s: Option<f64>,
-    /// Oldest eligible request age per service class; the pool's `age_classes` choose which
-    /// count (all when unset), and the oldest of them is the pool's age.
-    pub oldest_age_by_class_s: BTreeMap<String, f64>,
-    pub arrival_rate_rps: Option<f64>,
-    pub departure_rate_rps: Option<f64>,
-    pub error_rate_rps: Option<f64>,
-    pub batch_occupancy: Option<f64>,
-    pub gpu_utilization: Option<f64>,
-    /// Requests waiting per priority tier, when the serving layer counts them: deadline-aware
-    /// shedding needs them (see `[pools.scaling] shed_deadlines`).
-    pub queue_depth_by_priority: BTreeMap<Priority, u64>,
-    /// Arrivals per second per priority tier.
-    pub arrival_rate_by_priority_rps: BTreeMap<Priority, f64>,
-    /// Tokens waiting and tokens arriving per second, when the serving layer weighs its queue.
-    pub queued_tokens: Option<f64>,
-    pub token_arrival_rate_tps: Option<f64>,
-    /// Each replica's own queue, when the source reads replicas one by one (a `[pools.scrape]`
-    /// target list); empty otherwise. Shows skew: one replica holding most of the queue.
-    pub replica_queue_depths: Vec<u64>,
-}
-
 /// The per-tier part of a pool's latest signal.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(super) struct TierSignal {
@@ -38,43 +12,6 @@ pub(super) struct TierSignal {
     pub arrival_rps: BTreeMap<Priority, f64>,
     /// Each replica's own queue, when the source reports them.
     pub replica_queues: Vec<u64>,
-}
-
-/// How one signal's queue is spread over the replicas that reported it: one replica holding
-/// most of it points at the load balancer, not at capacity.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct ReplicaQueues {
-    pub replicas: u32,
-    /// The longest queue of one replica.
-    pub max: u64,
-    pub mean: f64,
-    /// `max / mean`: 1 when the queue is spread evenly, `replicas` when one replica holds it all
-    /// (0 with nothing queued).
-    pub skew: f64,
-}
-
-impl ReplicaQueues {
-    /// The spread of `queues`, when at least two replicas reported one.
-    pub(super) fn of(queues: &[u64]) -> Option<ReplicaQueues> {
-        if queues.len() < 2 {
-            return None;
-        }
-        let max = queues.iter().copied().max().unwrap_or(0);
-        let mean = queues.iter().sum::<u64>() as f64 / queues.len() as f64;
-        Some(ReplicaQueues {
-            replicas: u32::try_from(queues.len()).unwrap_or(u32::MAX),
-            max,
-            mean,
-            skew: if mean > 0.0 { max as f64 / mean } else { 0.0 },
-        })
-    }
-
-    /// Whether the spread is worth a person's look: one replica holds at least twice its share
-    /// and at least ten more requests than the mean (small queues are noise).
-    pub fn imbalanced(&self) -> bool {
-        self.skew >= 2.0 && self.max as f64 - self.mean >= 10.0
-    }
 }
 
 /// A signal as processes share it through the ledger ([`Ledger::share_signal`]): already
@@ -270,8 +207,8 @@ impl Engine {
     }
 
     /// Reads every pool that has a `[pools.scrape]` target or a `[pools.signals]` source until
-    /// `shutdown` resolves (see [`crate::scrape::run`]).
+    /// `shutdown` resolves (see [`crate::signal_sources::run`]).
     pub async fn run_scrapers(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
-        crate::scrape::run(self, shutdown).await
+        crate::signal_sources::run(self, shutdown).await
     }
 }

@@ -15,21 +15,6 @@ use super::*;
 /// Demand change points kept per pool at most.
 const MAX_POINTS: usize = 4096;
 
-/// What `GET /v1/pools/{name}` says of a pool's warm pool.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WarmPoolSize {
-    /// `warm_pool_size`: always kept, refilled by launching when woken.
-    pub floor: u32,
-    /// The most it may grow to by parking.
-    pub ceiling: u32,
-    /// The size now, between the two.
-    pub size: u32,
-    /// The largest rise in demand within a cold start in the history.
-    pub largest_rise: u32,
-    pub reason: String,
-}
-
 /// One pool's demand history: (when, demand, its rise over the cold start before it).
 #[derive(Debug, Default)]
 pub(super) struct DemandHistory {
