@@ -865,7 +865,9 @@ impl Activation<'_> {
         let (policy, current, why) = (self.policy, self.current, &winner.why);
         memory.breach_windows = 0;
         memory.breach_window_at = None;
-        let level = self.safe_level(winner.wanted);
+        let level = self
+            .safe_level(winner.wanted)
+            .max(self.margin_wanted(s, counts).min(current.max(self.floor)));
         let recurrence = memory.recurring_gaps(policy.scale_down_stabilization);
         let waits = self.scale_in_waits(recurrence);
         memory.remember_level(self.now, level, policy.scale_down_stabilization);
@@ -945,6 +947,39 @@ impl Activation<'_> {
             .saturating_add(clamp_u32((wanted as f64 * margin).floor()))
             .max(self.floor)
             .min(self.current.max(self.floor))
+    }
+
+    /// What the rate rules (HPA, backlog drain) want with the load raised by the scale-down
+    /// margin, plus the buffer, within the bounds: a pool whose demand sits on the boundary
+    /// between two counts keeps the upper one through a dip smaller than the margin, instead of
+    /// letting a replica go and buying it back on the next rise (the margin taken on the count
+    /// alone rounds to nothing on a small pool).
+    fn margin_wanted(&self, s: &Signals, counts: ReplicaCounts) -> u32 {
+        let raise = 1.0 + self.policy.scale_down_margin.max(0.0);
+        let raised = Signals {
+            queue_depth: clamp_u64((s.queue_depth as f64 * raise).ceil()),
+            arrival_rate_rps: s.arrival_rate_rps.map(|r| r * raise),
+            queued_tokens: s.queued_tokens.map(|t| t * raise),
+            token_arrival_rate_tps: s.token_arrival_rate_tps.map(|t| t * raise),
+            ..*s
+        };
+        let per_replica_rps = throughput(self.policy, s, counts.ready);
+        let raw = [
+            self.hpa_proposal(&raised, counts),
+            self.drain_proposal(&raised, counts, per_replica_rps),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|(_, replicas, _)| replicas)
+        .max()
+        .unwrap_or(0);
+        let buffer = if raw > 0 {
+            self.policy.buffer_replicas
+        } else {
+            0
+        };
+        raw.saturating_add(buffer)
+            .clamp(self.floor, self.pool.max_replicas.max(self.floor))
     }
 
     /// How long a surplus replica is kept before it is parked warm, and before it is released.

@@ -347,8 +347,9 @@ fn a_two_per_minute_limit_is_respected() {
     assert_eq!(targets, [10, 10, 10, 10, 12, 12, 14]);
 }
 
-/// Twenty replicas, demand for three (30 req/s at 10 each) on a floor of two: the level is
-/// three (a 10 % margin rounds down to nothing). The pool's ladder climbs 190 s cold, 100 s from the disk.
+/// Twenty replicas, demand for three (27 req/s at 10 each, more than the 10 % margin below the
+/// boundary of four) on a floor of two: the level is three. The pool's ladder climbs 190 s cold,
+/// 100 s from the disk.
 fn scale_in_run(parkable: u32, stabilization_s: u64) -> Vec<(i64, Decision)> {
     let p = pool(
         2,
@@ -370,7 +371,7 @@ fn scale_in_run(parkable: u32, stabilization_s: u64) -> Vec<(i64, Decision)> {
         };
         let d = decide(
             &p,
-            Some(&Signals::queue(0, 30.0, secs(t))),
+            Some(&Signals::queue(0, 27.0, secs(t))),
             counts,
             m,
             secs(t),
@@ -751,13 +752,14 @@ fn ramp_proposed(run: &[(i64, Decision)]) -> Option<(i64, String)> {
 }
 
 /// Ten replicas' worth of bursts (100 req/s at 10 each) for a minute every five, over a base
-/// of two, then quiet from `quiet_from` on; each activation 15 s apart, ready as targeted.
+/// of two (19 req/s, the margin below the boundary of three), then quiet from `quiet_from` on;
+/// each activation 15 s apart, ready as targeted.
 fn bursts_run(quiet_from: i64, until: i64) -> Vec<(i64, Decision)> {
     drive(&ten_per_replica(600), 15, until, |t| {
         if t < quiet_from && t % 300 < 60 {
             100.0
         } else {
-            20.0
+            19.0
         }
     })
 }
@@ -845,7 +847,7 @@ fn one_burst_that_wobbles_is_not_a_recurrence() {
     let run = drive(&ten_per_replica(600), 15, 900, |t| match t {
         0..240 if t % 60 < 30 => 100.0,
         0..240 => 60.0,
-        _ => 20.0,
+        _ => 19.0,
     });
     let (_, after) = run.iter().find(|(t, _)| *t == 240 + 210).unwrap();
     let rises = &run.last().unwrap().1.memory.rises;
@@ -855,7 +857,8 @@ fn one_burst_that_wobbles_is_not_a_recurrence() {
 }
 
 /// The pool of the cooldown tests: ten req/s per replica, one breach, no stabilisation, a
-/// 120 s direction cooldown; and its scale-down from ten to two at `t0`.
+/// 120 s direction cooldown; and its scale-down from ten to two at `t0` (19 req/s: two, even
+/// with the scale-down margin on the rate).
 fn scaled_down_in_a_cooldown() -> (PoolSpec, Decision) {
     let p = pool(
         2,
@@ -871,7 +874,7 @@ fn scaled_down_in_a_cooldown() -> (PoolSpec, Decision) {
     );
     let down = decide(
         &p,
-        Some(&Signals::queue(0, 20.0, t0())),
+        Some(&Signals::queue(0, 19.0, t0())),
         ready(10),
         memory(10),
         t0(),
@@ -1169,4 +1172,37 @@ fn the_memory_round_trips_through_json_and_decides_the_same() {
     assert!(largest > 0 && largest < 64 * 1024, "{largest} bytes");
     let old: ControllerMemory = serde_json::from_str(r#"{"target": 3}"#).unwrap();
     assert_eq!(old, memory(3));
+}
+
+/// Demand on the boundary between two counts: 19.5 req/s at 10 each wants two, but with the
+/// 5 % scale-down margin on the rate (20.5 req/s) it wants three, so a pool at three keeps its
+/// third replica through the dip; at 18 req/s (18.9 with the margin) it lets it go. Taken on
+/// the count alone, 5 % of two rounds to nothing and the pool would flip on every wiggle.
+#[test]
+fn a_dip_within_the_margin_keeps_the_replica_a_deeper_one_releases() {
+    let p = pool(
+        1,
+        20,
+        ScalingPolicy {
+            replica_throughput_rps: 10.0,
+            scale_down_stabilization: Duration::ZERO,
+            scale_down_period: Duration::ZERO,
+            ..base()
+        },
+    );
+    assert_eq!(p.scaling.scale_down_margin, 0.05);
+    let at = |rate: f64| {
+        decide(
+            &p,
+            Some(&Signals::queue(0, rate, t0())),
+            ready(3),
+            memory(3),
+            t0(),
+        )
+    };
+    let shallow = at(19.5);
+    assert_eq!(shallow.unclamped, 2, "{}", shallow.reason);
+    assert_eq!(shallow.target, 3, "{}", shallow.reason);
+    let deep = at(18.0);
+    assert_eq!(deep.target, 2, "{}", deep.reason);
 }
