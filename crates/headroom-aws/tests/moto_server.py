@@ -22,6 +22,8 @@ re-reads FAULT_FILE (JSON; missing or empty means no faults):
   error entry is added beside it.
 - fleet_http: a CreateFleet of a listed instance type fails as a whole with that code and HTTP
   status (an API error, not a per-instance one).
+- launch_answer_delay: RunInstances answers this many seconds after moto made the instance (a
+  slow answer: the instance exists while the caller has not heard of it yet).
 - spot_min_price: a spot RunInstances whose MaxPrice is below it fails with SpotMaxPriceTooLow.
 - throttle: every EC2 request fails with that code and status.
 - reservations: capacity reservations and how many instances each holds (moto implements none).
@@ -51,6 +53,7 @@ A failed call creates nothing, as on EC2.
 import json
 import re
 import sys
+import time
 import uuid
 
 from moto.autoscaling.responses import AutoScalingResponse
@@ -242,6 +245,10 @@ def call_action(self):
             return status, headers, body
         if self._get_param("InstanceMarketOptions.SpotOptions.SpotInstanceType") == "persistent":
             return persistent_spot(self, *original_call_action(self))
+        if f.get("launch_answer_delay"):
+            answer = original_call_action(self)
+            time.sleep(float(f["launch_answer_delay"]))
+            return answer
     return original_call_action(self)
 
 

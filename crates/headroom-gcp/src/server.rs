@@ -7,7 +7,9 @@
 //! start, stop, suspend, resume; `zoneOperations` get, wait and list (filter on
 //! `operationType`). Inserts and verbs honour `requestId` (a repeat returns the first
 //! operation); a second insert of a name fails with HTTP 409 `alreadyExists`. Operations finish
-//! at once, or after N polls ([`ComputeServer::set_operation_polls`]). An inserted VM keeps its
+//! at once, or after N polls ([`ComputeServer::set_operation_polls`]); a wait on an unfinished
+//! operation can be made to block a while, as GCE's does ([`ComputeServer::set_wait_delay`]),
+//! which widens the window between an insert (the VM exists) and its answer. An inserted VM keeps its
 //! whole body (labels, metadata items such as `user-data`, checked against GCE's bounds).
 
 use std::collections::{BTreeMap, HashMap};
@@ -78,6 +80,8 @@ struct ServerState {
     requests: HashMap<String, String>,
     faults: Vec<Fault>,
     operation_polls: u32,
+    /// How long `zoneOperations.wait` blocks before answering an operation that is not done.
+    wait_delay: std::time::Duration,
     /// Report a duplicate name inside the finished operation (`RESOURCE_ALREADY_EXISTS`)
     /// instead of as HTTP 409: GCE has used both shapes.
     duplicates_in_operation: bool,
@@ -265,6 +269,14 @@ impl ComputeServer {
     /// Operations answer RUNNING to this many polls (get or wait) before DONE.
     pub fn set_operation_polls(&self, polls: u32) {
         self.state().operation_polls = polls;
+    }
+
+    /// `zoneOperations.wait` on an operation that is not done answers after `delay` (GCE's wait
+    /// blocks while the operation runs, up to about two minutes); with
+    /// [`ComputeServer::set_operation_polls`] it holds the insert's answer back while the VM
+    /// already exists.
+    pub fn set_wait_delay(&self, delay: std::time::Duration) {
+        self.state().wait_delay = delay;
     }
 
     /// Reports a duplicate name inside the insert's operation rather than as HTTP 409.
@@ -934,10 +946,19 @@ async fn wait_operation(
     State(server): State<ComputeServer>,
     Path((project, zone, op)): Path<(String, String, String)>,
 ) -> Reply {
-    let mut st = server.state();
-    st.calls
-        .push(format!("POST /zones/{zone}/operations/{op}/wait"));
-    poll(&mut st, &project, &zone, &op)
+    let delay = {
+        let mut st = server.state();
+        st.calls
+            .push(format!("POST /zones/{zone}/operations/{op}/wait"));
+        match st.operations.get(&op) {
+            Some((_, left)) if *left > 0 => st.wait_delay,
+            _ => std::time::Duration::ZERO,
+        }
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    poll(&mut server.state(), &project, &zone, &op)
 }
 
 async fn list_operations(
