@@ -88,6 +88,25 @@ fn simulate_corpus_prints_the_scoreboard_and_dumps_replayable_scenarios() {
     assert_eq!(rows[0]["scenario"], "corpus-s7-0000");
     assert_eq!(rows[0]["policies"].as_array().unwrap().len(), 7);
     assert!(v["headroom_losses"].is_array() && v["losses_by_trait"].is_array());
+    // The top tier where the hindsight planner reaches 0.99: each policy's count is the rows'.
+    let top = |row: &serde_json::Value, policy: &str| {
+        row["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["policy"] == policy)
+            .unwrap()["slo_top_tier"]
+            .as_f64()
+            .unwrap()
+    };
+    let reached: Vec<&serde_json::Value> =
+        rows.iter().filter(|r| top(r, "oracle") >= 0.99).collect();
+    for p in policies {
+        let name = p["policy"].as_str().unwrap();
+        let met = reached.iter().filter(|r| top(r, name) >= 0.99).count();
+        assert_eq!(p["top_tier"]["scenarios"], reached.len(), "{p}");
+        assert_eq!(p["top_tier"]["met"], met, "{p}");
+    }
 
     // The dump replays: the second member run alone gives its row's numbers.
     let file = dir.path().join("corpus-s7-0001.toml");

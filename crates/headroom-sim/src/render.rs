@@ -41,10 +41,7 @@ fn suite_rows(reports: &[Report]) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = vec![SUITE_HEADER.iter().map(|h| h.to_string()).collect()];
     for r in reports {
         for p in &r.policies {
-            let top = p
-                .tiers
-                .first()
-                .map_or(p.slo_attainment, |t| t.slo_attainment);
+            let top = p.top_tier_slo();
             let by_tier = p
                 .tiers
                 .iter()

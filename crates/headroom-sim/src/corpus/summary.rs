@@ -77,6 +77,20 @@ pub struct PolicySummary {
     pub direction_changes_per_hour: Option<Quantiles>,
     /// Runs in which this policy spent past the scenario's budget ceiling.
     pub over_budget_runs: u32,
+    /// The top tier at [`TOP_TIER_SLO`] or better wherever the hindsight planner reaches it.
+    pub top_tier: TopTier,
+}
+
+/// The top tier's SLO attainment the policy issue asks for wherever the hindsight planner
+/// reaches it.
+pub const TOP_TIER_SLO: f64 = 0.99;
+
+/// Of the scenarios where the hindsight planner serves the top tier at [`TOP_TIER_SLO`] or
+/// better, those where a policy does too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TopTier {
+    pub scenarios: u32,
+    pub met: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -89,6 +103,8 @@ pub struct PolicyRow {
     pub direction_changes_per_hour: f64,
     /// Spent past the scenario's budget ceiling.
     pub over_budget: bool,
+    /// The highest priority tier's SLO attainment.
+    pub slo_top_tier: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -211,6 +227,21 @@ fn per_hour(p: &PolicyReport, duration_s: f64) -> f64 {
     f64::from(p.scale_direction_changes) * 3600.0 / duration_s.max(1.0)
 }
 
+/// Where the hindsight planner serves the top tier at [`TOP_TIER_SLO`], whether `me` does.
+fn top_tier(runs: &[Scored], me: &str) -> TopTier {
+    let reached = |s: &&Scored| {
+        find(&s.report, crate::Policy::Oracle.as_str())
+            .is_some_and(|o| o.top_tier_slo() >= TOP_TIER_SLO)
+    };
+    let scenarios = runs.iter().filter(reached);
+    TopTier {
+        scenarios: scenarios.clone().count() as u32,
+        met: scenarios
+            .filter(|s| find(&s.report, me).is_some_and(|p| p.top_tier_slo() >= TOP_TIER_SLO))
+            .count() as u32,
+    }
+}
+
 /// The scoreboard of a corpus's runs.
 pub fn summarize(seed: u64, runs: &[Scored], wall_time_s: f64) -> CorpusReport {
     let names: Vec<String> = runs
@@ -267,6 +298,7 @@ pub fn summarize(seed: u64, runs: &[Scored], wall_time_s: f64) -> CorpusReport {
                 .iter()
                 .filter(|s| find(&s.report, me).is_some_and(|p| s.over_budget(p)))
                 .count() as u32,
+            top_tier: top_tier(runs, me),
         })
         .collect();
     let headroom_losses = losses(runs);
@@ -372,6 +404,7 @@ fn row(s: &Scored) -> ScenarioRow {
                 cost_vs_hindsight: cost_ratio(p),
                 direction_changes_per_hour: round4(per_hour(p, s.duration_s)),
                 over_budget: s.over_budget(p),
+                slo_top_tier: p.top_tier_slo(),
             })
             .collect(),
     }
@@ -473,6 +506,18 @@ pub fn table(r: &CorpusReport) -> String {
     }
     out.push_str("\ndistributions over the corpus:\n");
     out.push_str(&columns(&rows, false));
+    if let Some(first) = r.policies.first() {
+        let _ = writeln!(
+            out,
+            "\ntop tier at {TOP_TIER_SLO} or better where the hindsight planner reaches it ({} scenarios): {}",
+            first.top_tier.scenarios,
+            r.policies
+                .iter()
+                .map(|p| format!("{} {}", p.policy, p.top_tier.met))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let lost: std::collections::BTreeSet<&str> = r
         .headroom_losses
         .iter()

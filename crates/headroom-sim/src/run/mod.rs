@@ -141,6 +141,15 @@ pub struct PolicyReport {
     pub decisions: Vec<serde_json::Value>,
 }
 
+impl PolicyReport {
+    /// The SLO attainment of the highest priority tier (the whole run's with one tier).
+    pub fn top_tier_slo(&self) -> f64 {
+        self.tiers
+            .first()
+            .map_or(self.slo_attainment, |t| t.slo_attainment)
+    }
+}
+
 /// One tick of one policy, for `--timeseries` and `--plot`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
