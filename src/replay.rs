@@ -201,11 +201,7 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         let pool = config
             .pool(&pool_name)
             .expect("listed from the configuration");
-        let gpus = pool
-            .offerings
-            .first()
-            .and_then(|o| config.offering(o))
-            .map_or(1, |o| o.gpus_per_node);
+        let gpus = config.first_offering_gpus(pool).unwrap_or(1);
         let history = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<HistoryStep>> {
             let mut histories = Vec::new();
             for (name, query) in source.queries.named() {

@@ -2,6 +2,8 @@
 //! once, behind the composite, with the real engine and a SQLite ledger.
 
 // Shared with moto.rs, which uses all of it.
+#[path = "support/multicloud.rs"]
+mod multicloud_toml;
 #[allow(dead_code)]
 mod support;
 
@@ -15,13 +17,11 @@ use headroom_gcp::GcpSettings;
 use headroom_gcp::server::ComputeServer;
 use headroom_ledger::{Ledger, SqliteLedger};
 use headroom_testkit::{Death, DiesAfterLaunch};
-use support::{Moto, REGION, ZONE};
+use support::Moto;
 
 fn config(gcp_endpoint: &str) -> String {
     let aws = |id: &str, instance_type: &str, price: &str| {
-        format!(
-            "[[offerings]]\nid = \"{id}\"\nprovider = \"aws\"\nregion = \"{REGION}\"\nzone = \"{ZONE}\"\ninstance_type = \"{instance_type}\"\nmarket = \"on-demand\"\nprice_usd_per_hour = \"{price}\"\ngpus = 8\n"
-        )
+        multicloud_toml::aws_offering_toml(id, instance_type, price, 8)
     };
     format!(
         r#"

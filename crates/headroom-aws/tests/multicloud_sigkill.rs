@@ -7,6 +7,8 @@
 //! (`cargo test --workspace` builds only the default one); `scripts/test` sets it.
 
 // Shared with moto.rs, which uses all of it.
+#[path = "support/multicloud.rs"]
+mod multicloud_toml;
 #[allow(dead_code)]
 mod support;
 
@@ -22,7 +24,7 @@ use headroom_core::{NodeState, ProviderKind};
 use headroom_gcp::naming::instance_name;
 use headroom_gcp::server::{ComputeServer, RunningServer};
 use headroom_ledger::{Ledger, SqliteLedger};
-use support::{Moto, REGION, ZONE};
+use support::{Moto, REGION};
 use tokio::runtime::Runtime;
 
 const BIN_VAR: &str = "HEADROOM_AWS_GCP_BIN";
@@ -49,9 +51,7 @@ fn binary() -> PathBuf {
 
 fn config(moto: &str, gcp: &str) -> String {
     let aws = |id: &str, instance_type: &str, price: &str| {
-        format!(
-            "[[offerings]]\nid = \"{id}\"\nprovider = \"aws\"\nregion = \"{REGION}\"\nzone = \"{ZONE}\"\ninstance_type = \"{instance_type}\"\nmarket = \"on-demand\"\nprice_usd_per_hour = \"{price}\"\ngpus = 1\n"
-        )
+        multicloud_toml::aws_offering_toml(id, instance_type, price, 1)
     };
     format!(
         r#"

@@ -65,9 +65,7 @@ pub fn tally<'a>(
         if d.held {
             p.held_minutes += span;
         }
-        let fresh = d.signal.filter(|s| {
-            (d.at - s.received_at).to_std().unwrap_or_default() <= policy.signal_max_age
-        });
+        let fresh = d.signal.filter(|s| s.is_fresh(d.at, policy.signal_max_age));
         if let (Some(age), Some(objective)) = (
             fresh.and_then(|s| s.oldest_age_s),
             policy.oldest_age_threshold,

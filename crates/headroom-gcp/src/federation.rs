@@ -464,21 +464,25 @@ fn host_of(url: &str) -> Option<&str> {
 /// Whether a `…_FULL_URI` may receive the authorization token, by the AWS SDKs' rule: https,
 /// or plain http only to a loopback address or the ECS/EKS credentials address.
 fn full_uri_allowed(url: &str) -> bool {
-    if url.starts_with("https://") {
-        return true;
-    }
-    let Some(authority) = url.strip_prefix("http://").and_then(host_of) else {
+    let Ok(url) = reqwest::Url::parse(url) else {
         return false;
     };
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.split(':').next().unwrap_or_default(),
+    let Some(host) = url.host_str() else {
+        return false;
     };
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-        || ["169.254.170.2", "169.254.170.23", "fd00:ec2::23"].contains(&host)
+    match url.scheme() {
+        "https" => true,
+        // An IPv6 host comes bracketed: `[::1]`.
+        "http" => match host.trim_start_matches('[').trim_end_matches(']') {
+            "localhost" | "169.254.170.2" | "169.254.170.23" => true,
+            ip => ip.parse::<std::net::IpAddr>().is_ok_and(|ip| {
+                // fd00:ec2::23, the EKS Pod Identity address.
+                ip.is_loopback()
+                    || ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23)
+            }),
+        },
+        _ => false,
+    }
 }
 
 /// Where Application Default Credentials are read from: `GOOGLE_APPLICATION_CREDENTIALS`, else

@@ -82,6 +82,12 @@ impl Signals {
             token_arrival_rate_tps: None,
         }
     }
+
+    /// Whether the sample is at most `max_age` old at `now` (a pool's `signal_max_age`): an
+    /// older one says nothing of the pool any more.
+    pub fn is_fresh(&self, now: Timestamp, max_age: Duration) -> bool {
+        elapsed(self.received_at, now) <= max_age
+    }
 }
 
 /// The replicas the controller sees, counted separately: only ready ones are capacity.
@@ -705,8 +711,8 @@ impl Activation<'_> {
             let why = format!("no signal has been received; holding at {current}");
             return Err((ScalingHold::SignalMissing, why));
         };
-        let age = elapsed(s.received_at, self.now);
-        if age > self.policy.signal_max_age {
+        if !s.is_fresh(self.now, self.policy.signal_max_age) {
+            let age = elapsed(s.received_at, self.now);
             let why = format!(
                 "the last signal is {}s old (max {}s); holding at {current}",
                 age.as_secs(),
@@ -973,13 +979,18 @@ impl Activation<'_> {
         .map(|(_, replicas, _)| replicas)
         .max()
         .unwrap_or(0);
-        let buffer = if raw > 0 {
+        raw.saturating_add(self.buffer_on(raw))
+            .clamp(self.floor, self.pool.max_replicas)
+    }
+
+    /// The buffer that rides on `raw` replicas of demand: the pool's `buffer_replicas`, never on
+    /// an idle pool (one at zero stays at zero).
+    fn buffer_on(&self, raw: u32) -> u32 {
+        if raw > 0 {
             self.policy.buffer_replicas
         } else {
             0
-        };
-        raw.saturating_add(buffer)
-            .clamp(self.floor, self.pool.max_replicas.max(self.floor))
+        }
     }
 
     /// How long a surplus replica is kept before it is parked warm, and before it is released.
@@ -1052,12 +1063,7 @@ impl Winner {
             })
             .unwrap_or((Rule::Floor, step.floor, String::new()));
         let max_replicas = step.pool.max_replicas;
-        // The buffer rides on demand, never on an idle pool: one at zero stays at zero.
-        let buffer = if raw > 0 {
-            step.policy.buffer_replicas
-        } else {
-            0
-        };
+        let buffer = step.buffer_on(raw);
         let why = if buffer > 0 {
             format!("{why}, plus a buffer of {buffer}")
         } else {

@@ -229,6 +229,15 @@ impl Config {
             .find(|o| &o.id == id)
     }
 
+    /// The GPUs of a node of `pool`'s first offering (what it asks for first): a replica's
+    /// GPUs where a figure in GPUs is wanted before any node has landed.
+    pub fn first_offering_gpus(&self, pool: &PoolSpec) -> Option<u32> {
+        pool.offerings
+            .first()
+            .and_then(|id| self.offering(id))
+            .map(|o| o.gpus_per_node)
+    }
+
     /// Every reservation as the books price it: its nodes at the offering's price, and the
     /// pools (with their accounts) that list it.
     pub fn reserved_capacity(&self) -> Vec<headroom_core::ReservedCapacity> {

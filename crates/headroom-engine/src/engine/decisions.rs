@@ -246,20 +246,17 @@ impl Engine {
                     signal: e.signal.as_ref(),
                 }),
         );
-        let gpus = pool
-            .offerings
-            .first()
-            .and_then(|o| self.config.offering(o))
-            .map_or(1, |o| o.gpus_per_node);
+        let gpus = self.config.first_offering_gpus(pool).unwrap_or(1);
         let ready = in_range.first().map_or(0, |(e, _, _)| e.replicas.ready);
         let mut model = CapacityModel::new(pool, gpus, ready);
         for (e, at, until) in &in_range {
             model.follow(e.target, *at);
             // A stale signal says nothing of the arrivals: the estimate stops, as the tally's
             // age check does.
-            let fresh = e.signal.as_ref().filter(|s| {
-                (e.at - s.received_at).to_std().unwrap_or_default() <= pool.scaling.signal_max_age
-            });
+            let fresh = e
+                .signal
+                .as_ref()
+                .filter(|s| s.is_fresh(e.at, pool.scaling.signal_max_age));
             let opened = fresh.and_then(|s| Some((s.queue_depth, s.arrival_rate_rps?)));
             let (queue, arrivals) = match e.folded.means().or(opened) {
                 Some((queue, rate)) => (Some(queue), Some(rate)),

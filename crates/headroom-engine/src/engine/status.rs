@@ -166,11 +166,7 @@ impl Engine {
     /// pool's first offering (what it asks for first), against the GPUs of the nodes serving
     /// it (counted as `ready` is: not being reclaimed), whatever offering they landed on.
     fn export_capacity_metrics(&self, input: &TickInput, pool: &PoolSpec, s: &PoolStatus) {
-        let per_node = pool
-            .offerings
-            .first()
-            .and_then(|id| self.config.offerings.iter().find(|o| &o.offering.id == id))
-            .map_or(0, |o| o.offering.gpus_per_node);
+        let per_node = self.config.first_offering_gpus(pool).unwrap_or(0);
         let delivered: u64 = input
             .pool_nodes(&pool.name)
             .filter(|e| {
