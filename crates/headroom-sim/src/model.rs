@@ -1,5 +1,9 @@
 //! The serving model: a priority queue with deadlines in front of replicas that batch
 //! continuously, in virtual time. Pure and deterministic: no clock, no randomness.
+//!
+//! Time moves from event to event: an arrival, a completion, a deadline expiry, or the end of
+//! the interval the caller asks for. Nothing happens between two events, so a request starts
+//! no earlier than it arrives, waits and expiries are exact, and an idle stretch is one jump.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -94,7 +98,8 @@ pub struct Totals {
     /// Replica-seconds a replica was ready, and those in which at least one request ran, in GPUs.
     pub ready_gpu_s: f64,
     pub busy_gpu_s: f64,
-    /// The deepest the queue was at the end of any step.
+    /// The deepest the queue was at any instant, once that instant's expiries, arrivals and
+    /// starts were done (requests that start the instant they arrive never count as waiting).
     pub peak_waiting: u64,
     /// Requests that arrived at another pool and were handed to this one (its smaller model).
     pub taken_over: u64,
@@ -144,10 +149,67 @@ struct Queued {
 struct Replica {
     gpus: u32,
     service: Service,
-    /// (request index, work left).
+    /// (request index, work left at `since`).
     active: Vec<(usize, f64)>,
-    /// Seconds with at least one request running, since the replica joined.
+    /// Seconds with at least one request running, since the replica joined, up to `since`.
     busy_s: f64,
+    /// The instant `active` and `busy_s` are current at: a replica is brought up to date when
+    /// its batch changes or an interval ends, not at every event of its pool.
+    since: f64,
+    /// When its first running request finishes at the batch's current rate; infinite when idle.
+    done_at: f64,
+}
+
+impl Replica {
+    fn new(spec: &ReplicaSpec) -> Replica {
+        Replica {
+            gpus: spec.gpus,
+            service: spec.service,
+            active: Vec::new(),
+            busy_s: 0.0,
+            since: 0.0,
+            done_at: f64::INFINITY,
+        }
+    }
+
+    /// Processor sharing within the batch: each of `n` running requests gets
+    /// `min(tokens_per_s / n, request_tokens_per_s)`.
+    fn rate(&self) -> f64 {
+        (self.service.tokens_per_s / self.active.len().max(1) as f64)
+            .min(self.service.request_tokens_per_s)
+    }
+
+    fn least_left(&self) -> f64 {
+        self.active
+            .iter()
+            .map(|a| a.1)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Runs the batch to `t`, each running request getting `work` (or what the rate gives over
+    /// the time, when `None`). Returns the busy seconds added.
+    fn run_to(&mut self, t: f64, work: Option<f64>) -> f64 {
+        let elapsed = (t - self.since).max(0.0);
+        self.since = self.since.max(t);
+        if self.active.is_empty() {
+            return 0.0;
+        }
+        let work = work.unwrap_or(self.rate() * elapsed);
+        for a in self.active.iter_mut() {
+            a.1 -= work;
+        }
+        self.busy_s += elapsed;
+        elapsed
+    }
+
+    /// The batch changed: when its first request now finishes.
+    fn reschedule(&mut self) {
+        self.done_at = if self.active.is_empty() {
+            f64::INFINITY
+        } else {
+            self.since + self.least_left() / self.rate()
+        };
+    }
 }
 
 /// Requests one pool's queue handed to another's (see [`Model::hand_over`]).
@@ -175,11 +237,16 @@ pub struct Model<'a> {
     /// The admission answer in force, per priority.
     gates: Vec<Gate>,
     next: usize,
+    /// The index of this pool's next arrival, at or after `next`: other pools' requests are
+    /// passed over once, not at every event.
+    next_own: usize,
     queue: Vec<VecDeque<Queued>>,
     replicas: BTreeMap<String, Replica>,
     pub totals: Totals,
     /// Arrivals so far per tier (the exporter's counters).
     arrivals_by_tier: Vec<u64>,
+    /// Instants the model has stopped at so far: what a run costs, idle time included.
+    passes: u64,
 }
 
 /// A model is cloned by the oracle's search, once per probe: everything in it is small but the
@@ -193,10 +260,12 @@ impl Clone for Model<'_> {
             shedding: self.shedding,
             gates: self.gates.clone(),
             next: self.next,
+            next_own: self.next_own,
             queue: self.queue.clone(),
             replicas: self.replicas.clone(),
             totals: self.totals.clone(),
             arrivals_by_tier: self.arrivals_by_tier.clone(),
+            passes: self.passes,
         }
     }
 }
@@ -213,6 +282,7 @@ impl<'a> Model<'a> {
             shedding,
             gates: Vec::new(),
             next: 0,
+            next_own: 0,
             queue: vec![VecDeque::new(); tiers],
             replicas: BTreeMap::new(),
             totals: Totals {
@@ -220,6 +290,7 @@ impl<'a> Model<'a> {
                 ..Totals::default()
             },
             arrivals_by_tier: vec![0; tiers],
+            passes: 0,
         }
     }
 
@@ -382,12 +453,9 @@ impl<'a> Model<'a> {
             }
         }
         for (id, spec) in ready {
-            self.replicas.entry(id.clone()).or_insert_with(|| Replica {
-                gpus: spec.gpus,
-                service: spec.service,
-                active: Vec::new(),
-                busy_s: 0.0,
-            });
+            self.replicas
+                .entry(id.clone())
+                .or_insert_with(|| Replica::new(spec));
         }
     }
 
@@ -440,20 +508,42 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// Moves the model from `from` to `to` in steps of at most `step`.
-    pub fn advance(&mut self, from: f64, to: f64, step: f64) {
-        let mut t = from;
-        // Bounded: the number of steps is (to - from) / step.
-        while t < to - 1e-12 {
-            let end = (t + step).min(to);
-            self.step(t, end);
-            t = end;
+    /// Moves the model from `from` to `to`, event by event (see [`advance_together`]).
+    pub fn advance(&mut self, from: f64, to: f64) {
+        advance_together(std::slice::from_mut(self), from, to, |_| false);
+    }
+
+    fn deadline(&self, tier: usize) -> Option<f64> {
+        self.policy.deadline_s.get(tier).copied().flatten()
+    }
+
+    /// Lets go of the requests whose wait reached their tier's deadline by `now` (the client
+    /// gave up): the oldest of each tier are at its front.
+    fn expire(&mut self, now: f64) {
+        for tier in 0..self.queue.len() {
+            let Some(deadline) = self.deadline(tier) else {
+                continue;
+            };
+            // Bounded: every pass takes a request out of the queue.
+            while let Some(&e) = self.queue[tier].front() {
+                // The same sum as `next_event`'s, so the instant it names does expire the request.
+                if self.requests[e.index].at_s + deadline > now {
+                    break;
+                }
+                self.queue[tier].pop_front();
+                self.totals.timed_out += 1;
+                self.totals.by_tier[tier].timed_out += 1;
+                self.count_wait(e, deadline + 1e-6);
+            }
         }
     }
 
-    fn step(&mut self, t0: f64, t1: f64) {
-        // Arrivals up to the end of the step join now: waits are measured from their own arrival.
-        while let Some(r) = self.requests.get(self.next).filter(|r| r.at_s < t1) {
+    /// Takes the arrivals up to `now` one by one: each is shed or queued by the queue as it is
+    /// when it arrives, and starts at once on a free slot.
+    fn admit(&mut self, now: f64) {
+        let requests = self.requests;
+        // Bounded: every pass takes the next request.
+        while let Some(r) = requests.get(self.next).filter(|r| r.at_s <= now) {
             let index = self.next;
             let tier = self.tier(index);
             self.next += 1;
@@ -474,80 +564,90 @@ impl<'a> Model<'a> {
                 index,
                 counted: false,
             });
+            self.start_waiting(now);
         }
-        // Deadlines: the oldest of each tier are at its front.
-        for tier in 0..self.queue.len() {
-            let Some(Some(deadline)) = self.policy.deadline_s.get(tier).copied() else {
-                continue;
-            };
-            while let Some(&e) = self.queue[tier].front() {
-                if t0 - self.requests[e.index].at_s <= deadline {
-                    break;
-                }
-                self.queue[tier].pop_front();
-                self.totals.timed_out += 1;
-                self.totals.by_tier[tier].timed_out += 1;
-                self.count_wait(e, deadline + 1e-6);
-            }
+        self.next_own = self.next_own.max(self.next);
+        // Bounded by the requests: `next_own` only moves forward.
+        while requests
+            .get(self.next_own)
+            .is_some_and(|r| r.pool != self.pool)
+        {
+            self.next_own += 1;
         }
-        let dt = t1 - t0;
-        // Serving reads the queues, not the replicas: take them out for the step rather than
-        // copying every id each 100 ms.
+    }
+
+    /// Starts waiting requests on free slots at `now`: replicas in id order, highest tier first.
+    fn start_waiting(&mut self, now: f64) {
+        // Serving reads the queues, not the replicas: take them out rather than copying every id.
         let mut replicas = std::mem::take(&mut self.replicas);
         for rep in replicas.values_mut() {
-            self.serve(rep, t0, dt);
-            self.totals.ready_gpu_s += dt * rep.gpus as f64;
-        }
-        self.replicas = replicas;
-        self.totals.peak_waiting = self.totals.peak_waiting.max(self.waiting());
-    }
-
-    fn fill(&mut self, rep: &mut Replica, now: f64) {
-        while rep.active.len() < rep.service.max_batch as usize {
-            let Some(e) = self.pop() else { break };
-            let wait = now - self.requests[e.index].at_s;
-            self.count_wait(e, wait);
-            rep.active
-                .push((e.index, rep.service.work(&self.requests[e.index])));
-        }
-    }
-
-    /// Processor sharing within the batch: each of `n` running requests gets
-    /// `min(tokens_per_s / n, request_tokens_per_s)`; finished requests free their slot at once.
-    fn serve(&mut self, rep: &mut Replica, t0: f64, dt: f64) {
-        let mut tau = 0.0;
-        self.fill(rep, t0);
-        // Bounded: every pass but the last finishes at least one request.
-        loop {
-            let n = rep.active.len();
-            if n == 0 || tau >= dt {
+            if self.waiting() == 0 {
                 break;
             }
-            let rate = (rep.service.tokens_per_s / n as f64).min(rep.service.request_tokens_per_s);
-            let min_left = rep.active.iter().map(|a| a.1).fold(f64::INFINITY, f64::min);
-            let need = min_left / rate;
-            if tau + need <= dt {
-                for a in rep.active.iter_mut() {
-                    a.1 -= rate * need;
-                }
-                tau += need;
-                rep.busy_s += need;
-                self.totals.busy_gpu_s += need * rep.gpus as f64;
+            let slots = rep.service.max_batch as usize;
+            if rep.active.len() >= slots {
+                continue;
+            }
+            // The batch grows: what ran so far ran at the old rate.
+            self.totals.busy_gpu_s += rep.run_to(now, None) * rep.gpus as f64;
+            // Bounded by the batch's slots.
+            while rep.active.len() < slots {
+                let Some(e) = self.pop() else { break };
+                let wait = now - self.requests[e.index].at_s;
+                self.count_wait(e, wait);
+                rep.active
+                    .push((e.index, rep.service.work(&self.requests[e.index])));
+            }
+            rep.reschedule();
+        }
+        self.replicas = replicas;
+    }
+
+    /// The first instant after the last one handled at which something happens here: an arrival
+    /// of this pool, a completion, or a deadline expiry; infinite when nothing ever will.
+    fn next_event(&self) -> f64 {
+        let arrival = self
+            .requests
+            .get(self.next_own)
+            .map_or(f64::INFINITY, |r| r.at_s);
+        let completion = self
+            .replicas
+            .values()
+            .map(|r| r.done_at)
+            .fold(f64::INFINITY, f64::min);
+        let expiry = (0..self.queue.len())
+            .filter_map(|tier| {
+                let front = self.queue[tier].front()?;
+                Some(self.requests[front.index].at_s + self.deadline(tier)?)
+            })
+            .fold(f64::INFINITY, f64::min);
+        arrival.min(completion).min(expiry)
+    }
+
+    /// Finishes every request due by `t`, each at its own instant; their slots are filled when
+    /// the model next settles (at `t`: nothing else happens in between).
+    fn complete_until(&mut self, t: f64) {
+        for rep in self.replicas.values_mut() {
+            // Bounded: every pass finishes at least one request.
+            while rep.done_at <= t {
+                // Exactly the least work left: the first request finishes, whatever the rounding.
+                let busy = rep.run_to(rep.done_at, Some(rep.least_left()));
+                self.totals.busy_gpu_s += busy * rep.gpus as f64;
                 let before = rep.active.len();
                 rep.active.retain(|a| a.1 > 1e-9);
                 let done = (before - rep.active.len()) as u64;
                 self.totals.served += done;
                 self.totals.departures += done;
-                self.fill(rep, t0 + tau);
-            } else {
-                let left = dt - tau;
-                for a in rep.active.iter_mut() {
-                    a.1 -= rate * left;
-                }
-                rep.busy_s += left;
-                self.totals.busy_gpu_s += left * rep.gpus as f64;
-                break;
+                rep.reschedule();
             }
+        }
+    }
+
+    /// Ends an interval: every replica's work and busy time current at `to`, its ready time paid.
+    fn close(&mut self, from: f64, to: f64) {
+        for rep in self.replicas.values_mut() {
+            self.totals.busy_gpu_s += rep.run_to(to, None) * rep.gpus as f64;
+            self.totals.ready_gpu_s += (to - from) * rep.gpus as f64;
         }
     }
 
@@ -560,6 +660,54 @@ impl<'a> Model<'a> {
         }
         // Requests never dispatched because the run ended before they arrived do not exist.
     }
+}
+
+/// Moves the models of pools served side by side from `from` to `to`, in lockstep from event to
+/// event. At each instant every model lets expired requests go, takes its arrivals and starts
+/// what its free slots can take; then `route` may move waiting requests between the models
+/// (returning whether it moved any: they start at once where there is room). Time then jumps
+/// to the next arrival, completion or expiry of any model, or to `to`. Returns the deepest all
+/// their queues were together at any instant.
+pub fn advance_together(
+    models: &mut [Model<'_>],
+    from: f64,
+    to: f64,
+    mut route: impl FnMut(&mut [Model<'_>]) -> bool,
+) -> u64 {
+    let mut peak = 0;
+    let mut now = from;
+    // Bounded: every pass ends at an event of some model or at `to`; a pass that ends where it
+    // began finishes or expires a request in the next, and each request arrives, starts,
+    // finishes or expires once (again only after `set_ready` sends it back, between calls).
+    while now < to {
+        for m in models.iter_mut() {
+            m.passes += 1;
+            m.expire(now);
+            m.admit(now);
+            m.start_waiting(now);
+        }
+        if route(models) {
+            for m in models.iter_mut() {
+                m.start_waiting(now);
+            }
+        }
+        let mut waiting = 0;
+        for m in models.iter_mut() {
+            let w = m.waiting();
+            m.totals.peak_waiting = m.totals.peak_waiting.max(w);
+            waiting += w;
+        }
+        peak = peak.max(waiting);
+        let next = models.iter().map(Model::next_event).fold(to, f64::min);
+        for m in models.iter_mut() {
+            m.complete_until(next);
+        }
+        now = next;
+    }
+    for m in models.iter_mut() {
+        m.close(from, to);
+    }
+    peak
 }
 
 /// GPU utilisation as the usual exporter reports it: per ready replica, the share of the window
@@ -646,7 +794,7 @@ mod tests {
         let reqs: Vec<Request> = (0..100).map(|i| req(i as f64 * 0.1, 0)).collect();
         let mut m = Model::new(&reqs, policy(), false);
         m.set_ready(&one(service()));
-        m.advance(0.0, 10.2, 0.1);
+        m.advance(0.0, 10.2);
         // 0.4 s each: the 25th ends at 10.0 s, the 26th is in service, the rest waits.
         assert_eq!(m.totals.served, 25);
         assert_eq!(m.in_service(), 1);
@@ -658,20 +806,20 @@ mod tests {
         let mut reqs: Vec<Request> = (0..10).map(|_| req(0.0, 1)).collect();
         reqs.push(req(0.0, 0));
         let mut m = Model::new(&reqs, policy(), true);
-        m.advance(0.0, 0.5, 0.1);
+        m.advance(0.0, 0.5);
         assert_eq!(m.totals.shed, 0, "admission sheds nothing yet");
         m.set_admission(&[shed_low()]);
-        m.advance(0.5, 1.0, 0.1);
+        m.advance(0.5, 1.0);
         assert_eq!(
             m.totals.shed, 0,
             "all ten arrived in the first step, before the answer"
         );
         let mut m = Model::new(&reqs, policy(), true);
         m.set_admission(&[shed_low()]);
-        m.advance(0.0, 1.0, 0.1);
+        m.advance(0.0, 1.0);
         assert_eq!(m.totals.shed, 5, "batch is shed once five wait");
         m.set_ready(&one(service()));
-        m.advance(1.0, 1.5, 0.1);
+        m.advance(1.0, 1.5);
         // The interactive request jumped the five waiting batch requests; it waited exactly its
         // 1 s objective, and the first batch request started at 1.4 s, well within 60 s.
         assert_eq!(m.totals.served, 1);
@@ -707,7 +855,7 @@ mod tests {
             ),
         ]));
         // Just past 4 s, so the requests due at exactly 4 s have finished.
-        m.advance(0.0, 4.05, 0.1);
+        m.advance(0.0, 4.05);
         assert_eq!(m.totals.served, 20 + 10);
     }
 
@@ -729,8 +877,8 @@ mod tests {
         let mut big = Model::new(&reqs, policy(), false);
         let mut small = Model::new(&reqs, policy(), false).at_pool(1);
         small.set_ready(&one(two_slots));
-        big.advance(0.0, 0.1, 0.1);
-        small.advance(0.0, 0.1, 0.1);
+        big.advance(0.0, 0.1);
+        small.advance(0.0, 0.1);
         assert_eq!(
             (big.waiting(), small.waiting(), small.in_service()),
             (6, 0, 1)
@@ -748,8 +896,8 @@ mod tests {
             "the two interactive requests left, not batch"
         );
         small.take_over(handed);
-        big.advance(0.1, 3.0, 0.1);
-        small.advance(0.1, 3.0, 0.1);
+        big.advance(0.1, 3.0);
+        small.advance(0.1, 3.0);
         assert_eq!(big.waiting(), 3, "batch waits for the large model");
         assert_eq!(small.totals.served, 4);
         assert_eq!(small.totals.taken_over, 3);
@@ -764,7 +912,7 @@ mod tests {
         let reqs = vec![req(0.0, 0)];
         let mut m = Model::new(&reqs, policy(), false);
         m.set_ready(&one(service()));
-        m.advance(0.0, 0.2, 0.1);
+        m.advance(0.0, 0.2);
         assert_eq!(m.in_service(), 1);
         m.set_ready(&BTreeMap::new());
         assert_eq!(m.waiting(), 1);
@@ -787,10 +935,206 @@ mod tests {
         m.set_ready(&one(svc));
         let mut meter = UtilMeter::default();
         meter.read(&m, 0.0);
-        m.advance(0.0, 15.0, 0.1);
+        m.advance(0.0, 15.0);
         let u = meter.read(&m, 15.0);
         assert_eq!(u.len(), 1);
         assert!((u[0].unwrap() - 1.0).abs() < 1e-9, "{u:?}");
         assert_eq!(m.waiting(), 0);
+    }
+
+    /// A one-slot replica serving in arrival order: each request starts when it arrives or when
+    /// the one before it finishes, whichever is later (Lindley's recursion). Returns the total
+    /// wait and how many waited within `objective`.
+    fn lindley(reqs: &[Request], seconds_per_request: f64, objective: f64) -> (f64, u64) {
+        let (mut free_at, mut total, mut within) = (f64::NEG_INFINITY, 0.0, 0);
+        for r in reqs {
+            let start = free_at.max(r.at_s);
+            total += start - r.at_s;
+            within += u64::from(start - r.at_s <= objective + 1e-9);
+            free_at = start + seconds_per_request;
+        }
+        (total, within)
+    }
+
+    /// `n` random requests over `span` seconds: tiers, sizes and gaps (some on whole 100 ms).
+    fn random_requests(rng: &mut fastrand::Rng, n: usize, span: f64) -> Vec<Request> {
+        let mut at: Vec<f64> = (0..n)
+            .map(|_| {
+                let t = rng.f64() * span;
+                // One in ten where the old step boundaries were, several at one instant.
+                if rng.u8(0..10) == 0 {
+                    (t * 10.0).round() / 10.0
+                } else {
+                    t
+                }
+            })
+            .collect();
+        at.sort_by(f64::total_cmp);
+        at.into_iter()
+            .map(|at_s| Request {
+                at_s,
+                input_tokens: rng.u32(0..400),
+                output_tokens: rng.u32(1..300),
+                tier: rng.u8(0..2),
+                pool: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_request_finishes_exactly_work_over_rate_after_it_arrives() {
+        // 100 tokens at 250 tokens/s: 0.4 s from its arrival at 0.37 s, not from a step start.
+        let reqs = vec![req(0.37, 0)];
+        let mut m = Model::new(&reqs, policy(), false);
+        m.set_ready(&one(service()));
+        m.advance(0.0, 0.5);
+        let left: Vec<f64> = m.in_service_work().map(|(_, w)| w).collect();
+        assert_eq!(left.len(), 1);
+        assert!((left[0] - (100.0 - 250.0 * 0.13)).abs() < 1e-9, "{left:?}");
+        m.advance(0.5, 0.77 - 1e-6);
+        assert_eq!(m.totals.served, 0);
+        m.advance(0.77 - 1e-6, 0.77 + 1e-6);
+        assert_eq!(m.totals.served, 1);
+        assert_eq!(m.totals.queue_delay_s, 0.0);
+        let busy: Vec<f64> = m.busy_counters().map(|(_, b)| b).collect();
+        assert!((busy[0] - 0.4).abs() < 1e-9, "{busy:?}");
+    }
+
+    #[test]
+    fn a_deadline_expires_at_arrival_plus_deadline() {
+        let policy = QueuePolicy {
+            deadline_s: vec![Some(2.5), None],
+            ..policy()
+        };
+        let reqs = vec![req(0.33, 0)];
+        let mut m = Model::new(&reqs, policy, false);
+        m.advance(0.0, 2.83 - 1e-6);
+        assert_eq!((m.totals.timed_out, m.waiting()), (0, 1));
+        m.advance(2.83 - 1e-6, 2.83 + 1e-6);
+        assert_eq!((m.totals.timed_out, m.waiting()), (1, 0));
+        assert_eq!(m.totals.missed, 1);
+    }
+
+    #[test]
+    fn one_slot_waits_are_exact_and_never_negative() {
+        // Property: on one slot in arrival order (one tier, one size) the model's waits are
+        // Lindley's, for random arrivals; a request served before it arrived would show a wait
+        // shorter than the recursion's (its negative wait counted as 0).
+        for seed in 0..200 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let reqs: Vec<Request> = random_requests(&mut rng, 60, 20.0)
+                .into_iter()
+                .map(|r| req(r.at_s, 0))
+                .collect();
+            let mut m = Model::new(&reqs, policy(), false);
+            m.set_ready(&one(service()));
+            // The run loop's way: one call a tick.
+            for tick in 0..60 {
+                m.advance(f64::from(tick), f64::from(tick + 1));
+            }
+            let (total, within) = lindley(&reqs, 0.4, 1.0);
+            assert_eq!(m.totals.served, 60, "seed {seed}");
+            assert!(
+                (m.totals.queue_delay_s - total).abs() < 1e-6,
+                "seed {seed}: {} against {total}",
+                m.totals.queue_delay_s
+            );
+            assert_eq!(m.totals.within_slo, within, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn how_the_caller_splits_an_interval_changes_nothing() {
+        // Property: random requests, tiers, deadlines, a shedding gate and batches of three;
+        // 0 → 30 s in one call against the same in random pieces.
+        let policy = QueuePolicy {
+            deadline_s: vec![Some(4.0), Some(9.0)],
+            shed_depth: None,
+            ..policy()
+        };
+        let svc = Service {
+            input_token_weight: 0.1,
+            tokens_per_s: 600.0,
+            request_tokens_per_s: 250.0,
+            max_batch: 3,
+        };
+        let ready = BTreeMap::from([
+            (
+                "a".to_string(),
+                ReplicaSpec {
+                    gpus: 1,
+                    service: svc,
+                },
+            ),
+            (
+                "b".to_string(),
+                ReplicaSpec {
+                    gpus: 2,
+                    service: svc,
+                },
+            ),
+        ]);
+        let gate = Gate {
+            max_queued: Some(6),
+            ..shed_low()
+        };
+        let mut shed = 0;
+        for seed in 0..200 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let reqs = random_requests(&mut rng, 150, 25.0);
+            let run = |cuts: &[f64]| {
+                let mut m = Model::new(&reqs, policy.clone(), true);
+                m.set_ready(&ready);
+                m.set_admission(&[gate]);
+                let mut from = 0.0;
+                for &to in cuts.iter().chain(&[30.0]) {
+                    m.advance(from, to);
+                    from = to;
+                }
+                m.finish(30.0);
+                m.totals
+            };
+            let mut cuts: Vec<f64> = (0..rng.usize(1..20)).map(|_| rng.f64() * 30.0).collect();
+            // Some cuts on arrivals: an arrival at a boundary belongs to the next call.
+            cuts.extend(reqs.iter().step_by(40).map(|r| r.at_s));
+            cuts.sort_by(f64::total_cmp);
+            let (a, b) = (run(&[]), run(&cuts));
+            let counts = |t: &Totals| {
+                (
+                    t.requests,
+                    t.within_slo,
+                    t.missed,
+                    t.shed,
+                    t.timed_out,
+                    t.served,
+                    t.peak_waiting,
+                    t.by_tier.clone(),
+                )
+            };
+            assert_eq!(counts(&a), counts(&b), "seed {seed}, cuts {cuts:?}");
+            for (x, y) in [
+                (a.queue_delay_s, b.queue_delay_s),
+                (a.busy_gpu_s, b.busy_gpu_s),
+                (a.ready_gpu_s, b.ready_gpu_s),
+            ] {
+                assert!((x - y).abs() < 1e-6, "seed {seed}: {x} against {y}");
+            }
+            shed += a.shed;
+        }
+        assert!(shed > 0, "the gate never shed: the property missed a rule");
+    }
+
+    #[test]
+    fn an_idle_stretch_is_one_jump() {
+        // Two requests a day apart: the model stops at each arrival and completion, not every
+        // 100 ms of the 86,400 s between them.
+        let reqs = vec![req(10.0, 0), req(86_410.0, 0)];
+        let mut m = Model::new(&reqs, policy(), false);
+        m.set_ready(&one(service()));
+        m.advance(0.0, 90_000.0);
+        assert_eq!(m.totals.served, 2);
+        assert!(m.passes <= 6, "{} passes", m.passes);
+        assert!((m.totals.busy_gpu_s - 0.8).abs() < 1e-9);
+        assert_eq!(m.totals.ready_gpu_s, 90_000.0);
     }
 }

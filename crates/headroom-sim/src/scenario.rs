@@ -140,8 +140,6 @@ pub struct Scenario {
     pub duration_s: f64,
     /// How often policies act: the engine ticks, baselines reconcile nodes, the oracle plans.
     pub tick_s: f64,
-    /// The serving model's step.
-    pub step_s: f64,
     pub seed: u64,
     pub config: Config,
     /// The pools simulated together on one cloud, at least one; a trace arrives at the first.
@@ -181,7 +179,10 @@ struct Raw {
     description: String,
     duration: String,
     tick: Option<String>,
-    step: Option<String>,
+    /// The serving model's old fixed step: it now moves from event to event, so the key is
+    /// accepted (scenarios written for it still load) and ignored.
+    #[serde(rename = "step")]
+    _step: Option<String>,
     seed: Option<u64>,
     pool: Option<String>,
     #[serde(default)]
@@ -419,7 +420,6 @@ fn parse_in(text: &str, origin: &str, dir: Option<&std::path::Path>) -> Result<S
         description: raw.description,
         duration_s: clock.duration_s,
         tick_s: clock.tick_s,
-        step_s: clock.step_s,
         seed: raw.seed.unwrap_or(0),
         config,
         pools,
@@ -503,11 +503,10 @@ fn toml_error(e: &toml::de::Error, text: &str, origin: &str) -> SimError {
     )
 }
 
-/// How long the run lasts and how finely it is cut, in seconds.
+/// How long the run lasts and how often policies act, in seconds.
 struct Clock {
     duration_s: f64,
     tick_s: f64,
-    step_s: f64,
 }
 
 fn clock(origin: &str, raw: &Raw) -> Result<Clock, SimError> {
@@ -520,21 +519,7 @@ fn clock(origin: &str, raw: &Raw) -> Result<Clock, SimError> {
         Some(t) => positive(origin, "tick", duration(origin, "tick", t)?)?,
         None => 1.0,
     };
-    let step_s = match &raw.step {
-        Some(t) => positive(origin, "step", duration(origin, "step", t)?)?,
-        None => 0.1_f64.min(tick_s),
-    };
-    if step_s > tick_s {
-        return Err(SimError::scenario(
-            origin,
-            "key `step`: longer than `tick`; make it at most the tick",
-        ));
-    }
-    Ok(Clock {
-        duration_s,
-        tick_s,
-        step_s,
-    })
+    Ok(Clock { duration_s, tick_s })
 }
 
 /// `[headroom]` as a Headroom configuration.

@@ -29,8 +29,8 @@ fn policy<'a>(r: &'a Report, name: &str) -> &'a headroom_sim::run::PolicyReport 
 }
 
 /// Seed 000: eight workers at 2.5 req/s facing 32 req/s for 30 s queue 12 × 30 = 360 requests.
-/// The model is discrete (whole requests, 50 ms steps), so the peak may differ from the fluid
-/// figure by the requests in service at that instant: at most one per worker.
+/// The model is discrete (whole requests), so the peak may differ from the fluid figure by the
+/// requests in service at that instant: at most one per worker.
 #[tokio::test]
 async fn seed_000_static_capacity_peaks_at_360_waiting() {
     let r = run("seed-000-backlog", &[Policy::Static], None).await;

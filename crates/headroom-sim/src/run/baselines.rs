@@ -872,7 +872,7 @@ mod tests {
         assert!(expected > 2, "{expected}");
         let mut now = 0.0;
         let mut at = |t: f64| {
-            model.advance(now, t, 1.0);
+            model.advance(now, t);
             now = t;
             forecast.observe(&model);
             forecast.replicas_at(t)

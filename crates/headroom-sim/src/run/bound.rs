@@ -532,7 +532,7 @@ scale_up_breaches = 2
                         (0..n).map(|j| (format!("r{j}"), spec)).collect();
                     model.set_ready(&ready);
                     let t = f64::from(k) * sc.tick_s;
-                    model.advance(t, t + sc.tick_s, sc.step_s);
+                    model.advance(t, t + sc.tick_s);
                     // The cheap offering's one node first: the least any schedule pays.
                     let on_cheap = if cheap { n.min(1) } else { 0 };
                     let usd_per_hour = f64::from(on_cheap) * CHEAP_USD_PER_HOUR

@@ -612,9 +612,9 @@ struct PoolBook {
     peak_ready: u32,
 }
 
-/// Moves every pool's model through one tick, step by step, in lockstep; before each step the
-/// serving layer sends waiting requests of a pool that hands demand to its smaller model to
-/// that pool's spare slots. Returns the deepest all the queues were together at a step's end.
+/// Moves every pool's model through one tick, in lockstep from event to event; at each event
+/// the serving layer sends waiting requests of a pool that hands demand to its smaller model to
+/// that pool's spare slots. Returns the deepest all the queues were together at any instant.
 fn advance_together(
     sc: &Scenario,
     models: &mut [Model<'_>],
@@ -622,11 +622,8 @@ fn advance_together(
     from: f64,
     to: f64,
 ) -> u64 {
-    let mut peak = 0;
-    let mut t = from;
-    // Bounded: the number of steps is (to - from) / step.
-    while t < to - 1e-12 {
-        let end = (t + sc.step_s).min(to);
+    crate::model::advance_together(models, from, to, |models| {
+        let mut moved = false;
         for (i, pool) in sc.pools.iter().enumerate() {
             let Some(j) = pool.fallback else { continue };
             if controls[i].handed_to_fallback == 0 || i == j {
@@ -635,16 +632,12 @@ fn advance_together(
             let spare = models[j].spare_slots();
             if spare > 0 {
                 let handed = models[i].hand_over(&sc.queue.smaller_model, spare);
+                moved |= !handed.is_empty();
                 models[j].take_over(handed);
             }
         }
-        for model in models.iter_mut() {
-            model.advance(t, end, sc.step_s);
-        }
-        peak = peak.max(models.iter().map(Model::waiting).sum());
-        t = end;
-    }
-    peak
+        moved
+    })
 }
 
 /// Within the SLO over all (1 when there was nothing to serve).

@@ -142,7 +142,7 @@ impl PoolPlan {
             let control = self.control(t, sc.primary().service);
             model.set_ready(&control.ready);
             model.set_admission(&control.admission);
-            model.advance(t, t + self.tick_s, sc.step_s);
+            model.advance(t, t + self.tick_s);
         }
         model.finish(ticks as f64 * self.tick_s);
         model.totals.within_slo
@@ -240,7 +240,7 @@ fn search(
         let probe = |r: u32| {
             let mut probe = model.clone();
             probe.set_ready(&replicas(r, sc.primary().service));
-            probe.advance(t, t + tick_s, sc.step_s);
+            probe.advance(t, t + tick_s);
             let v = violations(&probe, t + tick_s);
             (probe, v)
         };
