@@ -1760,6 +1760,90 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
     assert_eq!((status.warm, warm.size, warm.floor), (4, 4, 0), "{warm:?}");
 }
 
+/// Runs a pool of one on-demand offering holding `capacity` nodes up to four replicas, asks for
+/// eight (the cloud refuses what is past its capacity), then lets demand fall to one replica's
+/// worth; returns each tick's (seconds since the fall, desired, reason).
+async fn scale_in_after(capacity: u32) -> Vec<(u64, u32, String)> {
+    let config = on_demand_g6_config(
+        "[engine]\noffering_cooldown = \"1m\"\n",
+        capacity,
+        "max_replicas = 8\nmax_scale_up_per_step = 8",
+        "",
+    )
+    .replace(
+        "[pools.scaling]\n",
+        "[pools.scaling]\nbreach_window = \"5s\"\ntarget_utilization = 1.0\nscale_down_stabilization = \"10m\"\n",
+    );
+    let h = harness(&config).await;
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let push = |depth: u64, arrivals: f64| {
+        h.engine.push_signal(
+            &pool,
+            SignalInput {
+                queue_depth: depth,
+                arrival_rate_rps: Some(arrivals),
+                departure_rate_rps: Some(arrivals.min(20.0)),
+                ..SignalInput::default()
+            },
+        )
+    };
+    // Four replicas' worth (20 req/s at 5 each) until four serve.
+    for _ in 0..80 {
+        push(0, 20.0);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+    }
+    // Then eight's worth: what is past the offering's capacity is refused.
+    for _ in 0..6 {
+        push(400, 40.0);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+    }
+    let mut out = Vec::new();
+    for i in 1..=160u64 {
+        push(0, 4.0);
+        h.clock.advance(Duration::from_secs(5));
+        h.engine.tick().await.unwrap();
+        let status = h.engine.pool_status(&pool).unwrap();
+        out.push((i * 5, status.desired, status.reason.unwrap_or_default()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_pool_its_cloud_refuses_keeps_its_surplus_for_the_whole_window() {
+    // Refused at four: a replica let go could not be bought back, so the surplus stays until
+    // the 10-minute stabilisation window has passed, and the decision says why.
+    let refused = scale_in_after(4).await;
+    let desired = |run: &[(u64, u32, String)], at: u64| run.iter().find(|r| r.0 == at).unwrap().1;
+    assert!(
+        refused.iter().filter(|r| r.0 < 590).all(|r| r.1 >= 4),
+        "{:?}",
+        refused.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.2.contains("could not be bought back")),
+        "{:?}",
+        refused.last()
+    );
+    assert_eq!(
+        desired(&refused, 800),
+        1,
+        "let go once the window has passed"
+    );
+    // The same fall where the cloud took every launch: released after a cold start's worth
+    // (the 240 s ladder), not kept for the window.
+    let served = scale_in_after(8).await;
+    assert_eq!(
+        desired(&served, 400),
+        1,
+        "{:?}",
+        served.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test]
 async fn an_idle_reservation_and_one_nearing_its_end_alert() {
     let config = reserved_config("", "reservation_ends = \"2026-12-04T00:00:00Z\"");

@@ -19,7 +19,8 @@
 //! Around them: scale up only after consecutive breaching windows and within a per-period
 //! limit; scale in after a stabilisation below a fraction of the thresholds — the ski-rental
 //! break-even of getting a replica back, or the whole window when the pool's own rises recur
-//! within it; no more than one change of direction per cooldown unless the objective is at
+//! within it or when its cloud refuses every offering (a replica let go in a stockout does not
+//! come back); no more than one change of direction per cooldown unless the objective is at
 //! risk (a scale-in that left a queue the ready replicas cannot keep up with is undone at once);
 //! and hold — neither up nor down — when the signal is missing or stale, or when work waits
 //! but nothing departs (a dispatch failure more replicas would not fix). Every decision carries the rule that won, a
@@ -107,6 +108,11 @@ pub struct ReplicaCounts {
     /// Warm nodes that could be woken now (they serve after the rungs after their disk).
     #[serde(default)]
     pub warm: u32,
+    /// Every offering the pool may launch on was refused by its cloud since it last accepted a
+    /// launch (within 15 minutes): a replica let go now could not be bought back, nor a parked
+    /// one surely woken.
+    #[serde(default)]
+    pub supply_refused: bool,
 }
 
 impl ReplicaCounts {
@@ -590,7 +596,7 @@ pub fn decide_ahead(
     let mut proposals = step.proposals(s, counts, &mut memory);
     // Swings are of measured demand: a forecast must not teach the controller its own rises.
     let measured = proposals.iter().map(|p| p.1).max().unwrap_or(0);
-    let lull = step.scale_in_waits(None).1;
+    let lull = step.scale_in_waits(None, false).1;
     memory.track_swing(measured.clamp(step.floor, pool.max_replicas), now, lull);
     proposals.extend(forecast.map(|f| step.forecast_proposal(f)));
     let winner = Winner::largest(&step, proposals, classification);
@@ -875,7 +881,7 @@ impl Activation<'_> {
             .safe_level(winner.wanted)
             .max(self.margin_wanted(s, counts).min(current.max(self.floor)));
         let recurrence = memory.recurring_gaps(policy.scale_down_stabilization);
-        let waits = self.scale_in_waits(recurrence);
+        let waits = self.scale_in_waits(recurrence, counts.supply_refused);
         memory.remember_level(self.now, level, policy.scale_down_stabilization);
         if level >= current || !self.quiet(s, counts) {
             memory.low_since = None;
@@ -905,6 +911,12 @@ impl Activation<'_> {
             .is_none_or(|at| elapsed(at, self.now) >= policy.scale_down_period);
         if target >= current || !period_passed {
             let reason = match recurrence {
+                _ if counts.supply_refused => format!(
+                    "{why}; {idle} above demand with a {:.0} % margin for {}s, but every offering of the pool was refused recently: a replica let go now could not be bought back, so it stays for the whole {}s window; target stays {current}",
+                    policy.scale_down_margin * 100.0,
+                    low_for.as_secs(),
+                    policy.scale_down_stabilization.as_secs()
+                ),
                 Some(gaps) => format!(
                     "{why}; {idle} above demand with a {:.0} % margin for {}s; {}",
                     policy.scale_down_margin * 100.0,
@@ -997,10 +1009,16 @@ impl Activation<'_> {
     /// Without a known recurrence, what getting it back costs in time (the ski-rental
     /// break-even), at most the stabilisation window. When the pool's own rises recur within
     /// that window, the whole window: the next rise is expected before it ends, and a replica
-    /// let go now would miss it by a wake or a cold start.
-    fn scale_in_waits(&self, recurrence: Option<(Duration, Duration)>) -> (Duration, Duration) {
+    /// let go now would miss it by a wake or a cold start. When every offering of the pool was
+    /// refused recently, also the whole window: getting a replica back costs more than any
+    /// ladder (a stockout may last hours), and a stopped node's start is refused like a launch.
+    fn scale_in_waits(
+        &self,
+        recurrence: Option<(Duration, Duration)>,
+        supply_refused: bool,
+    ) -> (Duration, Duration) {
         let most = self.policy.scale_down_stabilization;
-        if recurrence.is_some() {
+        if recurrence.is_some() || supply_refused {
             return (most, most);
         }
         let ladder = &self.pool.ladder;

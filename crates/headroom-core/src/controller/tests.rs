@@ -351,6 +351,14 @@ fn a_two_per_minute_limit_is_respected() {
 /// boundary of four) on a floor of two: the level is three. The pool's ladder climbs 190 s cold,
 /// 100 s from the disk.
 fn scale_in_run(parkable: u32, stabilization_s: u64) -> Vec<(i64, Decision)> {
+    scale_in_run_with(parkable, stabilization_s, false)
+}
+
+fn scale_in_run_with(
+    parkable: u32,
+    stabilization_s: u64,
+    supply_refused: bool,
+) -> Vec<(i64, Decision)> {
     let p = pool(
         2,
         50,
@@ -367,6 +375,7 @@ fn scale_in_run(parkable: u32, stabilization_s: u64) -> Vec<(i64, Decision)> {
         // The warm pool's room shrinks by what has been parked already (it goes first).
         let counts = ReplicaCounts {
             parkable: parkable.saturating_sub(20 - m.target),
+            supply_refused,
             ..ready(m.target)
         };
         let d = decide(
@@ -420,6 +429,25 @@ fn surplus_the_warm_pool_can_take_is_parked_after_a_wake_and_the_rest_released_l
         "four parked once a wake's worth (100 s) has passed: {t:?}"
     );
     assert_eq!(t[7], (210, 3), "the rest after a cold start's worth: {t:?}");
+}
+
+#[test]
+fn surplus_the_cloud_refuses_to_replace_is_kept_for_the_whole_window() {
+    // The same surplus, but every offering of the pool was refused recently: neither parked
+    // after a wake's worth nor released after a cold start's, since neither comes back surely.
+    let run = scale_in_run_with(4, 240, true);
+    let t = targets(&run);
+    assert!(
+        t.iter().filter(|(at, _)| *at < 240).all(|(_, n)| *n == 20),
+        "{t:?}"
+    );
+    let waiting = &run[4].1;
+    assert!(
+        waiting.reason.contains("could not be bought back"),
+        "{}",
+        waiting.reason
+    );
+    assert_eq!(t[8], (240, 3), "let go once the window has passed: {t:?}");
 }
 
 #[test]

@@ -76,6 +76,7 @@ impl Engine {
             .pool_nodes(&pool.name)
             .filter(|e| e.state.is_warm() && !input.reclaiming.contains(&e.client_token))
             .count() as u32;
+        counts.supply_refused = self.supply_refused(pool, now);
         let scheduled = scheduled_floor(&self.config, input, pool, now);
         let target = self
             .control_step(pool, counts, scheduled.as_ref(), now)

@@ -470,6 +470,7 @@ impl Engine {
                 e.instance = Some(instance.id.0);
                 self.record(input, e).await?;
                 self.clear_transient(Some(&pool.name), &offering.id);
+                self.note_launched(&offering.id, now);
                 self.note_quota_draw(&offering.id);
                 Ok(None)
             }

@@ -32,6 +32,8 @@ pub(super) struct OfferingBook {
     transient_log: HashMap<OfferingId, VecDeque<Timestamp>>,
     /// Pools whose launches fail with provider errors and have not succeeded since.
     pub provider_trouble: HashMap<PoolName, ProviderTrouble>,
+    /// When each offering last accepted a launch: a refusal before it is over.
+    launched_at: HashMap<OfferingId, Timestamp>,
 }
 
 impl OfferingBook {
@@ -107,6 +109,27 @@ impl Engine {
                 }
             })
             .collect()
+    }
+
+    /// Whether `pool` could get no new node now: each offering it lists is cooling down after a
+    /// refusal, or was refused within [`RECENT_REFUSALS`] and has accepted no launch since. Scale-in
+    /// keeps what such a pool has (`ReplicaCounts::supply_refused`).
+    pub(super) fn supply_refused(&self, pool: &PoolSpec, now: Timestamp) -> bool {
+        let mut book = lock(&self.offerings);
+        !pool.offerings.is_empty()
+            && pool.offerings.iter().all(|id| {
+                let refused_since_launch = book.recent_refusals(id, now) > 0
+                    && book.refusal_log.get(id).and_then(|log| log.back())
+                        > book.launched_at.get(id);
+                refused_since_launch || !book.available(id, now)
+            })
+    }
+
+    /// Remembers that `offering` accepted a launch at `now`.
+    pub(super) fn note_launched(&self, offering: &OfferingId, now: Timestamp) {
+        lock(&self.offerings)
+            .launched_at
+            .insert(offering.clone(), now);
     }
 
     /// Skips `offering` in plans for the configured cooldown, and remembers the refusal for
