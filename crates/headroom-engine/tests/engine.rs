@@ -1762,13 +1762,15 @@ async fn load_is_shed_lowest_tier_first_and_admitted_again_when_capacity_lands()
 
 /// Runs a pool of one on-demand offering holding `capacity` nodes up to four replicas, asks for
 /// eight (the cloud refuses what is past its capacity), then lets demand fall to one replica's
-/// worth; returns each tick's (seconds since the fall, desired, reason).
-async fn scale_in_after(capacity: u32) -> Vec<(u64, u32, String)> {
+/// worth; returns each tick's (seconds since the fall, desired, nodes kept: desired and parked
+/// warm, reason).
+async fn scale_in_after(capacity: u32) -> Vec<(u64, u32, u32, String)> {
     let config = on_demand_g6_config(
         "[engine]\noffering_cooldown = \"1m\"\n",
         capacity,
         "max_replicas = 8\nmax_scale_up_per_step = 8",
-        "",
+        // No warm pool: the surplus is either kept ready or released.
+        "warm_pool_max = 0",
     )
     .replace(
         "[pools.scaling]\n",
@@ -1805,43 +1807,50 @@ async fn scale_in_after(capacity: u32) -> Vec<(u64, u32, String)> {
         h.clock.advance(Duration::from_secs(5));
         h.engine.tick().await.unwrap();
         let status = h.engine.pool_status(&pool).unwrap();
-        out.push((i * 5, status.desired, status.reason.unwrap_or_default()));
+        let kept = status.desired + status.warm;
+        out.push((
+            i * 5,
+            status.desired,
+            kept,
+            status.reason.unwrap_or_default(),
+        ));
     }
     out
 }
 
 #[tokio::test]
 async fn a_pool_its_cloud_refuses_keeps_its_surplus_for_the_whole_window() {
-    // Refused at four: a replica let go could not be bought back, so the surplus stays until
-    // the 10-minute stabilisation window has passed, and the decision says why.
+    // Refused at four: a replica released could not be bought back, so the surplus stays ready
+    // until the 10-minute stabilisation window has passed, and the decision says why.
     let refused = scale_in_after(4).await;
-    let desired = |run: &[(u64, u32, String)], at: u64| run.iter().find(|r| r.0 == at).unwrap().1;
+    let at = |run: &[(u64, u32, u32, String)], t: u64| {
+        let r = run.iter().find(|r| r.0 == t).unwrap();
+        (r.1, r.2)
+    };
+    let seen = |run: &[(u64, u32, u32, String)]| -> Vec<(u64, u32, u32)> {
+        run.iter().map(|r| (r.0, r.1, r.2)).collect()
+    };
     assert!(
         refused.iter().filter(|r| r.0 < 590).all(|r| r.1 >= 4),
         "{:?}",
-        refused.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()
+        seen(&refused)
     );
     assert!(
         refused
             .iter()
-            .any(|r| r.2.contains("could not be bought back")),
+            .any(|r| r.3.contains("could not be bought back")),
         "{:?}",
         refused.last()
     );
     assert_eq!(
-        desired(&refused, 800),
+        at(&refused, 800).0,
         1,
-        "let go once the window has passed"
+        "released once the window has passed"
     );
     // The same fall where the cloud took every launch: released after a cold start's worth
     // (the 240 s ladder), not kept for the window.
     let served = scale_in_after(8).await;
-    assert_eq!(
-        desired(&served, 400),
-        1,
-        "{:?}",
-        served.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()
-    );
+    assert_eq!(at(&served, 400), (1, 1), "{:?}", seen(&served));
 }
 
 #[tokio::test]

@@ -19,8 +19,8 @@
 //! Around them: scale up only after consecutive breaching windows and within a per-period
 //! limit; scale in after a stabilisation below a fraction of the thresholds — the ski-rental
 //! break-even of getting a replica back, or the whole window when the pool's own rises recur
-//! within it or when its cloud refuses every offering (a replica let go in a stockout does not
-//! come back); no more than one change of direction per cooldown unless the objective is at
+//! within it (and a release waits the whole window when the cloud refuses every offering: a
+//! replica let go in a stockout does not come back); no more than one change of direction per cooldown unless the objective is at
 //! risk (a scale-in that left a queue the ready replicas cannot keep up with is undone at once);
 //! and hold — neither up nor down — when the signal is missing or stale, or when work waits
 //! but nothing departs (a dispatch failure more replicas would not fix). Every decision carries the rule that won, a
@@ -109,8 +109,7 @@ pub struct ReplicaCounts {
     #[serde(default)]
     pub warm: u32,
     /// Every offering the pool may launch on was refused by its cloud since it last accepted a
-    /// launch (within 15 minutes): a replica let go now could not be bought back, nor a parked
-    /// one surely woken.
+    /// launch (within 15 minutes): a replica released now could not be bought back.
     #[serde(default)]
     pub supply_refused: bool,
 }
@@ -912,9 +911,10 @@ impl Activation<'_> {
         if target >= current || !period_passed {
             let reason = match recurrence {
                 _ if counts.supply_refused => format!(
-                    "{why}; {idle} above demand with a {:.0} % margin for {}s, but every offering of the pool was refused recently: a replica let go now could not be bought back, so it stays for the whole {}s window; target stays {current}",
+                    "{why}; {idle} above demand with a {:.0} % margin for {}s: parked after {}s (a wake to get back), but every offering of the pool was refused since its last launch, so a replica released could not be bought back: released only after the whole {}s window; target stays {current}",
                     policy.scale_down_margin * 100.0,
                     low_for.as_secs(),
+                    waits.0.as_secs(),
                     policy.scale_down_stabilization.as_secs()
                 ),
                 Some(gaps) => format!(
@@ -1010,22 +1010,26 @@ impl Activation<'_> {
     /// break-even), at most the stabilisation window. When the pool's own rises recur within
     /// that window, the whole window: the next rise is expected before it ends, and a replica
     /// let go now would miss it by a wake or a cold start. When every offering of the pool was
-    /// refused recently, also the whole window: getting a replica back costs more than any
-    /// ladder (a stockout may last hours), and a stopped node's start is refused like a launch.
+    /// refused since its last launch, a release waits the whole window too: a replica let go
+    /// in a stockout is not bought back within any ladder (a stockout may last hours); parking
+    /// keeps the node and its disk, and waits as usual.
     fn scale_in_waits(
         &self,
         recurrence: Option<(Duration, Duration)>,
         supply_refused: bool,
     ) -> (Duration, Duration) {
         let most = self.policy.scale_down_stabilization;
-        if recurrence.is_some() || supply_refused {
+        if recurrence.is_some() {
             return (most, most);
         }
         let ladder = &self.pool.ladder;
-        (
-            ladder.from_stopped_total().min(most),
-            ladder.cold_total().min(most),
-        )
+        let park = ladder.from_stopped_total().min(most);
+        let release = if supply_refused {
+            most
+        } else {
+            ladder.cold_total().min(most)
+        };
+        (park, release)
     }
 
     /// The reason a recurring surplus stays: what each choice is expected to cost, in replica

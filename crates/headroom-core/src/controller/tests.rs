@@ -433,21 +433,25 @@ fn surplus_the_warm_pool_can_take_is_parked_after_a_wake_and_the_rest_released_l
 
 #[test]
 fn surplus_the_cloud_refuses_to_replace_is_kept_for_the_whole_window() {
-    // The same surplus, but every offering of the pool was refused recently: neither parked
-    // after a wake's worth nor released after a cold start's, since neither comes back surely.
+    // The same surplus, but every offering of the pool was refused since its last launch: the
+    // four the warm pool takes are parked after a wake's worth as usual, the rest is not
+    // released after a cold start's worth (it could not be bought back) but after the window.
     let run = scale_in_run_with(4, 240, true);
     let t = targets(&run);
+    assert_eq!(t[4], (120, 16), "parked as usual: {t:?}");
     assert!(
-        t.iter().filter(|(at, _)| *at < 240).all(|(_, n)| *n == 20),
+        t.iter()
+            .filter(|(at, _)| (120..240).contains(at))
+            .all(|(_, n)| *n == 16),
         "{t:?}"
     );
-    let waiting = &run[4].1;
+    let waiting = &run[7].1;
     assert!(
         waiting.reason.contains("could not be bought back"),
         "{}",
         waiting.reason
     );
-    assert_eq!(t[8], (240, 3), "let go once the window has passed: {t:?}");
+    assert_eq!(t[8], (240, 3), "released once the window has passed: {t:?}");
 }
 
 #[test]
