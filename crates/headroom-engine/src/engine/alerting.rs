@@ -5,7 +5,7 @@
 use super::*;
 use crate::alerts::rules::{self, AlertSnapshot, ReservationUse, UnreadableCloud};
 use crate::alerts::{ActiveAlert, AlertBook};
-use crate::config::OrphanPolicy;
+use headroom_config::OrphanPolicy;
 
 /// What the alert phase remembers between ticks.
 #[derive(Debug, Default)]

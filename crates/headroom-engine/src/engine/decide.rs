@@ -375,7 +375,7 @@ fn scheduled_floor(
         .flatten()
         .map(|(_, w)| w);
     // Read in place: this runs for every pool every tick.
-    crate::schedule::floor_at(configured.chain(declared), now, pool.ladder.cold_total())
+    headroom_config::schedule::floor_at(configured.chain(declared), now, pool.ladder.cold_total())
 }
 
 fn organic_counts(input: &TickInput, pool: &PoolName) -> ReplicaCounts {

@@ -30,7 +30,7 @@ pub(super) struct TickInput {
     pub budgets: HashMap<AccountName, Budget>,
     /// Scheduled windows declared through the API, per pool, with their ids (the
     /// configuration's are in `Config::schedules`).
-    pub windows: HashMap<PoolName, Vec<(String, crate::schedule::ScheduleWindow)>>,
+    pub windows: HashMap<PoolName, Vec<(String, headroom_config::schedule::ScheduleWindow)>>,
     /// Standings read so far this tick, kept up to date with the holds the tick places.
     standings: HashMap<AccountName, BudgetStanding>,
     /// The revision of requests, cancellations and refusals read after the observe phase.
@@ -43,11 +43,11 @@ pub(super) struct TickInput {
 pub(super) fn api_window(
     stored: &headroom_ledger::StoredWindow,
     config: &Config,
-) -> Result<crate::schedule::ScheduleWindow, String> {
+) -> Result<headroom_config::schedule::ScheduleWindow, String> {
     let pool = config
         .pool(&stored.pool)
         .ok_or_else(|| format!("pool {} is not in the configuration", stored.pool))?;
-    let spec: crate::schedule::WindowSpec = serde_json::from_str(&stored.spec)
+    let spec: headroom_config::schedule::WindowSpec = serde_json::from_str(&stored.spec)
         .map_err(|e| format!("the stored window does not parse: {e}"))?;
     spec.parse(pool.max_replicas)
         .map_err(|e| format!("{}: {}", e.field, e.what))

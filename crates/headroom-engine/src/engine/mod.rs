@@ -39,8 +39,8 @@ use tracing::Instrument;
 
 use crate::alerts::AlertDelivery;
 use crate::cluster::Cluster;
-use crate::config::Config;
 use crate::metrics::Metrics;
+use headroom_config::Config;
 
 mod alert_book;
 mod alerting;
@@ -83,7 +83,7 @@ pub enum EngineError {
     Inventory(#[source] CloudError),
     /// A scheduled window that does not check out (the field, what, the fix).
     #[error("{}: {}; {}", .0.field, .0.what, .0.fix)]
-    InvalidWindow(crate::schedule::WindowProblem),
+    InvalidWindow(headroom_config::schedule::WindowProblem),
     /// A scheduled window that clashes with the pool's others (a name taken, too many).
     #[error("{0}")]
     WindowConflict(String),

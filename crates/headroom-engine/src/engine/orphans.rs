@@ -7,7 +7,7 @@
 //! `headroom_orphan_instances`.
 
 use super::*;
-use crate::config::OrphanPolicy;
+use headroom_config::OrphanPolicy;
 
 impl Engine {
     /// The pool an orphan belongs to: its tag's, or — for pools no longer configured — the

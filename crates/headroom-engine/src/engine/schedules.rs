@@ -3,7 +3,7 @@
 //! them with the tick's input ([`super::input::TickInput::windows`]).
 
 use super::*;
-use crate::schedule::{MAX_WINDOWS_PER_POOL, ScheduleWindow, WindowSpec};
+use headroom_config::schedule::{MAX_WINDOWS_PER_POOL, ScheduleWindow, WindowSpec};
 
 /// A window as the API lists it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
