@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
-use headroom_core::Timestamp;
-use serde::Deserialize;
-
 use headroom_config::prometheus::{PrometheusAuth, PrometheusSource};
 use headroom_config::{Config, ConfigErrors};
+use headroom_core::Timestamp;
+use serde::Deserialize;
 
 use crate::views::SignalInput;
 
@@ -302,7 +301,11 @@ pub fn read(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use headroom_core::Timestamp;
+
+    use super::{range_points, signal_from, signals_over, value_of};
 
     fn t(s: &str) -> Timestamp {
         s.parse().unwrap()

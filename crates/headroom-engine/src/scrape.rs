@@ -232,7 +232,10 @@ impl Scraper {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_config::scrape::{AgeAggregation, ScrapeSelectors, Selector};
+    use headroom_core::Timestamp;
+
+    use super::{Scraper, matching};
 
     /// Selectors for `queue_depth` alone; a test sets the others it reads.
     fn only_queue(queue_depth: &str) -> ScrapeSelectors {

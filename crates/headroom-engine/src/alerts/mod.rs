@@ -7,11 +7,10 @@
 pub mod delivery;
 pub mod rules;
 
-pub use delivery::AlertDelivery;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use delivery::AlertDelivery;
 use headroom_config::alerts::{AlertSettings, WebhookFormat};
 use headroom_core::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -334,7 +333,14 @@ pub fn render(format: WebhookFormat, n: &Notification, ctx: &RenderContext<'_>) 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use headroom_config::alerts::{AlertSettings, WebhookFormat};
+    use headroom_core::Timestamp;
+
+    use super::{
+        Alert, AlertBook, Notification, RenderContext, Status, WATCHDOG, description, render,
+    };
 
     fn at(s: i64) -> Timestamp {
         "2026-11-30T03:00:00Z".parse::<Timestamp>().unwrap() + chrono::Duration::seconds(s)

@@ -6,10 +6,18 @@
 //! budget standing after a node of it ended, parked or renewed its hold within the tick: its released hold is
 //! derived from the node's history, so the standing is read again when next needed.
 
-use super::read_cache::{Kept, LiveNodes, ReadCache};
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use headroom_cloud::{Instance, InstanceId, InstancePhase};
+use headroom_config::Config;
 use headroom_core::budget::BudgetStanding;
-use headroom_core::{AccountName, Budget};
+use headroom_core::{
+    AccountName, Budget, CapacityRequest, Money, NodeId, NodeState, PoolName, RequestId, Timestamp,
+};
+use headroom_ledger::{Ledger, NodeEvent};
+
+use super::EngineError;
+use super::read_cache::{Kept, LiveNodes, ReadCache};
 
 #[derive(Debug)]
 pub(super) struct TickInput {
