@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use headroom_cloud::{Clock, SystemClock};
-use headroom_engine::{Config, Engine, sim_cloud_for};
+use headroom_config::Config;
+use headroom_engine::{Engine, sim_cloud_for};
 use serde::Serialize;
 
 use crate::EXAMPLE_CONFIG;

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use headroom_cloud::{Clock, CloudProvider, MultiCloud};
+use headroom_config::Config;
 use headroom_core::ProviderKind;
-use headroom_engine::{Config, sim_cloud_for};
+use headroom_engine::sim_cloud_for;
 
 /// The provider for `config`'s offerings: each cloud they name, routed to by offering and
 /// instance ([`MultiCloud`]) when there are several. Refuses what [`check`] refuses.

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use headroom_engine::{Cluster, Config};
+use headroom_config::Config;
+use headroom_engine::Cluster;
 
 /// Whether `[kube]` asks for a cluster (`enabled = true`).
 #[cfg(not(feature = "kube"))]

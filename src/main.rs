@@ -21,7 +21,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use headroom_cloud::{Clock, SystemClock};
-use headroom_engine::{Config, Engine};
+use headroom_config::Config;
+use headroom_engine::Engine;
 use headroom_ledger::{Ledger, PostgresLedger, SqliteLedger};
 
 /// The built-in configuration `demo` runs: the documented example.
@@ -264,7 +265,7 @@ fn main() -> ExitCode {
                 eprintln!("error: {line}");
                 return ExitCode::from(EXIT_BAD_INPUT);
             }
-            if let Some(errors) = e.downcast_ref::<headroom_engine::ConfigErrors>() {
+            if let Some(errors) = e.downcast_ref::<headroom_config::ConfigErrors>() {
                 for line in &errors.0 {
                     eprintln!("error: {line}");
                 }
@@ -487,7 +488,7 @@ async fn serve(
     let (config, origin) = load_config(path)?;
     // The signal sources' credential files too: a missing token is one line, not a pool that
     // holds forever once serving.
-    config.check_signal_files(&origin)?;
+    headroom_engine::prometheus::check_signal_files(&config, &origin)?;
     let config = Arc::new(config);
     let url = database_url
         .or_else(|| config.database_url.clone())

@@ -9,9 +9,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use headroom_config::Config;
+use headroom_config::prometheus::{PrometheusAuth, PrometheusSource, SignalQueries};
 use headroom_core::{PoolName, Timestamp};
-use headroom_engine::Config;
-use headroom_engine::prometheus::{self, PrometheusAuth, PrometheusSource, SignalQueries};
+use headroom_engine::prometheus;
 use headroom_sim::replay::{self, HistoryStep, ReplayReport};
 
 use crate::BadInput;
@@ -124,7 +125,7 @@ fn duration_flag(
 
 pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let (config, origin) = crate::load_config(Some(&args.config))?;
-    config.check_signal_files(&origin)?;
+    prometheus::check_signal_files(&config, &origin)?;
     let from = parse_time("--from", &args.from)?;
     let to = parse_time("--to", &args.to)?;
     if to <= from {

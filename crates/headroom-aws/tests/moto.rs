@@ -14,8 +14,9 @@ use headroom_cloud::contract::{self, ContractFixture};
 use headroom_cloud::{
     Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, ManualClock, Quotas,
 };
+use headroom_config::Config;
 use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Priority, QuotaUnit};
-use headroom_engine::{Config, Engine};
+use headroom_engine::Engine;
 use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
 use headroom_testkit::{Death, DiesAfterLaunch};
 use support::{GOOD_TYPE, IMAGE, Moto, REGION, ZONE, clock, offering, spec};

@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use headroom_cloud::{Clock, CloudProvider, ManualClock, MultiCloud};
+use headroom_config::Config;
 use headroom_core::ProviderKind;
-use headroom_engine::{Config, Engine};
+use headroom_engine::Engine;
 use headroom_gcp::GcpSettings;
 use headroom_gcp::server::ComputeServer;
 use headroom_ledger::{Ledger, SqliteLedger};

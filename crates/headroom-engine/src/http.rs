@@ -47,11 +47,11 @@ pub(crate) fn ca_certificates(
 /// in the body). The source's credentials are read from their files here, on every call, so a
 /// rotated token is used as soon as it is written.
 pub(crate) fn prometheus_get(
-    source: &crate::prometheus::PrometheusSource,
+    source: &headroom_config::prometheus::PrometheusSource,
     path: &str,
     params: &[(&str, &str)],
 ) -> Result<(u16, String), String> {
-    use crate::prometheus::PrometheusAuth;
+    use headroom_config::prometheus::PrometheusAuth;
     let read_secret = |path: &std::path::Path| {
         std::fs::read_to_string(path)
             .map(|s| s.trim().to_string())

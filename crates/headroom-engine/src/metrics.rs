@@ -657,8 +657,9 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use headroom_core::{BudgetPeriod, Money};
+
+    use super::{SpendMeter, SpendReading};
 
     fn at(s: &str) -> headroom_core::Timestamp {
         s.parse().unwrap()

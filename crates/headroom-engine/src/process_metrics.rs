@@ -142,7 +142,10 @@ impl ProcessMetrics {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        ProcessMetrics, ProcessSample, parse_boot_time, parse_max_fds, parse_resident, parse_stat,
+        read,
+    };
 
     #[test]
     fn proc_files_are_read_as_the_kernel_writes_them() {

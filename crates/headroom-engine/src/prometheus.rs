@@ -8,158 +8,58 @@
 //! than the pool's `signal_max_age`, a server that is down or answers an error all fail the read,
 //! and the pool holds on its last good signal until that is stale, saying why.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use headroom_config::prometheus::{PrometheusAuth, PrometheusSource};
+use headroom_config::{Config, ConfigErrors};
 use headroom_core::Timestamp;
 use serde::Deserialize;
 
 use crate::views::SignalInput;
 
-/// One PromQL expression per signal. Only `queue_depth` is required.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignalQueries {
-    /// Requests waiting across the pool: `sum(vllm:num_requests_waiting{model_name="…"})`.
-    pub queue_depth: String,
-    /// The oldest waiting request, in seconds: a `max(…)`.
-    pub oldest_age_s: Option<String>,
-    /// Arrivals per second: `sum(rate(…_total[1m]))`.
-    pub arrival_rate_rps: Option<String>,
-    pub departure_rate_rps: Option<String>,
-    pub error_rate_rps: Option<String>,
-    /// Mean batch occupancy, 0..1.
-    pub batch_occupancy: Option<String>,
-    /// Mean GPU utilisation, 0..1 (divide DCGM's percent by 100 in the query).
-    pub gpu_utilization: Option<String>,
-    /// Tokens waiting, and tokens arriving per second.
-    pub queued_tokens: Option<String>,
-    pub token_arrival_rate_tps: Option<String>,
-}
-
-impl SignalQueries {
-    /// Each configured query with the name of the signal it feeds.
-    pub fn named(&self) -> Vec<(&'static str, &str)> {
-        let optional = [
-            ("oldest_age_s", &self.oldest_age_s),
-            ("arrival_rate_rps", &self.arrival_rate_rps),
-            ("departure_rate_rps", &self.departure_rate_rps),
-            ("error_rate_rps", &self.error_rate_rps),
-            ("batch_occupancy", &self.batch_occupancy),
-            ("gpu_utilization", &self.gpu_utilization),
-            ("queued_tokens", &self.queued_tokens),
-            ("token_arrival_rate_tps", &self.token_arrival_rate_tps),
-        ];
-        std::iter::once(("queue_depth", self.queue_depth.as_str()))
-            .chain(
-                optional
-                    .into_iter()
-                    .filter_map(|(name, q)| q.as_deref().map(|q| (name, q))),
-            )
-            .collect()
-    }
-}
-
-impl SignalQueries {
-    /// The PromQL that reads what a `[pools.scrape]` table's selectors read, from the Prometheus
-    /// that scrapes the same pages: gauges summed (the age aggregated as `age` says,
-    /// utilisation and occupancy the mean), counters as `rate()` over `window`.
-    pub fn from_selectors(
-        s: &crate::scrape::ScrapeSelectors,
-        age: crate::scrape::AgeAggregation,
-        window: &str,
-    ) -> SignalQueries {
-        let rate = |c: &Option<crate::scrape::Selector>| {
-            c.as_ref().map(|c| format!("sum(rate({c}[{window}]))"))
-        };
-        SignalQueries {
-            queue_depth: format!("sum({})", s.queue_depth),
-            oldest_age_s: s.oldest_age_s.as_ref().map(|a| age.promql(a)),
-            arrival_rate_rps: rate(&s.arrivals_total),
-            departure_rate_rps: rate(&s.departures_total),
-            error_rate_rps: rate(&s.errors_total),
-            batch_occupancy: s.batch_occupancy.as_ref().map(|b| format!("avg({b})")),
-            gpu_utilization: s
-                .gpu_utilization
-                .as_ref()
-                .map(|u| format!("avg({u})"))
-                .or_else(|| {
-                    s.gpu_utilization_percent
-                        .as_ref()
-                        .map(|u| format!("avg({u}) / 100"))
-                }),
-            queued_tokens: s.queued_tokens.as_ref().map(|t| format!("sum({t})")),
-            token_arrival_rate_tps: rate(&s.token_arrivals_total),
+/// Reads each file `source` names (the bearer token, the basic-auth password, the CA bundle)
+/// once, as a process does before it starts reading signals: the first that is missing,
+/// unreadable or empty (or a CA file with no certificate), as the key that names it and why.
+/// What a secret holds is never in the answer.
+pub fn check_files(source: &PrometheusSource) -> Result<(), (&'static str, String)> {
+    let secret = |key: &'static str, path: &std::path::Path| match std::fs::read_to_string(path) {
+        Err(e) => Err((key, format!("cannot read {}: {e}", path.display()))),
+        Ok(text) if text.trim().is_empty() => Err((key, format!("{} is empty", path.display()))),
+        Ok(_) => Ok(()),
+    };
+    match &source.auth {
+        PrometheusAuth::None => {}
+        PrometheusAuth::BearerTokenFile(path) => secret("bearer_token_file", path)?,
+        PrometheusAuth::Basic { password_file, .. } => {
+            secret("basic_auth_password_file", password_file)?;
         }
     }
+    if let Some(ca_file) = &source.ca_file {
+        crate::http::ca_certificates(ca_file).map_err(|why| ("ca_file", why))?;
+    }
+    Ok(())
 }
 
-/// How Headroom proves itself to the Prometheus server. Secrets are read from files on every
-/// query (so a rotated token is picked up) and never logged.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum PrometheusAuth {
-    #[default]
-    None,
-    /// `Authorization: Bearer <the file's content>` (a Kubernetes service account token, say).
-    BearerTokenFile(PathBuf),
-    Basic {
-        username: String,
-        password_file: PathBuf,
-    },
-}
-
-/// One pool's Prometheus source.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PrometheusSource {
-    /// The server's base URL: `http://prometheus.monitoring:9090`.
-    pub url: String,
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub auth: PrometheusAuth,
-    /// A PEM bundle of the certificate authorities to trust for an https:// server, instead of
-    /// the system's roots.
-    pub ca_file: Option<PathBuf>,
-    pub queries: SignalQueries,
-}
-
-impl PrometheusSource {
-    /// Reads each file the source names (the bearer token, the basic-auth password, the CA
-    /// bundle) once, as a process does before it starts reading signals: the first that is
-    /// missing, unreadable or empty (or a CA file with no certificate), as the key that names
-    /// it and why. What a secret holds is never in the answer.
-    pub fn check_files(&self) -> Result<(), (&'static str, String)> {
-        let secret = |key: &'static str, path: &std::path::Path| match std::fs::read_to_string(path)
-        {
-            Err(e) => Err((key, format!("cannot read {}: {e}", path.display()))),
-            Ok(text) if text.trim().is_empty() => {
-                Err((key, format!("{} is empty", path.display())))
-            }
-            Ok(_) => Ok(()),
-        };
-        match &self.auth {
-            PrometheusAuth::None => {}
-            PrometheusAuth::BearerTokenFile(path) => secret("bearer_token_file", path)?,
-            PrometheusAuth::Basic { password_file, .. } => {
-                secret("basic_auth_password_file", password_file)?;
-            }
-        }
-        if let Some(ca_file) = &self.ca_file {
-            crate::http::ca_certificates(ca_file).map_err(|why| ("ca_file", why))?;
-        }
+/// Reads the credential and CA files every `[pools.signals]` source of `config` names, as
+/// `serve` and `replay` do before they start (`config check` does not: the files usually exist
+/// only where the server runs): each that is missing, unreadable or empty is one line naming its
+/// key. The token and password are read again on every query, so a rotation is picked up.
+pub fn check_signal_files(config: &Config, origin: &str) -> Result<(), ConfigErrors> {
+    let lines: Vec<String> = config
+        .pools
+        .iter()
+        .enumerate()
+        .filter_map(|(i, pool)| {
+            let (key, why) = check_files(config.prometheus.get(&pool.name)?).err()?;
+            Some(format!(
+                "{origin}: key `pools[{i}].signals.{key}`: {why}; fix: point it at the file that holds it (a mounted Secret, say), or remove the key"
+            ))
+        })
+        .collect();
+    if lines.is_empty() {
         Ok(())
-    }
-}
-
-/// Why a query is not usable as a signal, if it is not: PromQL that does not parse, or an
-/// expression that does not evaluate to one number per instant (a range vector, a string).
-pub fn check_query(query: &str) -> Result<(), String> {
-    use promql_parser::parser::value::ValueType;
-    let expr = promql_parser::parser::parse(query).map_err(|e| e.trim().to_string())?;
-    match expr.value_type() {
-        ValueType::Vector | ValueType::Scalar => Ok(()),
-        other => Err(format!(
-            "it evaluates to a {other}, not to a number per instant"
-        )),
+    } else {
+        Err(ConfigErrors(lines))
     }
 }
 
@@ -401,7 +301,11 @@ pub fn read(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use headroom_core::Timestamp;
+
+    use super::{range_points, signal_from, signals_over, value_of};
 
     fn t(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -477,26 +381,6 @@ mod tests {
     }
 
     #[test]
-    fn queries_are_checked_as_promql() {
-        assert_eq!(
-            check_query(r#"sum(vllm:num_requests_waiting{model_name="llama-70b"})"#),
-            Ok(())
-        );
-        assert_eq!(
-            check_query("sum(rate(vllm:request_success_total[1m]))"),
-            Ok(())
-        );
-        assert_eq!(check_query("max(x) or vector(0)"), Ok(()));
-        assert!(
-            check_query("sum(rate(x[1m])").is_err(),
-            "unclosed parenthesis"
-        );
-        assert!(check_query("").is_err());
-        let range = check_query("x[5m]").unwrap_err();
-        assert!(range.contains("matrix"), "{range}");
-    }
-
-    #[test]
     fn a_range_answer_is_a_history_and_gaps_stay_gaps() {
         let body = format!(
             r#"{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{{}},"values":[[{AT},"3"],[{},"NaN"],[{},"5"]]}}]}}}}"#,
@@ -522,37 +406,5 @@ mod tests {
         let signals = signals_over(&histories, [at, at + 15_000]);
         assert_eq!(signals[0].1.as_ref().map(|s| s.queue_depth), Some(3));
         assert_eq!(signals[1].1, None, "no queue depth: no signal at all");
-    }
-
-    #[test]
-    fn scrape_selectors_become_the_same_promql() {
-        let selectors: crate::scrape::ScrapeSelectors = toml::from_str(
-            "queue_depth = 'vllm:num_requests_waiting{model_name=\"m\"}'\noldest_age_s = 'oldest_seconds'\narrivals_total = 'vllm:request_success_total'\ngpu_utilization_percent = 'DCGM_FI_DEV_GPU_UTIL'\n",
-        )
-        .unwrap();
-        use crate::scrape::AgeAggregation;
-        let queries = SignalQueries::from_selectors(&selectors, AgeAggregation::Max, "1m");
-        assert_eq!(
-            queries.queue_depth,
-            r#"sum(vllm:num_requests_waiting{model_name="m"})"#
-        );
-        assert_eq!(
-            queries.arrival_rate_rps.as_deref(),
-            Some("sum(rate(vllm:request_success_total[1m]))")
-        );
-        assert_eq!(
-            queries.gpu_utilization.as_deref(),
-            Some("avg(DCGM_FI_DEV_GPU_UTIL) / 100")
-        );
-        assert_eq!(queries.oldest_age_s.as_deref(), Some("max(oldest_seconds)"));
-        for (_, query) in queries.named() {
-            assert_eq!(check_query(query), Ok(()), "{query}");
-        }
-        let p90 = SignalQueries::from_selectors(&selectors, AgeAggregation::Percentile(90), "1m");
-        assert_eq!(
-            p90.oldest_age_s.as_deref(),
-            Some("quantile(0.90, oldest_seconds)")
-        );
-        assert_eq!(check_query(p90.oldest_age_s.as_deref().unwrap()), Ok(()));
     }
 }

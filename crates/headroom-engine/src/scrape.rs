@@ -1,120 +1,16 @@
 //! Signals scraped from Prometheus text endpoints (vLLM's `/metrics`, DCGM's exporter, …).
 //!
-//! Pure: the parser and selectors, and [`Scraper`], which keeps the previous counter readings so
-//! that counters (`…_total`) become per-second rates between two scrapes. Reading the pages and
+//! Pure: the page parser and [`Scraper`], which keeps the previous counter readings so
+//! that counters (`…_total`) become per-second rates between two scrapes. The selectors and the
+//! age aggregations are the configuration's (`headroom_config::scrape`). Reading the pages and
 //! the loop that hands each signal to the engine are in `crate::signal_sources`.
 
-use std::fmt;
-use std::str::FromStr;
-use std::time::Duration;
-
+use headroom_config::scrape::{
+    AgeAggregation, ScrapeSelectors, Selector, is_name_char, parse_labels,
+};
 use headroom_core::Timestamp;
-use serde::Deserialize;
 
 use crate::views::SignalInput;
-
-/// A series selector: a metric name and equality label matchers, as in PromQL:
-/// `vllm:num_requests_waiting{model_name="llama-70b"}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selector {
-    pub name: String,
-    pub labels: Vec<(String, String)>,
-}
-
-impl fmt::Display for Selector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name)?;
-        if !self.labels.is_empty() {
-            let labels: Vec<String> = self
-                .labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v:?}"))
-                .collect();
-            write!(f, "{{{}}}", labels.join(","))?;
-        }
-        Ok(())
-    }
-}
-
-fn is_name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == ':'
-}
-
-/// Parses `k="v",k2="v2"` (the inside of braces), with the text format's escapes.
-fn parse_labels(text: &str) -> Result<Vec<(String, String)>, String> {
-    let mut labels = Vec::new();
-    let mut rest = text.trim();
-    while !rest.is_empty() {
-        let eq = rest.find('=').ok_or("a label needs =")?;
-        let key = rest[..eq].trim();
-        if key.is_empty() || !key.chars().all(is_name_char) {
-            return Err(format!("bad label name {key:?}"));
-        }
-        let after = rest[eq + 1..].trim_start();
-        let mut chars = after.char_indices();
-        if chars.next().map(|(_, c)| c) != Some('"') {
-            return Err("a label value must be quoted".into());
-        }
-        let mut value = String::new();
-        let mut end = None;
-        let mut escaped = false;
-        for (i, c) in chars {
-            match (escaped, c) {
-                (true, 'n') => {
-                    value.push('\n');
-                    escaped = false;
-                }
-                (true, other) => {
-                    value.push(other);
-                    escaped = false;
-                }
-                (false, '\\') => escaped = true,
-                (false, '"') => {
-                    end = Some(i);
-                    break;
-                }
-                (false, other) => value.push(other),
-            }
-        }
-        let end = end.ok_or("unterminated label value")?;
-        labels.push((key.to_string(), value));
-        rest = after[end + 1..].trim_start();
-        rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
-    }
-    Ok(labels)
-}
-
-impl FromStr for Selector {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let (name, labels) = match s.split_once('{') {
-            Some((name, rest)) => {
-                let inner = rest
-                    .strip_suffix('}')
-                    .ok_or("a selector's labels end with }")?;
-                (name.trim(), parse_labels(inner)?)
-            }
-            None => (s, Vec::new()),
-        };
-        if name.is_empty() || !name.chars().all(is_name_char) {
-            return Err(format!("{name:?} is not a metric name"));
-        }
-        Ok(Selector {
-            name: name.to_string(),
-            labels,
-        })
-    }
-}
-
-impl<'de> Deserialize<'de> for Selector {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
 
 /// The values of every series in `text` that `selector` matches.
 pub fn matching(text: &str, selector: &Selector) -> Vec<f64> {
@@ -168,135 +64,6 @@ fn matching_series(text: &str, selector: &Selector) -> Vec<(String, f64)> {
         }
     }
     values
-}
-
-/// Which series become which signal. Gauges are summed over matching series, except GPU
-/// utilisation and batch occupancy (averaged) and the oldest age (the maximum); counters become
-/// rates between scrapes.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScrapeSelectors {
-    pub queue_depth: Selector,
-    pub oldest_age_s: Option<Selector>,
-    pub batch_occupancy: Option<Selector>,
-    /// A 0..1 gauge; see `gpu_utilization_percent` for exporters that report 0..100.
-    pub gpu_utilization: Option<Selector>,
-    pub gpu_utilization_percent: Option<Selector>,
-    pub arrivals_total: Option<Selector>,
-    pub departures_total: Option<Selector>,
-    pub errors_total: Option<Selector>,
-    /// Tokens waiting (prompt plus estimated output), a gauge summed over matching series: with
-    /// the pool's `replica_throughput_tps` the pool is sized in tokens.
-    pub queued_tokens: Option<Selector>,
-    /// A counter of tokens arriving, turned into `token_arrival_rate_tps`.
-    pub token_arrivals_total: Option<Selector>,
-}
-
-/// How the oldest-request ages a fleet reports (one a replica, or one a series) become the
-/// pool's one age (`[pools.scrape] oldest_age_aggregation`): the maximum, or a high percentile,
-/// which one replica with a stuck request does not move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AgeAggregation {
-    /// The oldest request of any replica (the default).
-    #[default]
-    Max,
-    /// The given percentile (50 to 99) across the series, interpolated between the two nearest
-    /// as PromQL's `quantile()` interpolates, so a replay's PromQL gives the same number.
-    Percentile(u8),
-}
-
-impl FromStr for AgeAggregation {
-    type Err = String;
-
-    /// `max`, or `p50` to `p99`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "max" {
-            return Ok(AgeAggregation::Max);
-        }
-        match s.strip_prefix('p').map(str::parse::<u8>) {
-            Some(Ok(p)) if (50..=99).contains(&p) && s.len() == 3 => {
-                Ok(AgeAggregation::Percentile(p))
-            }
-            _ => Err(format!(
-                "{s:?} is neither max nor a percentile from p50 to p99"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for AgeAggregation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AgeAggregation::Max => f.write_str("max"),
-            AgeAggregation::Percentile(p) => write!(f, "p{p}"),
-        }
-    }
-}
-
-impl AgeAggregation {
-    /// The fleet's age from every series' age; `None` with none.
-    pub fn aggregate(self, mut ages: Vec<f64>) -> Option<f64> {
-        if ages.is_empty() {
-            return None;
-        }
-        match self {
-            AgeAggregation::Max => ages.into_iter().reduce(f64::max),
-            AgeAggregation::Percentile(p) => {
-                // As Prometheus's `quantile(φ, …)`: rank φ·(n−1) in the sorted values, linear
-                // between the two around it.
-                ages.sort_by(f64::total_cmp);
-                let rank = f64::from(p) / 100.0 * (ages.len() - 1) as f64;
-                let lower = rank.floor() as usize;
-                let upper = (lower + 1).min(ages.len() - 1);
-                let weight = rank - rank.floor();
-                Some(ages[lower] * (1.0 - weight) + ages[upper] * weight)
-            }
-        }
-    }
-
-    /// The PromQL that aggregates `selector`'s series the same way.
-    pub fn promql(self, selector: &Selector) -> String {
-        match self {
-            AgeAggregation::Max => format!("max({selector})"),
-            AgeAggregation::Percentile(p) => format!("quantile(0.{p:02}, {selector})"),
-        }
-    }
-}
-
-/// One pool's scrape target.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScrapeTarget {
-    /// One page per replica (or one aggregator): all are read each interval, and a signal
-    /// needs every one of them.
-    pub urls: Vec<String>,
-    /// Instead of `urls`: every Ready model-server pod of the pool, as the Kubernetes cluster
-    /// (`[kube]`) sees it at each interval.
-    pub pods: Option<PodEndpoints>,
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub selectors: ScrapeSelectors,
-    /// How the replicas' oldest ages become the pool's.
-    pub age: AgeAggregation,
-}
-
-/// Where a model-server pod serves its metrics: `{scheme}://{pod IP}:{port}{path}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodEndpoints {
-    pub scheme: String,
-    pub port: u16,
-    pub path: String,
-}
-
-impl PodEndpoints {
-    /// The page of the pod at `ip` (IPv6 addresses in brackets).
-    pub fn url(&self, ip: &str) -> String {
-        let host = if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip.to_string()
-        };
-        format!("{}://{host}:{}{}", self.scheme, self.port, self.path)
-    }
 }
 
 /// Counters read per scrape: arrivals, departures, errors, token arrivals.
@@ -465,7 +232,10 @@ impl Scraper {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_config::scrape::{AgeAggregation, ScrapeSelectors, Selector};
+    use headroom_core::Timestamp;
+
+    use super::{Scraper, matching};
 
     /// Selectors for `queue_depth` alone; a test sets the others it reads.
     fn only_queue(queue_depth: &str) -> ScrapeSelectors {
@@ -626,34 +396,6 @@ headroom_oldest_age_seconds{replica="b"} 9.0
             rate(&mut scraper, &[("a", 1300), ("b", 150)], 30),
             Some(20.0)
         );
-    }
-
-    #[test]
-    fn the_age_is_the_maximum_or_a_percentile_as_promql_takes_it() {
-        let ages = vec![1.0, 2.0, 3.0, 4.0, 100.0];
-        assert_eq!(AgeAggregation::Max.aggregate(ages.clone()), Some(100.0));
-        // Rank 0.9 × 4 = 3.6: 60 % of the way from 4 to 100, as `quantile(0.9, …)` answers.
-        let p90 = AgeAggregation::Percentile(90)
-            .aggregate(ages.clone())
-            .unwrap();
-        assert!((p90 - 61.6).abs() < 1e-9, "{p90}");
-        // The median of an even count lies between the middle two; order does not matter.
-        assert_eq!(
-            AgeAggregation::Percentile(50).aggregate(vec![8.0, 2.0, 6.0, 4.0]),
-            Some(5.0)
-        );
-        assert_eq!(
-            AgeAggregation::Percentile(99).aggregate(vec![7.0]),
-            Some(7.0)
-        );
-        assert_eq!(AgeAggregation::Percentile(90).aggregate(Vec::new()), None);
-        assert_eq!("p95".parse(), Ok(AgeAggregation::Percentile(95)));
-        assert_eq!("max".parse(), Ok(AgeAggregation::Max));
-        for bad in ["p100", "p49", "p5", "p099", "p9.5", "95", "avg", ""] {
-            let e = bad.parse::<AgeAggregation>().unwrap_err();
-            assert!(e.contains("from p50 to p99"), "{bad}: {e}");
-        }
-        assert_eq!(AgeAggregation::Percentile(90).to_string(), "p90");
     }
 
     #[test]

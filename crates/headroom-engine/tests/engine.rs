@@ -6,10 +6,11 @@ use std::time::Duration;
 use headroom_cloud::{
     Clock, CloudProvider, InstancePhase, LaunchSpec, ManualClock, OwnershipTags, SimCloud,
 };
+use headroom_config::Config;
 use headroom_core::controller::{Limit, Rule, ScalingHold};
 use headroom_core::planner::Destination;
 use headroom_core::{ErrorClass, NodeId, NodeState, Priority, RefusalReason, RequestState};
-use headroom_engine::{Config, Engine, SignalInput};
+use headroom_engine::{Engine, SignalInput};
 use headroom_ledger::{Ledger, NodeEvent, SqliteLedger};
 use headroom_testkit::Rig;
 

@@ -631,7 +631,7 @@ async fn a_crash_between_insert_and_outcome_leaves_exactly_one_vm() {
         .await
         .unwrap();
     let config = Arc::new(
-        headroom_engine::Config::parse(&engine_config(&server.endpoint()), "test").unwrap(),
+        headroom_config::Config::parse(&engine_config(&server.endpoint()), "test").unwrap(),
     );
     let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
     let zones: Vec<String> = config
@@ -708,7 +708,7 @@ async fn the_engine_replaces_a_preempted_spot_vm() {
         .unwrap();
     let text =
         engine_config(&server.endpoint()).replace("market = \"on-demand\"", "market = \"spot\"");
-    let config = Arc::new(headroom_engine::Config::parse(&text, "test").unwrap());
+    let config = Arc::new(headroom_config::Config::parse(&text, "test").unwrap());
     let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
     let ledger = Arc::new(
         SqliteLedger::open_path(&dir.path().join("l.db"))
@@ -868,7 +868,7 @@ async fn the_engine_adopts_a_vm_whose_first_reads_miss_and_launches_no_second() 
         .await
         .unwrap();
     let text = engine_config(&server.endpoint()).replace("\"10s\"", "\"2s\"");
-    let config = Arc::new(headroom_engine::Config::parse(&text, "test").unwrap());
+    let config = Arc::new(headroom_config::Config::parse(&text, "test").unwrap());
     let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
     let ledger = Arc::new(
         SqliteLedger::open_path(&dir.path().join("l.db"))
@@ -917,7 +917,7 @@ async fn a_vm_with_headroom_s_labels_but_no_description_is_owned_and_swept_as_an
         .await
         .unwrap();
     let config = Arc::new(
-        headroom_engine::Config::parse(&engine_config(&server.endpoint()), "test").unwrap(),
+        headroom_config::Config::parse(&engine_config(&server.endpoint()), "test").unwrap(),
     );
     let settings = GcpSettings::parse(config.gcp.as_ref()).unwrap();
     let gcp = Arc::new(

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use headroom_config::ConfigErrors;
 use headroom_core::PoolName;
-use headroom_engine::ConfigErrors;
 use serde::Deserialize;
 
 use crate::bootstrap::{self, Bootstrap, EksCluster};

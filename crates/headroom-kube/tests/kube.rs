@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{Clock, CloudProvider, InstanceId, InstancePhase, ManualClock, SimCloud};
+use headroom_config::Config;
 use headroom_core::{NodeId, NodeState, PoolName, RequestState};
-use headroom_engine::{Cluster, ClusterNodeKey, Config, Engine, SignalInput};
+use headroom_engine::{Cluster, ClusterNodeKey, Engine, SignalInput};
 use headroom_kube::{KubeCluster, KubeSettings, sim_provider_id};
 use headroom_ledger::{Ledger, NodeEvent, SqliteLedger};
 use headroom_testkit::Rig;

@@ -194,7 +194,7 @@ mod tests {
     use super::*;
 
     fn pool() -> PoolSpec {
-        let config = headroom_engine::Config::parse(
+        let config = headroom_config::Config::parse(
             r#"
 cluster_id = "replay"
 [[offerings]]

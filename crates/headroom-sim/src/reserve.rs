@@ -11,8 +11,8 @@
 
 use std::str::FromStr;
 
+use headroom_config::Reservation;
 use headroom_core::{Market, Money, OfferingId};
-use headroom_engine::config::Reservation;
 
 use crate::error::SimError;
 use crate::scenario::{Fault, FaultKind, Scenario};

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use headroom_config::Config;
 use headroom_core::{ErrorClass, Money, OfferingId, PoolName, PoolSpec};
-use headroom_engine::Config;
 use serde::Deserialize;
 
 use crate::arrivals::{Process, RateProfile, Stream, Tokens};

@@ -15,9 +15,10 @@ use async_trait::async_trait;
 use headroom_cloud::{
     Clock, CloudError, CloudProvider, Instance, InstanceId, LaunchSpec, ManualClock, SimCloud,
 };
+use headroom_config::Config;
 use headroom_core::{ErrorClass, Money, Offering, OfferingId, Priority, ProviderKind, RequestId};
 use headroom_engine::cluster::Cluster;
-use headroom_engine::{Config, Engine, sim_cloud_for};
+use headroom_engine::{Engine, sim_cloud_for};
 use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
 
 /// The instant every rig's clock starts at, unless a test asks for another.

@@ -227,7 +227,7 @@ fn receiver_of(webhook: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{AfterFailure, REFUSED_ATTEMPTS, TRANSIENT_ATTEMPTS, after_failure, receiver_of};
 
     #[test]
     fn a_hopeless_refusal_is_dropped_after_a_few_attempts_and_a_passing_failure_later() {

@@ -7,63 +7,13 @@
 pub mod delivery;
 pub mod rules;
 
-pub use delivery::AlertDelivery;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use delivery::AlertDelivery;
+use headroom_config::alerts::{AlertSettings, WebhookFormat};
 use headroom_core::Timestamp;
 use serde::{Deserialize, Serialize};
-
-/// How a webhook wants its JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WebhookFormat {
-    /// An Alertmanager v2 `POST /api/v2/alerts` body: an array of alerts.
-    Alertmanager,
-    /// A Slack incoming-webhook message.
-    Slack,
-    /// Headroom's own shape: `{status, alert}`.
-    Json,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Webhook {
-    pub url: String,
-    #[serde(default = "default_format")]
-    pub format: WebhookFormat,
-}
-
-fn default_format() -> WebhookFormat {
-    WebhookFormat::Json
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct AlertSettings {
-    pub webhooks: Vec<Webhook>,
-    /// A still-firing alert is sent again to every webhook after this long (people read these).
-    pub repeat_interval: Duration,
-    /// A still-firing alert is sent again to Alertmanager webhooks after this long, with `endsAt`
-    /// [`KEEP_ALIVE_RESENDS`] of these ahead: Alertmanager resolves an alert whose `endsAt` has
-    /// passed, or that was not re-sent within its `resolve_timeout` (5 minutes by default), and
-    /// expects clients to re-send every 30 s to 3 minutes.
-    pub resend_interval: Duration,
-    /// A refusal keeps its alert firing this long after it happened.
-    pub refusal_window: Duration,
-    /// Fire [`WATCHDOG`] for as long as the service runs, to Alertmanager webhooks only: a
-    /// dead man's switch, so a receiver notices when Headroom (or its path to Alertmanager)
-    /// is gone rather than reading its alerts as resolved.
-    pub watchdog: bool,
-    /// Labels added to every Alertmanager notification (cluster, region, deployment…), so two
-    /// deployments with the same pool names stay apart. `cluster` defaults to the cluster id.
-    pub external_labels: std::collections::BTreeMap<String, String>,
-    /// Where `docs/runbooks.md` is served: each notification's `runbook_url` is this with the
-    /// alert's anchor.
-    pub runbook_base_url: Option<String>,
-    /// Headroom's own API address as people reach it: `generatorURL` links to the pool.
-    pub generator_base_url: Option<String>,
-}
 
 /// What a webhook body carries besides the notification: the deployment's identity and links.
 #[derive(Debug, Clone, Copy)]
@@ -91,21 +41,6 @@ pub fn description(name: &str) -> Option<String> {
 
 /// The always-firing alert's name, as kube-prometheus spells it.
 pub const WATCHDOG: &str = "Watchdog";
-
-impl Default for AlertSettings {
-    fn default() -> Self {
-        AlertSettings {
-            webhooks: Vec::new(),
-            repeat_interval: Duration::from_secs(4 * 3600),
-            resend_interval: Duration::from_secs(60),
-            refusal_window: Duration::from_secs(600),
-            watchdog: true,
-            external_labels: std::collections::BTreeMap::new(),
-            runbook_base_url: None,
-            generator_base_url: None,
-        }
-    }
-}
 
 /// One condition that holds now.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -398,7 +333,14 @@ pub fn render(format: WebhookFormat, n: &Notification, ctx: &RenderContext<'_>) 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use headroom_config::alerts::{AlertSettings, WebhookFormat};
+    use headroom_core::Timestamp;
+
+    use super::{
+        Alert, AlertBook, Notification, RenderContext, Status, WATCHDOG, description, render,
+    };
 
     fn at(s: i64) -> Timestamp {
         "2026-11-30T03:00:00Z".parse::<Timestamp>().unwrap() + chrono::Duration::seconds(s)

@@ -392,7 +392,13 @@ fn budget_condition(budget: &Budget, s: &BudgetStanding) -> Option<Alert> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_core::{OfferingId, ProviderKind, QuotaHeadroom, Timestamp};
+
+    use super::{
+        PoolQuotaRoom, UnreadableCloud, chain_room, provider_errors_condition, quota_condition,
+        unreadable_cloud_condition,
+    };
+    use crate::views::ProviderTrouble;
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()

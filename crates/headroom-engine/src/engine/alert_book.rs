@@ -10,7 +10,11 @@
 //! the book without notifying: they keep their `starts_at`, their repeats and keep-alive resends
 //! follow their stored times, and one that no longer holds resolves at the next evaluation.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use headroom_core::Timestamp;
+
+use super::{Engine, EngineError, lock};
 use crate::alerts::{ActiveAlert, Alert};
 
 /// A scope's alerts as a row records them: each key's `starts_at` and `last_sent_at`.
@@ -111,7 +115,10 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_core::Timestamp;
+
+    use super::due;
+    use crate::alerts::{ActiveAlert, Alert};
 
     fn at(s: i64) -> Timestamp {
         "2026-11-30T09:00:00Z".parse::<Timestamp>().unwrap() + chrono::Duration::seconds(s)

@@ -2,10 +2,17 @@
 //! alert book's answer queued in the ledger's outbox for every webhook. Delivery runs beside
 //! the loop ([`crate::alerts::AlertDelivery`]).
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use headroom_config::OrphanPolicy;
+use headroom_core::{OfferingId, PoolName, ProviderKind, Timestamp};
+use headroom_ledger::RefusalRecord;
+
+use super::input::TickInput;
+use super::{Engine, EngineError, chrono_or, lock, read_cache};
 use crate::alerts::rules::{self, AlertSnapshot, ReservationUse, UnreadableCloud};
 use crate::alerts::{ActiveAlert, AlertBook};
-use crate::config::OrphanPolicy;
 
 /// What the alert phase remembers between ticks.
 #[derive(Debug, Default)]

@@ -3,7 +3,17 @@
 //! and a node leaves only after a (bounded) drain. Kept apart from `observe.rs` and `execute.rs`
 //! so the cloud-only path there reads on its own.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use headroom_cloud::{Instance, InstancePhase};
+use headroom_core::controller::ReplicaCounts;
+use headroom_core::planner::Destination;
+use headroom_core::{NodeId, NodeState, PoolName, PoolSpec, Timestamp};
+use headroom_ledger::NodeEvent;
+
+use super::input::TickInput;
+use super::{Engine, EngineError, lock};
 use crate::cluster::{Cluster, ClusterNodeKey, ClusterNodeView, DrainProgress};
 
 impl Engine {

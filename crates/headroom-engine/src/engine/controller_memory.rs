@@ -11,8 +11,10 @@
 //! holding for its signal) is not written again. The state a new owner reads back is exact; its
 //! recent series are at most [`REFRESH`] old.
 
-use super::*;
 use headroom_core::controller::{ControllerMemory, SeriesMark};
+use headroom_core::{PoolName, Timestamp};
+
+use super::{Engine, EngineError, lock};
 
 /// A memory whose state has not changed is written again at most this often, for its series.
 const REFRESH: chrono::Duration = chrono::Duration::seconds(60);
@@ -111,7 +113,10 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_core::Timestamp;
+    use headroom_core::controller::ControllerMemory;
+
+    use super::due;
 
     fn at(s: i64) -> Timestamp {
         "2026-11-30T09:00:00Z".parse::<Timestamp>().unwrap() + chrono::Duration::seconds(s)

@@ -3,12 +3,19 @@
 //! the tick's input, and the executor applies it. A cloud refusal that falls back re-plans at
 //! once on the same input, updated by what the executor wrote — never by reading the ledger.
 
-use super::*;
-use headroom_core::HardAction;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use headroom_config::Config;
 use headroom_core::controller::{
     self, ControllerMemory, Decision, ReplicaCounts, ScalingHold, ScheduledFloor,
 };
 use headroom_core::planner::{self, Destination, FallbackKind, NodeView, OpenRequest, PlanInput};
+use headroom_core::{
+    HardAction, NodeState, OfferingId, PoolName, PoolSpec, RefusalReason, Timestamp,
+};
+
+use super::input::TickInput;
+use super::{Engine, EngineError, chrono_or, decisions, lock};
 
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
 /// pool can need one round per offering plus one.
@@ -376,7 +383,7 @@ fn scheduled_floor(
         .flatten()
         .map(|(_, w)| w);
     // Read in place: this runs for every pool every tick.
-    crate::schedule::floor_at(configured.chain(declared), now, pool.ladder.cold_total())
+    headroom_config::schedule::floor_at(configured.chain(declared), now, pool.ladder.cold_total())
 }
 
 fn organic_counts(input: &TickInput, pool: &PoolName) -> ReplicaCounts {

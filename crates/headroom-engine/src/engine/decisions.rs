@@ -2,9 +2,14 @@
 //! entry is in memory (folding identical answers into one with a count); an entry is written to
 //! the ledger when a different answer supersedes it, so the log survives restarts.
 
-use super::*;
+use std::collections::HashMap;
+
 use headroom_core::controller::{Decision, ReplicaCounts, Signals};
 use headroom_core::promotion::{CapacityEstimate, CapacityModel, Promotion};
+use headroom_core::{PoolName, PoolSpec, Timestamp};
+use serde::Serialize;
+
+use super::{Engine, EngineError, lock};
 
 /// Log entries a shadow report reads at most.
 pub const SHADOW_REPORT_ENTRIES: i64 = 10_000;
@@ -293,7 +298,10 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_core::Timestamp;
+    use headroom_core::controller::Signals;
+
+    use super::FoldedSignals;
 
     /// Each folded activation's signal stands for the time since the one before; a signal
     /// without an arrival rate adds nothing, so the means are over the seconds that had one.

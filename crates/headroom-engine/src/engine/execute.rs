@@ -1,9 +1,18 @@
 //! The execute phase: a plan's actions, each one a ledger intent, a cloud call and a ledger
 //! outcome, in that order (invariant 2). Nothing here decides; what to do is in the plan.
 
-use super::*;
+use headroom_cloud::{CloudError, InstanceId, LaunchSpec, OwnershipTags};
 use headroom_core::budget::BudgetStanding;
 use headroom_core::planner::{Action, Destination, FallbackKind};
+use headroom_core::{
+    CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolSpec,
+    RefusalReason, RequestId, Timestamp, WarmMode,
+};
+use headroom_ledger::{HoldOutcome, NodeEvent, RefusalRecord};
+use tracing::Instrument;
+
+use super::input::TickInput;
+use super::{Engine, EngineError, lock};
 
 /// Extra attempts at a throttled launch within one tick (100 ms .. 2 s apart, jittered).
 const THROTTLE_RETRIES: usize = 3;

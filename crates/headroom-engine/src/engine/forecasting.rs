@@ -4,9 +4,14 @@
 //! size), and asked for the forecast the controller launches ahead of. Past forecasts are scored
 //! against what came, for `GET /v1/pools/{name}` and `/metrics`.
 
-use super::*;
+use std::collections::{BTreeMap, VecDeque};
+
 use headroom_core::controller::{Decision, Rule};
 use headroom_core::forecast::{self, DemandRecord, Forecast};
+use headroom_core::{PoolName, PoolSpec, Timestamp};
+
+use super::{Engine, EngineError, lock};
+use crate::views::ForecastStatus;
 
 /// Scored forecasts kept per pool: a day of minutes.
 const MAX_SCORES: usize = 24 * 60;

@@ -1,7 +1,9 @@
 //! How the loop is doing, for `/metrics` and `/readyz`: each tick's duration and outcome, and
 //! whether a tick has succeeded recently enough for this replica to be ready.
 
-use super::*;
+use headroom_core::Timestamp;
+
+use super::{Engine, lock};
 
 impl Engine {
     pub(super) fn record_tick(&self, started: Timestamp, took: std::time::Duration, ok: bool) {

@@ -6,10 +6,18 @@
 //! budget standing after a node of it ended, parked or renewed its hold within the tick: its released hold is
 //! derived from the node's history, so the standing is read again when next needed.
 
-use super::read_cache::{Kept, LiveNodes, ReadCache};
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use headroom_cloud::{Instance, InstanceId, InstancePhase};
+use headroom_config::Config;
 use headroom_core::budget::BudgetStanding;
-use headroom_core::{AccountName, Budget};
+use headroom_core::{
+    AccountName, Budget, CapacityRequest, Money, NodeId, NodeState, PoolName, RequestId, Timestamp,
+};
+use headroom_ledger::{Ledger, NodeEvent};
+
+use super::EngineError;
+use super::read_cache::{Kept, LiveNodes, ReadCache};
 
 #[derive(Debug)]
 pub(super) struct TickInput {
@@ -30,7 +38,7 @@ pub(super) struct TickInput {
     pub budgets: HashMap<AccountName, Budget>,
     /// Scheduled windows declared through the API, per pool, with their ids (the
     /// configuration's are in `Config::schedules`).
-    pub windows: HashMap<PoolName, Vec<(String, crate::schedule::ScheduleWindow)>>,
+    pub windows: HashMap<PoolName, Vec<(String, headroom_config::schedule::ScheduleWindow)>>,
     /// Standings read so far this tick, kept up to date with the holds the tick places.
     standings: HashMap<AccountName, BudgetStanding>,
     /// The revision of requests, cancellations and refusals read after the observe phase.
@@ -43,11 +51,11 @@ pub(super) struct TickInput {
 pub(super) fn api_window(
     stored: &headroom_ledger::StoredWindow,
     config: &Config,
-) -> Result<crate::schedule::ScheduleWindow, String> {
+) -> Result<headroom_config::schedule::ScheduleWindow, String> {
     let pool = config
         .pool(&stored.pool)
         .ok_or_else(|| format!("pool {} is not in the configuration", stored.pool))?;
-    let spec: crate::schedule::WindowSpec = serde_json::from_str(&stored.spec)
+    let spec: headroom_config::schedule::WindowSpec = serde_json::from_str(&stored.spec)
         .map_err(|e| format!("the stored window does not parse: {e}"))?;
     spec.parse(pool.max_replicas)
         .map_err(|e| format!("{}: {}", e.field, e.what))

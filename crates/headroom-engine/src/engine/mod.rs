@@ -17,29 +17,19 @@
 //! its own lock; the tick lock makes ticks one at a time, so those locks only order the tick
 //! against API reads.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use headroom_cloud::{
-    Clock, CloudError, CloudProvider, Instance, InstanceId, InstancePhase, LaunchSpec,
-    OwnershipTags, SimCloud, SimConfig, SimOffering,
-};
-use headroom_core::controller::ReplicaCounts;
-use headroom_core::planner::Destination;
-use headroom_core::{
-    CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolName,
-    PoolSpec, ProviderKind, RefusalReason, RequestId, Timestamp, WarmMode,
-};
-use headroom_ledger::{HoldOutcome, IdSource, Ledger, LedgerError, NodeEvent, RefusalRecord};
-use serde::Serialize;
+use headroom_cloud::{Clock, CloudError, CloudProvider, SimCloud, SimConfig, SimOffering};
+use headroom_config::Config;
+use headroom_core::{PoolName, Timestamp};
+use headroom_ledger::{IdSource, Ledger, LedgerError};
 use thiserror::Error;
 use tokio::sync::Notify;
-use tracing::Instrument;
 
 use crate::alerts::AlertDelivery;
 use crate::cluster::Cluster;
-use crate::config::Config;
 use crate::metrics::Metrics;
 
 mod alert_book;
@@ -65,15 +55,13 @@ mod spans;
 mod status;
 mod warm_pool;
 
-pub use crate::views::{
-    Clamp, ForecastStatus, PoolStatus, ProviderTrouble, ReplicaQueues, SignalInput, WarmPoolSize,
-};
 pub use decisions::{DECISION_LOG_LEN, DecisionPage, DecisionRecord};
+use input::TickInput;
 pub use offerings::OfferingPrice;
 pub use quotas::OfferingQuota;
 pub use schedules::DeclaredWindow;
 
-use input::TickInput;
+pub use crate::views::{Clamp, PoolStatus, ReplicaQueues, SignalInput};
 
 #[derive(Debug, Error)]
 pub enum EngineError {
@@ -83,7 +71,7 @@ pub enum EngineError {
     Inventory(#[source] CloudError),
     /// A scheduled window that does not check out (the field, what, the fix).
     #[error("{}: {}; {}", .0.field, .0.what, .0.fix)]
-    InvalidWindow(crate::schedule::WindowProblem),
+    InvalidWindow(headroom_config::schedule::WindowProblem),
     /// A scheduled window that clashes with the pool's others (a name taken, too many).
     #[error("{0}")]
     WindowConflict(String),

@@ -3,7 +3,15 @@
 //! crash interrupted (an intent without an outcome is launched again with the same client
 //! token), record interruption notices, and hand orphans to [`super::orphans`].
 
-use super::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use headroom_cloud::{Instance, InstanceId, InstancePhase};
+use headroom_core::planner::Destination;
+use headroom_core::{NodeId, NodeState, PoolName, ProviderKind, Timestamp};
+use headroom_ledger::NodeEvent;
+
+use super::input::TickInput;
+use super::{Engine, EngineError, lock};
 use crate::cluster::ClusterNodeView;
 
 /// What the observe phase remembers between ticks.

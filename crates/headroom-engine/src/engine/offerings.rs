@@ -6,8 +6,16 @@
 //! a spot offering stays the most a launch will pay, so a spot market that climbs above it takes
 //! the offering out of plans instead of earning a refusal.
 
-use super::*;
+use std::collections::{HashMap, VecDeque};
+
+use headroom_cloud::CloudError;
 use headroom_core::planner::OfferingChoice;
+use headroom_core::{Money, Offering, OfferingId, PoolName, PoolSpec, Timestamp};
+use headroom_ledger::NodeEvent;
+use serde::Serialize;
+
+use super::{Engine, chrono_or, lock};
+use crate::views::ProviderTrouble;
 
 /// Live prices older than this many refresh periods (the cloud stopped answering) are dropped:
 /// the configured prices apply again.

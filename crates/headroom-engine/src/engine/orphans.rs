@@ -6,8 +6,13 @@
 //! such instances. Either way each one is written once to its pool's decision log and counted in
 //! `headroom_orphan_instances`.
 
-use super::*;
-use crate::config::OrphanPolicy;
+use std::collections::{BTreeMap, HashSet};
+
+use headroom_cloud::{CloudError, Instance, InstanceId};
+use headroom_config::OrphanPolicy;
+use headroom_core::{PoolName, Timestamp};
+
+use super::{Engine, EngineError, lock};
 
 impl Engine {
     /// The pool an orphan belongs to: its tag's, or — for pools no longer configured — the

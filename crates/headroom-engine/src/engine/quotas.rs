@@ -3,11 +3,17 @@
 //! process makes meanwhile, and read again at once after a quota refusal. The pure planner gets
 //! them in its input and skips the destinations they cannot take.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
 use headroom_cloud::Quotas;
-use headroom_core::{QuotaHeadroom, QuotaUnit};
+use headroom_core::planner::Destination;
+use headroom_core::{Offering, OfferingId, PoolSpec, QuotaHeadroom, QuotaUnit, Timestamp};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use serde::Serialize;
+
+use super::input::TickInput;
+use super::{Engine, chrono_or, error_chain, lock};
 
 /// A failed read keeps the last answer for this many TTLs; then the region's quotas are unknown
 /// (nothing is skipped, the cloud's refusals decide).

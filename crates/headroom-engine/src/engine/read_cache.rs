@@ -86,9 +86,11 @@ impl LiveNodes {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use headroom_core::planner::Destination;
-    use headroom_core::{Market, Money, NodeState, ProviderKind, Timestamp};
+    use headroom_core::{Market, Money, NodeId, NodeState, ProviderKind, Timestamp};
+    use headroom_ledger::{NodeEvent, Sequenced};
+
+    use super::LiveNodes;
 
     fn event(node: &str, state: NodeState) -> NodeEvent {
         NodeEvent {

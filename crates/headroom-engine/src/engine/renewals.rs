@@ -11,11 +11,18 @@
 //! Runs each tick after demand is read (the budgets in force, the open requests that give each
 //! node its tier) and before pools are decided, so the planner sees what is left.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
 use headroom_core::budget::BudgetStanding;
 use headroom_core::renewal::{self, RunningHold};
-use headroom_core::{HardAction, Priority};
-use std::time::Duration;
+use headroom_core::{
+    HardAction, Money, NodeId, NodeState, PoolSpec, Priority, RefusalReason, Timestamp, WarmMode,
+};
+use headroom_ledger::{HoldOutcome, NodeEvent, RefusalRecord};
+
+use super::input::TickInput;
+use super::{Engine, EngineError, decide, lock};
 
 /// When each live node's hold lapses, as this process placed it or read it back.
 #[derive(Debug, Default)]

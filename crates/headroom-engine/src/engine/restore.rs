@@ -6,8 +6,12 @@
 //! offering that just refused, stamp rungs a second time, count the controller's windows and
 //! cooldowns afresh, and send every firing alert again as new.
 
+use std::collections::{BTreeSet, VecDeque};
+
+use headroom_core::{NodeState, PoolName, PoolSpec, Timestamp};
+
 use super::offerings::RECENT_REFUSALS;
-use super::*;
+use super::{Engine, EngineError, chrono_or, lock};
 
 impl Engine {
     pub(super) async fn restore_recent_history(

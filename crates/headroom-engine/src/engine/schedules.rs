@@ -2,8 +2,11 @@
 //! its configuration: checked, kept in the ledger, listed and cancelled. The decide phase reads
 //! them with the tick's input ([`super::input::TickInput::windows`]).
 
-use super::*;
-use crate::schedule::{MAX_WINDOWS_PER_POOL, ScheduleWindow, WindowSpec};
+use headroom_config::schedule::{MAX_WINDOWS_PER_POOL, ScheduleWindow, WindowSpec};
+use headroom_core::{PoolSpec, Timestamp};
+use headroom_ledger::LedgerError;
+
+use super::{Engine, EngineError};
 
 /// A window as the API lists it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

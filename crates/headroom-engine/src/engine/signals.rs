@@ -1,9 +1,15 @@
 //! Queue signals as the engine receives them: pushed through the API or scraped
 //! ([`crate::scrape`]), stamped on receipt, the latest kept per pool for the controller.
 
-use super::*;
-use headroom_core::Priority;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use headroom_core::controller::Signals;
+use headroom_core::{PoolName, Priority};
+use headroom_ledger::LedgerError;
+
+use super::{Engine, EngineError, lock};
+use crate::views::{ReplicaQueues, SignalInput};
 
 /// The per-tier part of a pool's latest signal.
 #[derive(Debug, Clone, PartialEq, Default)]

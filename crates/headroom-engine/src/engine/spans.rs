@@ -2,7 +2,12 @@
 //! for a request later, in the loop, join the same trace. The context, not the span: a span
 //! kept here would stay open, and so unexported, until it was forgotten or the process ended.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use headroom_core::{NodeId, PoolSpec, RequestId};
+
+use super::{Engine, lock};
 
 /// API span contexts kept for linking launches to their capacity request's trace.
 const MAX_REQUEST_SPANS: usize = 10_000;

@@ -2,10 +2,16 @@
 //! computed from the tick's input and the decide phase's memory once the plans are applied, and
 //! the pool gauges of `/metrics`.
 
-use super::*;
-use headroom_core::Priority;
+use std::collections::{BTreeMap, HashMap};
+
 use headroom_core::planner::Destination;
 use headroom_core::shedding::{self, SheddingInput, TierLoad};
+use headroom_core::{NodeState, PoolName, PoolSpec, Priority, Timestamp};
+use headroom_ledger::NodeEvent;
+
+use super::input::TickInput;
+use super::{Engine, chrono_or, lock};
+use crate::views::{Clamp, PoolStatus};
 
 /// Nodes on their way to serving, read against the pool's drain objective.
 #[derive(Debug, Default)]

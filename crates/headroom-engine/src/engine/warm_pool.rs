@@ -10,7 +10,12 @@
 //! already up: parking costs a disk), never by launching; once the history no longer holds a
 //! burst that needs them, the parked nodes above the size are released.
 
-use super::*;
+use std::collections::{HashMap, VecDeque};
+
+use headroom_core::{PoolName, PoolSpec, Timestamp};
+
+use super::{Engine, chrono_or, lock};
+use crate::views::WarmPoolSize;
 
 /// Demand change points kept per pool at most.
 const MAX_POINTS: usize = 4096;
@@ -120,7 +125,9 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_core::Timestamp;
+
+    use super::DemandHistory;
 
     fn at(s: i64) -> Timestamp {
         "2026-11-30T09:00:00Z".parse::<Timestamp>().unwrap() + chrono::Duration::seconds(s)

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{Clock, ManualClock};
+use headroom_config::Config;
 use headroom_core::{Budget, Money, NodeState, Priority, RefusalReason, Timestamp};
-use headroom_engine::{Config, Engine};
+use headroom_engine::Engine;
 use headroom_ledger::{Ledger, NewCapacityRequest, PostgresLedger, RefusalRecord};
 use headroom_testkit::{EPOCH, Rig};
 

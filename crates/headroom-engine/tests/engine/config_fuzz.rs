@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use headroom_cloud::Clock;
-use headroom_engine::Config;
+use headroom_config::Config;
 use headroom_ledger::Ledger;
 use headroom_testkit::Rig;
 

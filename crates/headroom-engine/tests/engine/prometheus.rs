@@ -6,8 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use headroom_cloud::SystemClock;
+use headroom_config::Config;
 use headroom_core::controller::ScalingHold;
-use headroom_engine::{Config, Engine, PoolStatus};
+use headroom_engine::prometheus::check_signal_files;
+use headroom_engine::{Engine, PoolStatus};
 use headroom_testkit::prometheus::{Pod, Prometheus};
 
 fn config(prometheus_port: u16) -> String {
@@ -274,7 +276,7 @@ async fn a_bearer_token_file_is_sent_read_again_after_rotation_and_never_shown()
             ),
         );
     let config = Config::parse(&text, "test").unwrap();
-    assert_eq!(config.check_signal_files("test"), Ok(()));
+    assert_eq!(check_signal_files(&config, "test"), Ok(()));
     let (_rig, engine) = live_engine(&text).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let readers = tokio::spawn(engine.clone().run_scrapers(async {
@@ -313,7 +315,7 @@ async fn a_bearer_token_file_is_sent_read_again_after_rotation_and_never_shown()
         missing.contains(&format!("cannot read {}", token.display())),
         "{missing}"
     );
-    let check = config.check_signal_files("test").unwrap_err().0;
+    let check = check_signal_files(&config, "test").unwrap_err().0;
     assert_eq!(check.len(), 1, "{check:?}");
     assert!(
         check[0].contains("`pools[0].signals.bearer_token_file`")
@@ -321,7 +323,7 @@ async fn a_bearer_token_file_is_sent_read_again_after_rotation_and_never_shown()
         "{check:?}"
     );
     std::fs::write(&token, "  \n").unwrap();
-    let empty = config.check_signal_files("test").unwrap_err().0;
+    let empty = check_signal_files(&config, "test").unwrap_err().0;
     assert!(empty[0].contains("is empty"), "{empty:?}");
     for said in [&error, &missing, &check[0], &empty[0]] {
         assert!(
@@ -339,8 +341,9 @@ async fn a_bearer_token_file_is_sent_read_again_after_rotation_and_never_shown()
 /// maximum likewise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_percentile_of_the_replicas_ages_is_what_prometheus_quantile_answers() {
-    use headroom_engine::prometheus::{PrometheusAuth, PrometheusSource, SignalQueries};
-    use headroom_engine::scrape::{AgeAggregation, Scraper, Selector};
+    use headroom_config::prometheus::{PrometheusAuth, PrometheusSource, SignalQueries};
+    use headroom_config::scrape::{AgeAggregation, ScrapeSelectors, Selector};
+    use headroom_engine::scrape::Scraper;
     // Ten replicas: nine with requests 1.0 to 1.8 s old, one with a request stuck for 600 s.
     let pods: Vec<_> = (0..10u64)
         .map(|i| {
@@ -354,7 +357,7 @@ async fn a_percentile_of_the_replicas_ages_is_what_prometheus_quantile_answers()
     let series: Selector = r#"router_oldest_waiting_seconds{model_name="llama-70b"}"#
         .parse()
         .unwrap();
-    let selectors: headroom_engine::scrape::ScrapeSelectors = toml::from_str(&format!(
+    let selectors: ScrapeSelectors = toml::from_str(&format!(
         "queue_depth = 'vllm:num_requests_waiting'\noldest_age_s = '{series}'\n"
     ))
     .unwrap();

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{Clock, ManualClock, SimCloud};
+use headroom_config::Config;
 use headroom_core::{Offering, OfferingId, Timestamp};
-use headroom_engine::{Config, Engine, SignalInput};
+use headroom_engine::{Engine, SignalInput};
 use headroom_ledger::{IdSource, Ledger, SqliteLedger};
 
 use super::driver::{Books, Control, PolicyDriver, cloud_paying, ready_replicas};

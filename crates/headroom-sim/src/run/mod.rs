@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_cloud::{Clock, ManualClock, SimCloud};
+use headroom_config::Config;
 use headroom_core::{Offering, OfferingId, Timestamp};
-use headroom_engine::{Config, sim_cloud_for};
+use headroom_engine::sim_cloud_for;
 use serde::Serialize;
 
 use crate::arrivals::Request;

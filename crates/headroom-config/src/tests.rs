@@ -2,7 +2,7 @@ use headroom_core::WarmMode;
 
 use super::*;
 
-const EXAMPLE: &str = include_str!("../../../../config/headroom.example.toml");
+const EXAMPLE: &str = include_str!("../../../config/headroom.example.toml");
 
 fn errors(text: &str) -> Vec<String> {
     Config::parse(text, "t.toml")
@@ -738,7 +738,7 @@ fn a_buffer_is_read_and_never_larger_than_the_pool() {
 /// the example configuration's first pool, and the configuration must load.
 #[test]
 fn the_readmes_signal_examples_parse() {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../README.md");
     let section = readme
         .split("\n## Signals\n")
         .nth(1)

@@ -6,16 +6,24 @@
 //! `RawConfig::validate` runs them top-down with the checks that span sections. Problems come
 //! section by section in that fixed order, each pool's together, so the same file always gets
 //! the same lines.
+//!
+//! Pure: nothing here reads a file, the network or a clock (`tests/cli/purity.rs` checks what it
+//! links). The section types the engine runs on live with their sections: [`alerts`] (webhooks
+//! and intervals), [`scrape`] (selectors, targets, age aggregations), [`prometheus`] (sources
+//! and their PromQL, checked at load) and [`schedule`] (windows and the floor in force). Reading
+//! the credential files a source names is the engine's (`headroom_engine::prometheus`).
 
-mod alerts;
+pub mod alerts;
 mod api;
 mod budgets;
 mod engine;
 mod offerings;
 mod pools;
+pub mod prometheus;
 mod raw;
 mod scaling;
-mod scrape;
+pub mod schedule;
+pub mod scrape;
 mod supply;
 #[cfg(test)]
 mod tests;
@@ -32,17 +40,10 @@ use headroom_core::{
 
 use raw::{RawConfig, RawLadder, RawSim, default_listen};
 
-/// Everything wrong with a configuration file, one problem per line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Everything wrong with a configuration file, one problem per line: the crate's one error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
 pub struct ConfigErrors(pub Vec<String>);
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join("\n"))
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,16 +57,16 @@ pub struct Config {
     pub offerings: Vec<OfferingConfig>,
     pub pools: Vec<PoolSpec>,
     pub budgets: Vec<Budget>,
-    pub alerts: crate::alerts::AlertSettings,
+    pub alerts: alerts::AlertSettings,
     pub api: ApiSettings,
     /// Per pool, the service classes whose oldest age counts (all when absent).
     pub age_classes: BTreeMap<PoolName, Vec<String>>,
     /// Pools whose signals are scraped from a Prometheus text endpoint.
-    pub scrape: BTreeMap<PoolName, crate::scrape::ScrapeTarget>,
+    pub scrape: BTreeMap<PoolName, scrape::ScrapeTarget>,
     /// Windows with a replica floor per pool (`[[pools.schedule]]`).
-    pub schedules: BTreeMap<PoolName, Vec<crate::schedule::ScheduleWindow>>,
+    pub schedules: BTreeMap<PoolName, Vec<schedule::ScheduleWindow>>,
     /// Pools whose signals are queried from a Prometheus server (`[pools.signals]`).
-    pub prometheus: BTreeMap<PoolName, crate::prometheus::PrometheusSource>,
+    pub prometheus: BTreeMap<PoolName, prometheus::PrometheusSource>,
     /// The `[aws]` table, parsed by the AWS provider crate.
     pub aws: Option<toml::Table>,
     /// The `[gcp]` table, parsed by the GCP provider crate.
@@ -195,29 +196,6 @@ pub struct Reservation {
 }
 
 impl Config {
-    /// Reads the credential and CA files every `[pools.signals]` source names, as `serve` and
-    /// `replay` do before they start (`config check` does not: the files usually exist only
-    /// where the server runs): each that is missing, unreadable or empty is one line naming its
-    /// key. The token and password are read again on every query, so a rotation is picked up.
-    pub fn check_signal_files(&self, origin: &str) -> Result<(), ConfigErrors> {
-        let lines: Vec<String> = self
-            .pools
-            .iter()
-            .enumerate()
-            .filter_map(|(i, pool)| {
-                let (key, why) = self.prometheus.get(&pool.name)?.check_files().err()?;
-                Some(format!(
-                    "{origin}: key `pools[{i}].signals.{key}`: {why}; fix: point it at the file that holds it (a mounted Secret, say), or remove the key"
-                ))
-            })
-            .collect();
-        if lines.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigErrors(lines))
-        }
-    }
-
     pub fn pool(&self, name: &PoolName) -> Option<&PoolSpec> {
         self.pools.iter().find(|p| &p.name == name)
     }
