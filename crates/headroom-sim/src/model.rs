@@ -247,6 +247,12 @@ pub struct Model<'a> {
     arrivals_by_tier: Vec<u64>,
     /// Instants the model has stopped at so far: what a run costs, idle time included.
     passes: u64,
+    /// Every replica's batch was full when requests last stayed waiting, and none has finished
+    /// or joined since: starting waiting requests would find no slot (dense traffic queues
+    /// every arrival, and each would otherwise look through every replica).
+    full: bool,
+    /// The soonest completion of any replica, while no batch has changed since it was found.
+    soonest_done: Option<f64>,
 }
 
 /// A model is cloned by the oracle's search, once per probe: everything in it is small but the
@@ -266,6 +272,8 @@ impl Clone for Model<'_> {
             totals: self.totals.clone(),
             arrivals_by_tier: self.arrivals_by_tier.clone(),
             passes: self.passes,
+            full: self.full,
+            soonest_done: self.soonest_done,
         }
     }
 }
@@ -291,6 +299,8 @@ impl<'a> Model<'a> {
             },
             arrivals_by_tier: vec![0; tiers],
             passes: 0,
+            full: false,
+            soonest_done: None,
         }
     }
 
@@ -433,6 +443,8 @@ impl<'a> Model<'a> {
     /// Makes exactly these replicas ready. Requests on a replica that vanished go back to the
     /// front of their tier, oldest first.
     pub fn set_ready(&mut self, ready: &BTreeMap<String, ReplicaSpec>) {
+        self.full = false;
+        self.soonest_done = None;
         let gone: Vec<String> = self
             .replicas
             .keys()
@@ -578,6 +590,9 @@ impl<'a> Model<'a> {
 
     /// Starts waiting requests on free slots at `now`: replicas in id order, highest tier first.
     fn start_waiting(&mut self, now: f64) {
+        if self.full || self.waiting() == 0 {
+            return;
+        }
         // Serving reads the queues, not the replicas: take them out rather than copying every id.
         let mut replicas = std::mem::take(&mut self.replicas);
         for rep in replicas.values_mut() {
@@ -599,22 +614,27 @@ impl<'a> Model<'a> {
                     .push((e.index, rep.service.work(&self.requests[e.index])));
             }
             rep.reschedule();
+            self.soonest_done = None;
         }
         self.replicas = replicas;
+        // Requests still wait only when every batch was filled.
+        self.full = self.waiting() > 0;
     }
 
     /// The first instant after the last one handled at which something happens here: an arrival
     /// of this pool, a completion, or a deadline expiry; infinite when nothing ever will.
-    fn next_event(&self) -> f64 {
+    fn next_event(&mut self) -> f64 {
         let arrival = self
             .requests
             .get(self.next_own)
             .map_or(f64::INFINITY, |r| r.at_s);
-        let completion = self
-            .replicas
-            .values()
-            .map(|r| r.done_at)
-            .fold(f64::INFINITY, f64::min);
+        let replicas = &self.replicas;
+        let completion = *self.soonest_done.get_or_insert_with(|| {
+            replicas
+                .values()
+                .map(|r| r.done_at)
+                .fold(f64::INFINITY, f64::min)
+        });
         let expiry = (0..self.queue.len())
             .filter_map(|tier| {
                 let front = self.queue[tier].front()?;
@@ -627,6 +647,11 @@ impl<'a> Model<'a> {
     /// Finishes every request due by `t`, each at its own instant; their slots are filled when
     /// the model next settles (at `t`: nothing else happens in between).
     fn complete_until(&mut self, t: f64) {
+        // `next_event` found the soonest completion just before; nothing changed since.
+        if self.soonest_done.is_some_and(|soonest| t < soonest) {
+            return;
+        }
+        self.soonest_done = None;
         for rep in self.replicas.values_mut() {
             // Bounded: every pass finishes at least one request.
             while rep.done_at <= t {
@@ -638,6 +663,7 @@ impl<'a> Model<'a> {
                 let done = (before - rep.active.len()) as u64;
                 self.totals.served += done;
                 self.totals.departures += done;
+                self.full &= done == 0;
                 rep.reschedule();
             }
         }
@@ -698,7 +724,7 @@ pub fn advance_together(
             waiting += w;
         }
         peak = peak.max(waiting);
-        let next = models.iter().map(Model::next_event).fold(to, f64::min);
+        let next = models.iter_mut().map(Model::next_event).fold(to, f64::min);
         for m in models.iter_mut() {
             m.complete_until(next);
         }
