@@ -75,7 +75,8 @@ pub struct ScalingPolicy {
     pub scale_up_breaches: u32,
     /// ...of this length (two 15 s breaches by default).
     pub breach_window: Duration,
-    /// At most this many replicas added per `scale_up_period`.
+    /// At most this many replicas added per `scale_up_period`; with the objective at risk,
+    /// the pool's parked warm nodes are woken past it: the limit paces buying new nodes.
     pub scale_up_limit: u32,
     pub scale_up_period: Duration,
     /// The longest a replica above demand is kept before it goes. Within it, scale-in waits

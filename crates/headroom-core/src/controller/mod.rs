@@ -834,7 +834,14 @@ impl Activation<'_> {
             .scale_ups
             .retain(|(at, _)| elapsed(*at, self.now) < policy.scale_up_period);
         let used: u32 = memory.scale_ups.iter().map(|(_, n)| n).sum();
-        let allowed = policy.scale_up_limit.saturating_sub(used);
+        // The period's limit paces buying. With the objective at risk, the pool's own parked
+        // nodes come back past it: woken, they serve after the rungs after their disk, and the
+        // pool held them minutes ago.
+        let wakes = if at_risk { counts.warm } else { 0 };
+        let allowed = policy
+            .scale_up_limit
+            .saturating_sub(used)
+            .saturating_add(wakes);
         let step = (winner.wanted - current).min(allowed);
         let limited = if step < winner.wanted - current {
             Some(Limit::ScaleUpPeriod)

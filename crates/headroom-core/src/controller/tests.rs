@@ -319,9 +319,9 @@ fn a_pool_at_zero_gets_its_first_replica_at_once() {
     assert_eq!(f.target, 2, "{}", f.reason);
 }
 
-#[test]
-fn a_two_per_minute_limit_is_respected() {
-    let p = pool(
+/// Replicas of 10 req/s, at most two added a minute.
+fn two_per_minute() -> PoolSpec {
+    pool(
         1,
         50,
         quick(ScalingPolicy {
@@ -330,7 +330,12 @@ fn a_two_per_minute_limit_is_respected() {
             scale_up_period: Duration::from_secs(60),
             ..base()
         }),
-    );
+    )
+}
+
+#[test]
+fn a_two_per_minute_limit_is_respected() {
+    let p = two_per_minute();
     let mut m = memory(8);
     let mut targets = vec![];
     for t in [0, 10, 20, 59, 60, 61, 121] {
@@ -345,6 +350,39 @@ fn a_two_per_minute_limit_is_respected() {
         m = d.memory;
     }
     assert_eq!(targets, [10, 10, 10, 10, 12, 12, 14]);
+}
+
+/// The period's limit paces buying, not the pool's own parked nodes when the objective is at
+/// risk: 40 queued and 200 req/s against 8 ready serving 80 brings the limit's 2 and the 5
+/// parked nodes at once. Without the risk (an empty queue, arrivals that want ten replicas)
+/// the limit holds whatever is parked.
+#[test]
+fn parked_nodes_come_back_past_the_period_limit_only_when_the_objective_is_at_risk() {
+    let p = two_per_minute();
+    let parked = ReplicaCounts {
+        warm: 5,
+        ..ready(8)
+    };
+    let at_risk = decide(
+        &p,
+        Some(&Signals::queue(40, 200.0, secs(0))),
+        parked,
+        memory(8),
+        secs(0),
+    );
+    assert_eq!(at_risk.target, 15, "{}", at_risk.reason);
+    let calm = decide(
+        &p,
+        Some(&Signals::queue(0, 99.0, secs(0))),
+        ReplicaCounts {
+            warm: 5,
+            ..ready(6)
+        },
+        memory(6),
+        secs(0),
+    );
+    assert_eq!(calm.target, 8, "{}", calm.reason);
+    assert_eq!(calm.limited, Some(Limit::ScaleUpPeriod));
 }
 
 /// Twenty replicas, demand for three (27 req/s at 10 each, more than the 10 % margin below the
