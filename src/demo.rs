@@ -13,7 +13,7 @@ use headroom_cloud::{Clock, ScaledClock, SystemClock};
 use headroom_config::Config;
 use headroom_core::{PoolName, Priority};
 use headroom_engine::{Engine, SignalInput, sim_cloud_for};
-use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_ledger::{History, Ledger, SqliteLedger};
 use headroom_sim::{BurstProfile, QueueModel};
 use serde::Serialize;
 
@@ -386,7 +386,7 @@ fn push_signals_at(engine: &Engine, traffic: &[Traffic], t: f64) {
 
 async fn interval_line(
     engine: &Engine,
-    ledger: &dyn Ledger,
+    ledger: &dyn History,
     traffic: &[Traffic],
     t: f64,
     now: headroom_core::Timestamp,

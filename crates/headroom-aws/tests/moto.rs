@@ -17,7 +17,8 @@ use headroom_cloud::{
 use headroom_config::Config;
 use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Priority, QuotaUnit};
 use headroom_engine::Engine;
-use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
+use headroom_ledger::prelude::*;
+use headroom_ledger::{NewCapacityRequest, SqliteLedger};
 use headroom_testkit::{Death, DiesAfterLaunch};
 use support::{GOOD_TYPE, IMAGE, Moto, REGION, ZONE, clock, offering, spec};
 

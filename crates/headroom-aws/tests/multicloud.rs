@@ -16,7 +16,8 @@ use headroom_core::ProviderKind;
 use headroom_engine::Engine;
 use headroom_gcp::GcpSettings;
 use headroom_gcp::server::ComputeServer;
-use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_ledger::SqliteLedger;
+use headroom_ledger::prelude::*;
 use headroom_testkit::{Death, DiesAfterLaunch};
 use support::Moto;
 

@@ -23,7 +23,8 @@ use headroom_cloud::{Clock, SystemClock};
 use headroom_core::{NodeState, ProviderKind};
 use headroom_gcp::naming::instance_name;
 use headroom_gcp::server::{ComputeServer, RunningServer};
-use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_ledger::SqliteLedger;
+use headroom_ledger::prelude::*;
 use support::{Moto, REGION};
 use tokio::runtime::Runtime;
 

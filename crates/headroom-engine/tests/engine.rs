@@ -11,7 +11,8 @@ use headroom_core::controller::{Limit, Rule, ScalingHold};
 use headroom_core::planner::Destination;
 use headroom_core::{ErrorClass, NodeId, NodeState, Priority, RefusalReason, RequestState};
 use headroom_engine::{Engine, SignalInput};
-use headroom_ledger::{Ledger, NodeEvent, SqliteLedger};
+use headroom_ledger::prelude::*;
+use headroom_ledger::{NodeEvent, SqliteLedger};
 use headroom_testkit::Rig;
 
 /// One pool, two offerings (cheap and dear), no warm pool, min 0: quiet unless asked.

@@ -13,7 +13,8 @@ use headroom_cloud::{
 use headroom_core::{ErrorClass, LadderRung, Market, NodeState, Offering, ProviderKind};
 use headroom_gcp::server::{ComputeServer, Fault, FaultKind, FaultMatch, RunningServer};
 use headroom_gcp::{GcpProvider, GcpSettings};
-use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_ledger::SqliteLedger;
+use headroom_ledger::prelude::*;
 use headroom_testkit::{Death, DiesAfterLaunch};
 use serde_json::json;
 

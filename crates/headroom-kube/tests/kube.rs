@@ -11,7 +11,8 @@ use headroom_config::Config;
 use headroom_core::{NodeId, NodeState, PoolName, RequestState};
 use headroom_engine::{Cluster, ClusterNodeKey, Engine, SignalInput};
 use headroom_kube::{KubeCluster, KubeSettings, sim_provider_id};
-use headroom_ledger::{Ledger, NodeEvent, SqliteLedger};
+use headroom_ledger::prelude::*;
+use headroom_ledger::{NodeEvent, SqliteLedger};
 use headroom_testkit::Rig;
 use support::FakeApi;
 

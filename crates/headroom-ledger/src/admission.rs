@@ -1,4 +1,4 @@
-//! Budget admissions in batches ([`crate::batch`]): concurrent [`crate::Ledger::place_hold`]
+//! Budget admissions in batches ([`crate::batch`]): concurrent [`crate::NodeEvents::place_hold`]
 //! calls of different accounts are decided together, without a lock, in two round trips. One
 //! statement reads the accounts' budgets with the histories the decisions need; every event is
 //! decided as its account would decide it alone; one statement (one commit) writes the
@@ -35,9 +35,10 @@ use crate::{HoldOutcome, LedgerError, NodeEvent, checkpoint};
 /// admission's win, so the ledger as a whole always moves on.
 const ADMISSION_RACES: usize = 8;
 
-/// A node event to write, as a batch sees it: appended as it is ([`crate::Ledger::append_node_event`])
-/// or admitted against its account's budget ([`crate::Ledger::place_hold`]). Both kinds share
-/// batches, so the events a tick writes (outcomes, state changes, intents) share commits.
+/// A node event to write, as a batch sees it: appended as it is
+/// ([`crate::NodeEvents::append_node_event`]) or admitted against its account's budget
+/// ([`crate::NodeEvents::place_hold`]). Both kinds share batches, so the events a tick writes
+/// (outcomes, state changes, intents) share commits.
 #[derive(Debug, Clone)]
 pub(crate) enum EventWrite {
     Append(NodeEvent),
@@ -231,7 +232,7 @@ where
     String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
     i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
 {
-    /// [`crate::Ledger::place_hold`], in a batch. Run alone again when the caller running its
+    /// [`crate::NodeEvents::place_hold`], in a batch. Run alone again when the caller running its
     /// batch went away: an event already recorded is `Placed` again, never admitted twice.
     pub(crate) async fn admit(&self, event: &NodeEvent) -> Answer<EventWrite> {
         self.event_writes()
@@ -239,7 +240,7 @@ where
             .await
     }
 
-    /// [`crate::Ledger::append_node_event`], in a batch.
+    /// [`crate::NodeEvents::append_node_event`], in a batch.
     pub(crate) async fn append(&self, event: &NodeEvent) -> Result<(), LedgerError> {
         self.event_writes()
             .write(EventWrite::Append(event.clone()), self)

@@ -78,18 +78,20 @@ pub trait Dialect: Debug + Send + Sync + 'static {
     /// commit after a larger one was read.
     const COMMITS_IN_SEQ_ORDER: bool;
 
-    /// See [`crate::Ledger::pool_leases`]: a backend only one process opens owns every pool.
+    /// See [`crate::Coordination::pool_leases`]: a backend only one process opens owns every
+    /// pool.
     async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
         Ok(pools.iter().cloned().collect())
     }
 
-    /// See [`crate::Ledger::share_signal`]: a backend only one process opens has nobody to tell.
+    /// See [`crate::Coordination::share_signal`]: a backend only one process opens has nobody
+    /// to tell.
     async fn share_signal(pool: &Pool<Self::Db>, payload: &str) -> Result<(), LedgerError> {
         let _ = (pool, payload);
         Ok(())
     }
 
-    /// See [`crate::Ledger::shared_signals`].
+    /// See [`crate::Coordination::shared_signals`].
     async fn shared_signals(&self) -> Result<Option<crate::SignalFeed>, LedgerError> {
         Ok(None)
     }

@@ -2,9 +2,12 @@
 //!
 //! Rows are only ever inserted. Node states, request outcomes, spend and holds are derived from
 //! them (see [`derive`]), so what finance audits can never drift from what happened. The
-//! [`Ledger`] trait is what the engine and the API use. One SQL implementation serves both
-//! backends, [`SqliteLedger`] (embedded, the default) and [`PostgresLedger`] (production); what
-//! the two databases do differently is the dialect seam in `dialect.rs`.
+//! [`Ledger`] trait is what the engine and the API use: the sum of role traits ([`Requests`],
+//! [`Budgets`], [`NodeEvents`], [`History`], [`Schedules`], [`EngineMemory`], [`AlertOutbox`],
+//! [`ApiTokens`], [`Coordination`]), each of which a caller may take alone. One SQL
+//! implementation serves both backends, [`SqliteLedger`] (embedded, the default) and
+//! [`PostgresLedger`] (production); what the two databases do differently is the dialect seam in
+//! `dialect.rs`.
 
 mod admission;
 mod batch;
@@ -41,6 +44,16 @@ pub use ids::IdSource;
 pub use pg_schema::{RuntimeRole, scram_sha256};
 pub use postgres::{PostgresLedger, STATEMENT_TIMEOUT};
 pub use sqlite::SqliteLedger;
+
+/// The ledger and its roles, for `use headroom_ledger::prelude::*` where a module calls many
+/// roles' methods on a concrete ledger (a [`SqliteLedger`]): a role's methods are called with the
+/// role in scope, except on a `dyn Ledger`, which has every role's.
+pub mod prelude {
+    pub use crate::{
+        AlertOutbox, ApiTokens, Budgets, Coordination, EngineMemory, History, Ledger, NodeEvents,
+        Requests, Schedules,
+    };
+}
 
 #[derive(Debug, Error)]
 pub enum LedgerError {
@@ -88,18 +101,18 @@ impl From<sqlx::Error> for LedgerError {
     }
 }
 
-/// Where some tables stand (see [`Ledger::revision`]). Each field is a number that changes
+/// Where some tables stand (see [`Coordination::revision`]). Each field is a number that changes
 /// whenever a row its reads return is committed, by any process: every table is append-only,
 /// so SQLite's largest row id (one writer at a time, ids never reused) or PostgreSQL's row count
 /// of a table only grows then, and a sum of them moves when any of them does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Revision {
-    /// Budget versions: [`Ledger::budgets`].
+    /// Budget versions: [`Budgets::budgets`].
     pub budgets: Option<i64>,
-    /// Scheduled windows and their cancellations: [`Ledger::schedule_windows`].
+    /// Scheduled windows and their cancellations: [`Schedules::schedule_windows`].
     pub windows: Option<i64>,
-    /// Capacity requests, their cancellations and refusals: [`Ledger::open_capacity_requests`]
-    /// and [`Ledger::cancelled_requests`]. `None` on PostgreSQL, where counting the refusals
+    /// Capacity requests, their cancellations and refusals: [`Requests::open_capacity_requests`]
+    /// and [`Requests::cancelled_requests`]. `None` on PostgreSQL, where counting the refusals
     /// would cost as much as the read.
     pub requests: Option<i64>,
 }
@@ -107,9 +120,42 @@ pub struct Revision {
 /// Pending notifications kept per outbox; past this the oldest are dropped (and recorded so).
 pub const ALERT_OUTBOX_BOUND: i64 = 1000;
 
-/// The system of record. Every method is one transaction.
+/// The system of record: every role below, each a trait of its own. The engine and the API
+/// hold one (`Arc<dyn Ledger>`, which has every role's methods); a caller that needs only a role
+/// or two takes those (a `dyn Ledger` upcasts to any of them). Every method is one transaction.
+/// Any type that implements every role is a `Ledger`; on one, a role's methods are called with
+/// the role in scope (or [`prelude`]).
+pub trait Ledger:
+    Requests
+    + Budgets
+    + NodeEvents
+    + History
+    + Schedules
+    + EngineMemory
+    + AlertOutbox
+    + ApiTokens
+    + Coordination
+{
+}
+
+impl<L> Ledger for L where
+    L: Requests
+        + Budgets
+        + NodeEvents
+        + History
+        + Schedules
+        + EngineMemory
+        + AlertOutbox
+        + ApiTokens
+        + Coordination
+{
+}
+
+/// Capacity requests and their outcomes: recorded, cancelled, and read back one at a time, by
+/// pool, by page, or as the open ones a tick works on (the API's `/v1/capacity-requests` and the
+/// tick's input).
 #[async_trait]
-pub trait Ledger: Send + Sync + Debug {
+pub trait Requests: Send + Sync + Debug {
     /// Records a request. A repeated idempotency key with the same body returns the first
     /// request and `false`; with a different body it is an `IdempotencyConflict`.
     async fn record_capacity_request(
@@ -160,13 +206,6 @@ pub trait Ledger: Send + Sync + Debug {
         to: Timestamp,
     ) -> Result<Vec<RequestOutcome>, LedgerError>;
 
-    /// Every refusal recorded in `[from, to)`, in order.
-    async fn refusals_between(
-        &self,
-        from: Timestamp,
-        to: Timestamp,
-    ) -> Result<Vec<RefusalRecord>, LedgerError>;
-
     /// One page of capacity requests with their outcomes (see [`RequestPageQuery`]): the
     /// filters, the order and the limit are the query's, so a page costs its own rows, not the
     /// ledger's. The state is derived in the query exactly as [`RequestState::derive`] does.
@@ -178,43 +217,15 @@ pub trait Ledger: Send + Sync + Debug {
     /// Every node event that carries request `id`, in order: what its fill is derived from.
     async fn request_events(&self, id: &RequestId) -> Result<Vec<NodeEvent>, LedgerError>;
 
-    /// Every node event of `pool`, in order.
-    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError>;
-
-    /// The node events of `pool` at `[from, to)` recorded after sequence number `after`, in
-    /// ledger order, at most `limit`: one page of the pool's ledger.
-    async fn pool_event_page(
-        &self,
-        pool: &PoolName,
-        from: Timestamp,
-        to: Timestamp,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError>;
-
     /// Requests still being worked on: neither cancelled nor closed by a refusal.
     async fn open_capacity_requests(&self) -> Result<Vec<CapacityRequest>, LedgerError>;
+}
 
-    /// Appends a node event. Idempotent: the same event written twice is recorded once, and a
-    /// node's second terminal event (terminated or refused) is ignored.
-    async fn append_node_event(&self, event: &NodeEvent) -> Result<(), LedgerError>;
-
-    /// Records an event that places a hold (a launch intent, a wake, a park, a renewal) only if
-    /// the account's budget in force can carry it: the check and the write are one transaction,
-    /// serialised per account, so concurrent launches can never overspend a ceiling. Accounts
-    /// without a budget are admitted. An event already recorded is `Placed` again without a
-    /// second hold. A hold replaces what its node still holds (a renewal's
-    /// [`NodeEvent::hold_renewal`], a park's, a parked node's wake), so only the difference is
-    /// admitted.
-    async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError>;
-
-    /// The latest event that placed a hold (a launch, a wake, a renewal) of each of `nodes`
-    /// that has one, in ledger order.
-    async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError>;
-
-    /// Appends a refusal; idempotent like [`Ledger::append_node_event`].
-    async fn append_refusal(&self, refusal: &RefusalRecord) -> Result<(), LedgerError>;
-
+/// Budgets: an account's versions (the latest in force) and its standing (spend and open
+/// holds in the period), derived from the events charged to it. The admission that checks a
+/// hold against the budget is [`NodeEvents::place_hold`].
+#[async_trait]
+pub trait Budgets: Send + Sync + Debug {
     /// Records a new version of an account's budget; the latest version is in force.
     async fn put_budget(&self, budget: &Budget, at: Timestamp) -> Result<(), LedgerError>;
 
@@ -241,19 +252,43 @@ pub trait Ledger: Send + Sync + Debug {
         let events = self.account_events(&budget.account).await?;
         Ok(derive::standing(&events, budget, now))
     }
+}
 
+/// What the engine writes about nodes: their events, appended or admitted against the account's
+/// budget (a hold), the holds renewals extend, and refusals.
+#[async_trait]
+pub trait NodeEvents: Send + Sync + Debug {
+    /// Appends a node event. Idempotent: the same event written twice is recorded once, and a
+    /// node's second terminal event (terminated or refused) is ignored.
+    async fn append_node_event(&self, event: &NodeEvent) -> Result<(), LedgerError>;
+
+    /// Records an event that places a hold (a launch intent, a wake, a park, a renewal) only if
+    /// the account's budget in force can carry it: the check and the write are one transaction,
+    /// serialised per account, so concurrent launches can never overspend a ceiling. Accounts
+    /// without a budget are admitted. An event already recorded is `Placed` again without a
+    /// second hold. A hold replaces what its node still holds (a renewal's
+    /// [`NodeEvent::hold_renewal`], a park's, a parked node's wake), so only the difference is
+    /// admitted.
+    async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError>;
+
+    /// The latest event that placed a hold (a launch, a wake, a renewal) of each of `nodes`
+    /// that has one, in ledger order.
+    async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError>;
+
+    /// Appends a refusal; idempotent like [`NodeEvents::append_node_event`].
+    async fn append_refusal(&self, refusal: &RefusalRecord) -> Result<(), LedgerError>;
+}
+
+/// The node record read back: the live nodes a tick starts from (and the events after them), and
+/// the history the API's pool views, the alert rules, a pool's restore and the finance reports
+/// read.
+#[async_trait]
+pub trait History: Send + Sync + Debug {
     /// The latest event of every node that is not final (terminated or refused).
     async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError>;
 
-    /// Where the tables a tick reads stand now, so a reader keeps what it read until they
-    /// move; a field the backend cannot give cheaply is `None` (read again every time). Read
-    /// it before what it guards.
-    async fn revision(&self) -> Result<Revision, LedgerError> {
-        Ok(Revision::default())
-    }
-
-    /// [`Ledger::live_nodes`] with their sequence numbers, and a sequence number every event
-    /// at or below which they include: the start of a [`Ledger::node_events_after`] chain.
+    /// [`History::live_nodes`] with their sequence numbers, and a sequence number every event
+    /// at or below which they include: the start of a [`History::node_events_after`] chain.
     /// `None` where events may commit out of sequence order (see [`Revision::node_events`]).
     async fn live_nodes_through(
         &self,
@@ -262,7 +297,7 @@ pub trait Ledger: Send + Sync + Debug {
     }
 
     /// The node events after `seq`, in order, at most `limit` of them. Complete only where
-    /// [`Ledger::live_nodes_through`] answers: only there does no event commit later with a
+    /// [`History::live_nodes_through`] answers: only there does no event commit later with a
     /// smaller sequence number.
     async fn node_events_after(
         &self,
@@ -273,41 +308,60 @@ pub trait Ledger: Send + Sync + Debug {
     /// Every node event, in order. Reports and cost derivations read this.
     async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError>;
 
+    /// Every node event of `pool`, in order.
+    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError>;
+
+    /// The node events of `pool` at `[from, to)` recorded after sequence number `after`, in
+    /// ledger order, at most `limit`: one page of the pool's ledger.
+    async fn pool_event_page(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError>;
+
+    /// Every refusal recorded in `[from, to)`, in order.
+    async fn refusals_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RefusalRecord>, LedgerError>;
+
     async fn summary(&self, now: Timestamp) -> Result<LedgerSummary, LedgerError>;
+}
 
-    /// Takes what it can of the leases on `pools` for this process and returns the pools it
-    /// owns now. Several processes sharing one database split the pools this way; a lease ends
-    /// when its process ends. A single-process backend owns every pool.
-    async fn pool_leases(
+/// Scheduled windows declared through the API: added, cancelled, and read with the tick's
+/// input.
+#[async_trait]
+pub trait Schedules: Send + Sync + Debug {
+    /// Records a scheduled window declared through the API (`spec` is its JSON); an `id`
+    /// already recorded keeps its first window (a retried request).
+    async fn add_schedule_window(
         &self,
-        pools: &[PoolName],
-    ) -> Result<std::collections::BTreeSet<PoolName>, LedgerError> {
-        Ok(pools.iter().cloned().collect())
-    }
-
-    /// Queues an alert notification for `webhook`. The outbox is bounded: beyond
-    /// [`ALERT_OUTBOX_BOUND`] pending notifications the oldest are closed as dropped; returns
-    /// how many were.
-    async fn enqueue_alert(
-        &self,
-        webhook: &str,
-        body: &str,
+        id: &str,
+        pool: &PoolName,
         at: Timestamp,
-    ) -> Result<u64, LedgerError>;
+        spec: &str,
+    ) -> Result<(), LedgerError>;
 
-    /// The oldest pending notifications, at most `limit`.
-    async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError>;
+    /// Cancels `pool`'s window `id`; `false` when the pool has no such window still in force.
+    async fn cancel_schedule_window(
+        &self,
+        pool: &PoolName,
+        id: &str,
+        at: Timestamp,
+    ) -> Result<bool, LedgerError>;
 
-    /// How many queued notifications no webhook has taken yet: the outbox's depth.
-    async fn pending_alert_count(&self) -> Result<u64, LedgerError>;
+    /// Every window declared through the API and not cancelled, oldest first.
+    async fn schedule_windows(&self) -> Result<Vec<StoredWindow>, LedgerError>;
+}
 
-    /// Closes a notification as delivered (idempotent).
-    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
-
-    /// Closes a notification as dropped: its retries are spent (idempotent; a notification
-    /// already closed keeps its first outcome).
-    async fn alert_dropped(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
-
+/// The engine's memory on the record, per pool: its decision log, measured demand, the scaling
+/// controller's memory and the alert book, read back when a process takes the pool.
+#[async_trait]
+pub trait EngineMemory: Send + Sync + Debug {
     /// Records one controller decision (a JSON document) for `pool`.
     async fn append_decision(
         &self,
@@ -370,28 +424,40 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// `scope`'s latest recorded alert book with its instant, if any.
     async fn alert_book(&self, scope: &str) -> Result<Option<(Timestamp, String)>, LedgerError>;
+}
 
-    /// Records a scheduled window declared through the API (`spec` is its JSON); an `id`
-    /// already recorded keeps its first window (a retried request).
-    async fn add_schedule_window(
+/// The alert notifications outbox: queued by the alert rules, taken and closed by the delivery
+/// loop.
+#[async_trait]
+pub trait AlertOutbox: Send + Sync + Debug {
+    /// Queues an alert notification for `webhook`. The outbox is bounded: beyond
+    /// [`ALERT_OUTBOX_BOUND`] pending notifications the oldest are closed as dropped; returns
+    /// how many were.
+    async fn enqueue_alert(
         &self,
-        id: &str,
-        pool: &PoolName,
+        webhook: &str,
+        body: &str,
         at: Timestamp,
-        spec: &str,
-    ) -> Result<(), LedgerError>;
+    ) -> Result<u64, LedgerError>;
 
-    /// Cancels `pool`'s window `id`; `false` when the pool has no such window still in force.
-    async fn cancel_schedule_window(
-        &self,
-        pool: &PoolName,
-        id: &str,
-        at: Timestamp,
-    ) -> Result<bool, LedgerError>;
+    /// The oldest pending notifications, at most `limit`.
+    async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError>;
 
-    /// Every window declared through the API and not cancelled, oldest first.
-    async fn schedule_windows(&self) -> Result<Vec<StoredWindow>, LedgerError>;
+    /// How many queued notifications no webhook has taken yet: the outbox's depth.
+    async fn pending_alert_count(&self) -> Result<u64, LedgerError>;
 
+    /// Closes a notification as delivered (idempotent).
+    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
+
+    /// Closes a notification as dropped: its retries are spent (idempotent; a notification
+    /// already closed keeps its first outcome).
+    async fn alert_dropped(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError>;
+}
+
+/// The API's bearer tokens (the secret's SHA-256, never the secret): made and revoked by
+/// `headroom token`, read by the API's authentication.
+#[async_trait]
+pub trait ApiTokens: Send + Sync + Debug {
     async fn create_token(&self, token: &ApiToken) -> Result<(), LedgerError>;
 
     async fn token(&self, id: &str) -> Result<Option<ApiToken>, LedgerError>;
@@ -400,9 +466,21 @@ pub trait Ledger: Send + Sync + Debug {
 
     /// Revokes a token; `false` when no such token exists.
     async fn revoke_token(&self, id: &str, at: Timestamp) -> Result<bool, LedgerError>;
+}
 
-    /// Cheap round trip for readiness checks.
-    async fn ping(&self) -> Result<(), LedgerError>;
+/// What processes sharing one ledger coordinate through: pool leases, shared pool signals, the
+/// [`Revision`] a reader's cache keys on (any writer moves it), and the readiness ping.
+#[async_trait]
+pub trait Coordination: Send + Sync + Debug {
+    /// Takes what it can of the leases on `pools` for this process and returns the pools it
+    /// owns now. Several processes sharing one database split the pools this way; a lease ends
+    /// when its process ends. A single-process backend owns every pool.
+    async fn pool_leases(
+        &self,
+        pools: &[PoolName],
+    ) -> Result<std::collections::BTreeSet<PoolName>, LedgerError> {
+        Ok(pools.iter().cloned().collect())
+    }
 
     /// Tells every process sharing this ledger about a pool signal one of them received (a
     /// PostgreSQL `NOTIFY`; nothing is stored), so the process that holds the pool's lease sees
@@ -416,6 +494,16 @@ pub trait Ledger: Send + Sync + Debug {
     async fn shared_signals(&self) -> Result<Option<SignalFeed>, LedgerError> {
         Ok(None)
     }
+
+    /// Where the tables a tick reads stand now, so a reader keeps what it read until they
+    /// move; a field the backend cannot give cheaply is `None` (read again every time). Read
+    /// it before what it guards.
+    async fn revision(&self) -> Result<Revision, LedgerError> {
+        Ok(Revision::default())
+    }
+
+    /// Cheap round trip for readiness checks.
+    async fn ping(&self) -> Result<(), LedgerError>;
 }
 
 /// The channel processes share pool signals on.

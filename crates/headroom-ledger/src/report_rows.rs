@@ -7,11 +7,11 @@ use std::collections::BTreeSet;
 use headroom_core::Timestamp;
 use headroom_records::ReportRows;
 
-use crate::{Ledger, LedgerError, NodeEvent, RefusalRecord};
+use crate::{History, Ledger, LedgerError, NodeEvent, RefusalRecord};
 
 /// Every node event of the accounts a reader acts for (all, when `None`).
 pub async fn visible_events(
-    ledger: &dyn Ledger,
+    ledger: &dyn History,
     accounts: Option<&BTreeSet<String>>,
 ) -> Result<Vec<NodeEvent>, LedgerError> {
     Ok(ledger
@@ -25,7 +25,7 @@ pub async fn visible_events(
 /// The refusals in `[from, to)` a reader sees: a refusal names its pool, and is shown when the
 /// pool's nodes are (`events`, already cut to the reader's accounts), or to a reader of all.
 pub async fn visible_refusals(
-    ledger: &dyn Ledger,
+    ledger: &dyn History,
     events: &[NodeEvent],
     from: Timestamp,
     to: Timestamp,
@@ -67,7 +67,7 @@ pub async fn budget(
 /// (`headroom_report::reservations::history_range`); its refusals are read after, for the range
 /// ([`visible_refusals`]).
 pub async fn history(
-    ledger: &dyn Ledger,
+    ledger: &dyn History,
     accounts: Option<&BTreeSet<String>>,
 ) -> Result<(Vec<NodeEvent>, bool), LedgerError> {
     let events = visible_events(ledger, accounts).await?;

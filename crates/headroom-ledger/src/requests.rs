@@ -1,5 +1,5 @@
 //! Capacity requests recorded in batches ([`crate::batch`]): concurrent
-//! [`crate::Ledger::record_capacity_request`] calls share one `INSERT` (one commit), and those
+//! [`crate::Requests::record_capacity_request`] calls share one `INSERT` (one commit), and those
 //! that meet a row already there share one lookup. One request per idempotency key per batch, so
 //! a second request with a key always finds the first committed.
 
@@ -85,7 +85,7 @@ where
     String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
     i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
 {
-    /// [`crate::Ledger::record_capacity_request`], in a batch.
+    /// [`crate::Requests::record_capacity_request`], in a batch.
     pub(crate) async fn record_request(&self, new: &NewCapacityRequest) -> Answer<RequestWrite> {
         self.request_writes()
             .write(RequestWrite::new(new, self.ids().request_id()), self)

@@ -1,5 +1,6 @@
-//! The one SQL implementation of [`Ledger`], for every [`Dialect`]: each query is written here
-//! once, with `?` parameters and `{name}` timestamp columns (see [`dialect::render`]).
+//! The one SQL implementation of [`crate::Ledger`] (each of its roles, an impl block a role) for
+//! every [`Dialect`]: each query is written here once, with `?` parameters and `{name}` timestamp
+//! columns (see [`dialect::render`]).
 //!
 //! Lists of core values a query filters on (closing refusal reasons, final node states) are
 //! bound from the core's own definitions, never written out in SQL, so the two cannot drift.
@@ -23,9 +24,10 @@ use crate::dialect::{self, Dialect, render};
 use crate::ids::IdSource;
 use crate::requests::RequestWrite;
 use crate::{
-    ACTIVATION_REASONS, ApiToken, HOLD_RENEWAL, HoldOutcome, Ledger, LedgerError, LedgerSummary,
-    NewCapacityRequest, NodeEvent, PendingAlert, RefusalRecord, RequestOutcome, RequestPageQuery,
-    Revision, Sequenced, StoredWindow, derive,
+    ACTIVATION_REASONS, AlertOutbox, ApiToken, ApiTokens, Budgets, Coordination, EngineMemory,
+    HOLD_RENEWAL, History, HoldOutcome, LedgerError, LedgerSummary, NewCapacityRequest, NodeEvent,
+    NodeEvents, PendingAlert, RefusalRecord, RequestOutcome, RequestPageQuery, Requests, Revision,
+    Schedules, Sequenced, StoredWindow, derive,
 };
 
 /// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
@@ -127,7 +129,7 @@ impl<D: Dialect> SqlLedger<D> {
     }
 }
 
-// The same bounds again on the `Ledger` impl below: Rust does not carry a where clause from one
+// The same bounds again on each role's impl below: Rust does not carry a where clause from one
 // impl to another, and these are what every backend's sqlx driver provides.
 impl<D: Dialect> SqlLedger<D>
 where
@@ -402,7 +404,7 @@ where
 }
 
 #[async_trait]
-impl<D: Dialect> Ledger for SqlLedger<D>
+impl<D: Dialect> Requests for SqlLedger<D>
 where
     for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
     for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
@@ -461,6 +463,26 @@ where
             Some(request) => Ok(Some(self.outcome(request).await?)),
             None => Ok(None),
         }
+    }
+
+    async fn cancelled_requests(
+        &self,
+        ids: &[RequestId],
+    ) -> Result<std::collections::HashSet<RequestId>, LedgerError> {
+        let mut cancelled = std::collections::HashSet::new();
+        for chunk in ids.chunks(IN_LIST_CHUNK) {
+            let mut query = Self::query(&format!(
+                "SELECT request_id FROM request_cancellations WHERE request_id IN ({})",
+                dialect::params(chunk.len())
+            ));
+            for id in chunk {
+                query = query.bind(id.0.as_str());
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                cancelled.insert(RequestId(row.try_get("request_id")?));
+            }
+        }
+        Ok(cancelled)
     }
 
     async fn capacity_requests_between(
@@ -617,76 +639,10 @@ where
         Ok(page)
     }
 
-    async fn refusals_between(
-        &self,
-        from: Timestamp,
-        to: Timestamp,
-    ) -> Result<Vec<RefusalRecord>, LedgerError> {
-        Self::query("SELECT * FROM refusals WHERE {at} >= ? AND {at} < ? ORDER BY seq")
-            .bind(D::time(from))
-            .bind(D::time(to))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(Self::refusal_from_row)
-            .collect()
-    }
-
     async fn request_events(&self, id: &RequestId) -> Result<Vec<NodeEvent>, LedgerError> {
         self.events(
             Self::query("SELECT * FROM node_events WHERE request_id = ? ORDER BY seq")
                 .bind(id.0.as_str()),
-        )
-        .await
-    }
-
-    async fn cancelled_requests(
-        &self,
-        ids: &[RequestId],
-    ) -> Result<std::collections::HashSet<RequestId>, LedgerError> {
-        let mut cancelled = std::collections::HashSet::new();
-        for chunk in ids.chunks(IN_LIST_CHUNK) {
-            let mut query = Self::query(&format!(
-                "SELECT request_id FROM request_cancellations WHERE request_id IN ({})",
-                dialect::params(chunk.len())
-            ));
-            for id in chunk {
-                query = query.bind(id.0.as_str());
-            }
-            for row in query.fetch_all(&self.pool).await? {
-                cancelled.insert(RequestId(row.try_get("request_id")?));
-            }
-        }
-        Ok(cancelled)
-    }
-
-    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {
-        self.events(
-            Self::query("SELECT * FROM node_events WHERE pool = ? ORDER BY seq")
-                .bind(pool.as_str()),
-        )
-        .await
-    }
-
-    async fn pool_event_page(
-        &self,
-        pool: &PoolName,
-        from: Timestamp,
-        to: Timestamp,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError> {
-        self.sequenced_events(
-            Self::query(
-                "SELECT * FROM node_events
-                 WHERE pool = ? AND {at} >= ? AND {at} < ? AND seq > ?
-                 ORDER BY seq LIMIT ?",
-            )
-            .bind(pool.as_str())
-            .bind(D::time(from))
-            .bind(D::time(to))
-            .bind(after.unwrap_or(i64::MIN))
-            .bind(i64::from(limit)),
         )
         .await
     }
@@ -711,13 +667,53 @@ where
             .map(Self::request_from_row)
             .collect()
     }
+}
 
-    async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
-        self.append(e).await
+#[async_trait]
+impl<D: Dialect> Budgets for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    async fn put_budget(&self, b: &Budget, at: Timestamp) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO budget_versions (account, period, ceiling_micros, soft_threshold_percent, hard_action, {at})
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(b.account.as_str())
+        .bind(b.period.as_str())
+        .bind(b.ceiling.micros())
+        .bind(D::int(u32::from(b.soft_threshold_percent)))
+        .bind(b.hard_action.as_str())
+        .bind(D::time(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
-    async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError> {
-        self.admit(event).await
+    async fn budgets(&self) -> Result<Vec<Budget>, LedgerError> {
+        Self::query(
+            "SELECT b.* FROM budget_versions b
+             JOIN (SELECT account, MAX(seq) AS seq FROM budget_versions GROUP BY account) last
+               ON b.seq = last.seq
+             ORDER BY b.account",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(Self::budget_from_row)
+        .collect()
+    }
+
+    async fn account_events(&self, account: &AccountName) -> Result<Vec<NodeEvent>, LedgerError> {
+        self.events(
+            Self::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
+                .bind(account.as_str()),
+        )
+        .await
     }
 
     async fn budget_standing(
@@ -732,6 +728,24 @@ where
             .next()
             .map(|s| s.standing)
             .ok_or_else(|| LedgerError::Corrupt(format!("no standing for {}", budget.account)))
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> NodeEvents for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    async fn append_node_event(&self, e: &NodeEvent) -> Result<(), LedgerError> {
+        self.append(e).await
+    }
+
+    async fn place_hold(&self, event: &NodeEvent) -> Result<HoldOutcome, LedgerError> {
+        self.admit(event).await
     }
 
     async fn latest_holds(&self, nodes: &[NodeId]) -> Result<Vec<NodeEvent>, LedgerError> {
@@ -772,45 +786,17 @@ where
         .await?;
         Ok(())
     }
+}
 
-    async fn put_budget(&self, b: &Budget, at: Timestamp) -> Result<(), LedgerError> {
-        Self::query(
-            "INSERT INTO budget_versions (account, period, ceiling_micros, soft_threshold_percent, hard_action, {at})
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(b.account.as_str())
-        .bind(b.period.as_str())
-        .bind(b.ceiling.micros())
-        .bind(D::int(u32::from(b.soft_threshold_percent)))
-        .bind(b.hard_action.as_str())
-        .bind(D::time(at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn budgets(&self) -> Result<Vec<Budget>, LedgerError> {
-        Self::query(
-            "SELECT b.* FROM budget_versions b
-             JOIN (SELECT account, MAX(seq) AS seq FROM budget_versions GROUP BY account) last
-               ON b.seq = last.seq
-             ORDER BY b.account",
-        )
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(Self::budget_from_row)
-        .collect()
-    }
-
-    async fn account_events(&self, account: &AccountName) -> Result<Vec<NodeEvent>, LedgerError> {
-        self.events(
-            Self::query("SELECT * FROM node_events WHERE account = ? ORDER BY seq")
-                .bind(account.as_str()),
-        )
-        .await
-    }
-
+#[async_trait]
+impl<D: Dialect> History for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
     async fn live_nodes(&self) -> Result<Vec<NodeEvent>, LedgerError> {
         Ok(self
             .live_heads()
@@ -818,15 +804,6 @@ where
             .into_iter()
             .map(|e| e.row)
             .collect())
-    }
-
-    async fn revision(&self) -> Result<Revision, LedgerError> {
-        let row = Self::query(D::REVISION).fetch_one(&self.pool).await?;
-        Ok(Revision {
-            budgets: row.try_get("budgets")?,
-            windows: row.try_get("windows")?,
-            requests: row.try_get("requests")?,
-        })
     }
 
     async fn live_nodes_through(
@@ -859,6 +836,52 @@ where
     async fn node_events(&self) -> Result<Vec<NodeEvent>, LedgerError> {
         self.events(Self::query("SELECT * FROM node_events ORDER BY seq"))
             .await
+    }
+
+    async fn pool_events(&self, pool: &PoolName) -> Result<Vec<NodeEvent>, LedgerError> {
+        self.events(
+            Self::query("SELECT * FROM node_events WHERE pool = ? ORDER BY seq")
+                .bind(pool.as_str()),
+        )
+        .await
+    }
+
+    async fn pool_event_page(
+        &self,
+        pool: &PoolName,
+        from: Timestamp,
+        to: Timestamp,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<NodeEvent>>, LedgerError> {
+        self.sequenced_events(
+            Self::query(
+                "SELECT * FROM node_events
+                 WHERE pool = ? AND {at} >= ? AND {at} < ? AND seq > ?
+                 ORDER BY seq LIMIT ?",
+            )
+            .bind(pool.as_str())
+            .bind(D::time(from))
+            .bind(D::time(to))
+            .bind(after.unwrap_or(i64::MIN))
+            .bind(i64::from(limit)),
+        )
+        .await
+    }
+
+    async fn refusals_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<RefusalRecord>, LedgerError> {
+        Self::query("SELECT * FROM refusals WHERE {at} >= ? AND {at} < ? ORDER BY seq")
+            .bind(D::time(from))
+            .bind(D::time(to))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Self::refusal_from_row)
+            .collect()
     }
 
     async fn summary(&self, now: Timestamp) -> Result<LedgerSummary, LedgerError> {
@@ -899,76 +922,102 @@ where
             as_of,
         })
     }
+}
 
-    async fn enqueue_alert(
+#[async_trait]
+impl<D: Dialect> Schedules for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    async fn add_schedule_window(
         &self,
-        webhook: &str,
-        body: &str,
+        id: &str,
+        pool: &PoolName,
         at: Timestamp,
-    ) -> Result<u64, LedgerError> {
-        let mut tx =
-            dialect::begin_serialised::<D>(&self.pool, &["headroom-alert-outbox"], 0).await?;
-        Self::query("INSERT INTO alert_outbox (webhook, body, {created}) VALUES (?, ?, ?)")
-            .bind(webhook)
-            .bind(body)
-            .bind(D::time(at))
-            .execute(&mut *tx)
-            .await?;
-        // SQLite has no OFFSET without a LIMIT and Postgres no negative LIMIT: the largest one
-        // stands for "all the rest" on both.
-        let dropped = Self::query(
-            "INSERT INTO alert_deliveries (outbox_seq, outcome, {at})
-             SELECT seq, 'dropped', ? FROM alert_outbox o
-             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
-             ORDER BY seq DESC LIMIT ? OFFSET ?
-             RETURNING outbox_seq",
+        spec: &str,
+    ) -> Result<(), LedgerError> {
+        Self::query(
+            "INSERT INTO schedule_windows (id, pool, {at}, spec) VALUES (?, ?, ?, CAST(? AS {json}))
+             ON CONFLICT DO NOTHING",
         )
+        .bind(id)
+        .bind(pool.as_str())
         .bind(D::time(at))
-        .bind(i64::MAX)
-        .bind(crate::ALERT_OUTBOX_BOUND)
-        .fetch_all(&mut *tx)
-        .await?
-        .len() as u64;
-        tx.commit().await?;
-        Ok(dropped)
-    }
-
-    async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError> {
-        let rows = Self::query(
-            "SELECT seq, webhook, body FROM alert_outbox o
-             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
-             ORDER BY seq LIMIT ?",
-        )
-        .bind(limit)
-        .fetch_all(&self.pool)
+        .bind(spec)
+        .execute(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(PendingAlert {
-                    seq: r.try_get("seq")?,
-                    webhook: r.try_get("webhook")?,
-                    body: r.try_get("body")?,
-                })
+        Ok(())
+    }
+
+    async fn cancel_schedule_window(
+        &self,
+        pool: &PoolName,
+        id: &str,
+        at: Timestamp,
+    ) -> Result<bool, LedgerError> {
+        let in_force = Self::query(
+            "SELECT w.id FROM schedule_windows w
+             LEFT JOIN schedule_window_cancellations c ON c.window_id = w.id
+             WHERE w.id = ? AND w.pool = ? AND c.window_id IS NULL",
+        )
+        .bind(id)
+        .bind(pool.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        if in_force.is_none() {
+            return Ok(false);
+        }
+        Self::query(
+            "INSERT INTO schedule_window_cancellations (window_id, {at}) VALUES (?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(D::time(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(true)
+    }
+
+    async fn schedule_windows(&self) -> Result<Vec<StoredWindow>, LedgerError> {
+        Self::query(
+            "SELECT w.id, w.pool, w.{at} AS {created}, CAST(w.spec AS TEXT) AS spec
+             FROM schedule_windows w
+             LEFT JOIN schedule_window_cancellations c ON c.window_id = w.id
+             WHERE c.window_id IS NULL
+             ORDER BY w.{at}, w.id",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            let pool: String = row.try_get("pool")?;
+            let created: D::Time = row.try_get(format!("created{}", D::TIME_SUFFIX).as_str())?;
+            Ok(StoredWindow {
+                id: row.try_get("id")?,
+                pool: pool
+                    .parse()
+                    .map_err(|e| LedgerError::Corrupt(format!("schedule window pool: {e}")))?,
+                at: D::timestamp(created)?,
+                spec: row.try_get("spec")?,
             })
-            .collect()
+        })
+        .collect()
     }
+}
 
-    async fn pending_alert_count(&self) -> Result<u64, LedgerError> {
-        self.count(Self::query(
-            "SELECT COUNT(*) AS n FROM alert_outbox o
-             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)",
-        ))
-        .await
-    }
-
-    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
-        self.close_alert(seq, "delivered", at).await
-    }
-
-    async fn alert_dropped(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
-        self.close_alert(seq, "dropped", at).await
-    }
-
+#[async_trait]
+impl<D: Dialect> EngineMemory for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
     async fn append_decision(
         &self,
         pool: &PoolName,
@@ -982,6 +1031,45 @@ where
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError> {
+        Self::query(
+            "SELECT CAST(record AS TEXT) AS record FROM decisions
+             WHERE pool = ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(pool.as_str())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| Ok(row.try_get("record")?))
+        .collect()
+    }
+
+    async fn decision_page(
+        &self,
+        pool: &PoolName,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Sequenced<String>>, LedgerError> {
+        Self::query(
+            "SELECT seq, CAST(record AS TEXT) AS record FROM decisions
+             WHERE pool = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(pool.as_str())
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Sequenced {
+                seq: row.try_get("seq")?,
+                row: row.try_get("record")?,
+            })
+        })
+        .collect()
     }
 
     async fn record_demand_minutes(
@@ -1062,121 +1150,96 @@ where
     async fn alert_book(&self, scope: &str) -> Result<Option<(Timestamp, String)>, LedgerError> {
         self.latest_body("alert_book", "scope", scope).await
     }
+}
 
-    async fn add_schedule_window(
+#[async_trait]
+impl<D: Dialect> AlertOutbox for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
+    async fn enqueue_alert(
         &self,
-        id: &str,
-        pool: &PoolName,
+        webhook: &str,
+        body: &str,
         at: Timestamp,
-        spec: &str,
-    ) -> Result<(), LedgerError> {
-        Self::query(
-            "INSERT INTO schedule_windows (id, pool, {at}, spec) VALUES (?, ?, ?, CAST(? AS {json}))
-             ON CONFLICT DO NOTHING",
+    ) -> Result<u64, LedgerError> {
+        let mut tx =
+            dialect::begin_serialised::<D>(&self.pool, &["headroom-alert-outbox"], 0).await?;
+        Self::query("INSERT INTO alert_outbox (webhook, body, {created}) VALUES (?, ?, ?)")
+            .bind(webhook)
+            .bind(body)
+            .bind(D::time(at))
+            .execute(&mut *tx)
+            .await?;
+        // SQLite has no OFFSET without a LIMIT and Postgres no negative LIMIT: the largest one
+        // stands for "all the rest" on both.
+        let dropped = Self::query(
+            "INSERT INTO alert_deliveries (outbox_seq, outcome, {at})
+             SELECT seq, 'dropped', ? FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq DESC LIMIT ? OFFSET ?
+             RETURNING outbox_seq",
         )
-        .bind(id)
-        .bind(pool.as_str())
         .bind(D::time(at))
-        .bind(spec)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn cancel_schedule_window(
-        &self,
-        pool: &PoolName,
-        id: &str,
-        at: Timestamp,
-    ) -> Result<bool, LedgerError> {
-        let in_force = Self::query(
-            "SELECT w.id FROM schedule_windows w
-             LEFT JOIN schedule_window_cancellations c ON c.window_id = w.id
-             WHERE w.id = ? AND w.pool = ? AND c.window_id IS NULL",
-        )
-        .bind(id)
-        .bind(pool.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        if in_force.is_none() {
-            return Ok(false);
-        }
-        Self::query(
-            "INSERT INTO schedule_window_cancellations (window_id, {at}) VALUES (?, ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(id)
-        .bind(D::time(at))
-        .execute(&self.pool)
-        .await?;
-        Ok(true)
-    }
-
-    async fn schedule_windows(&self) -> Result<Vec<StoredWindow>, LedgerError> {
-        Self::query(
-            "SELECT w.id, w.pool, w.{at} AS {created}, CAST(w.spec AS TEXT) AS spec
-             FROM schedule_windows w
-             LEFT JOIN schedule_window_cancellations c ON c.window_id = w.id
-             WHERE c.window_id IS NULL
-             ORDER BY w.{at}, w.id",
-        )
-        .fetch_all(&self.pool)
+        .bind(i64::MAX)
+        .bind(crate::ALERT_OUTBOX_BOUND)
+        .fetch_all(&mut *tx)
         .await?
-        .iter()
-        .map(|row| {
-            let pool: String = row.try_get("pool")?;
-            let created: D::Time = row.try_get(format!("created{}", D::TIME_SUFFIX).as_str())?;
-            Ok(StoredWindow {
-                id: row.try_get("id")?,
-                pool: pool
-                    .parse()
-                    .map_err(|e| LedgerError::Corrupt(format!("schedule window pool: {e}")))?,
-                at: D::timestamp(created)?,
-                spec: row.try_get("spec")?,
-            })
-        })
-        .collect()
+        .len() as u64;
+        tx.commit().await?;
+        Ok(dropped)
     }
 
-    async fn decisions(&self, pool: &PoolName, limit: i64) -> Result<Vec<String>, LedgerError> {
-        Self::query(
-            "SELECT CAST(record AS TEXT) AS record FROM decisions
-             WHERE pool = ? ORDER BY seq DESC LIMIT ?",
+    async fn pending_alerts(&self, limit: i64) -> Result<Vec<PendingAlert>, LedgerError> {
+        let rows = Self::query(
+            "SELECT seq, webhook, body FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)
+             ORDER BY seq LIMIT ?",
         )
-        .bind(pool.as_str())
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|row| Ok(row.try_get("record")?))
-        .collect()
-    }
-
-    async fn decision_page(
-        &self,
-        pool: &PoolName,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<Sequenced<String>>, LedgerError> {
-        Self::query(
-            "SELECT seq, CAST(record AS TEXT) AS record FROM decisions
-             WHERE pool = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-        )
-        .bind(pool.as_str())
-        .bind(before.unwrap_or(i64::MAX))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(Sequenced {
-                seq: row.try_get("seq")?,
-                row: row.try_get("record")?,
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(PendingAlert {
+                    seq: r.try_get("seq")?,
+                    webhook: r.try_get("webhook")?,
+                    body: r.try_get("body")?,
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 
+    async fn pending_alert_count(&self) -> Result<u64, LedgerError> {
+        self.count(Self::query(
+            "SELECT COUNT(*) AS n FROM alert_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM alert_deliveries d WHERE d.outbox_seq = o.seq)",
+        ))
+        .await
+    }
+
+    async fn alert_delivered(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
+        self.close_alert(seq, "delivered", at).await
+    }
+
+    async fn alert_dropped(&self, seq: i64, at: Timestamp) -> Result<(), LedgerError> {
+        self.close_alert(seq, "dropped", at).await
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> ApiTokens for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
     async fn create_token(&self, t: &ApiToken) -> Result<(), LedgerError> {
         Self::query(
             "INSERT INTO api_tokens (id, secret_sha256, accounts, scopes, {created}) VALUES (?, ?, ?, ?, ?)",
@@ -1212,12 +1275,17 @@ where
         .await?;
         Ok(true)
     }
+}
 
-    async fn ping(&self) -> Result<(), LedgerError> {
-        Self::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
+#[async_trait]
+impl<D: Dialect> Coordination for SqlLedger<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a> &'a str: ColumnIndex<DbRow<D>> + Encode<'a, D::Db> + Type<D::Db>,
+    for<'a> Option<&'a str>: Encode<'a, D::Db>,
+    String: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    i64: for<'q> Encode<'q, D::Db> + for<'r> Decode<'r, D::Db> + Type<D::Db>,
+{
     async fn pool_leases(&self, pools: &[PoolName]) -> Result<BTreeSet<PoolName>, LedgerError> {
         self.dialect.pool_leases(pools).await
     }
@@ -1235,6 +1303,20 @@ where
 
     async fn shared_signals(&self) -> Result<Option<crate::SignalFeed>, LedgerError> {
         self.dialect.shared_signals().await
+    }
+
+    async fn revision(&self) -> Result<Revision, LedgerError> {
+        let row = Self::query(D::REVISION).fetch_one(&self.pool).await?;
+        Ok(Revision {
+            budgets: row.try_get("budgets")?,
+            windows: row.try_get("windows")?,
+            requests: row.try_get("requests")?,
+        })
+    }
+
+    async fn ping(&self) -> Result<(), LedgerError> {
+        Self::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 }
 

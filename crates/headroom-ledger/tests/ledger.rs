@@ -8,9 +8,10 @@ use headroom_core::{
     Budget, BudgetPeriod, HardAction, Market, Money, NodeId, NodeState, Priority, ProviderKind,
     RefusalReason, RequestState, Timestamp,
 };
+use headroom_ledger::prelude::*;
 use headroom_ledger::{
-    HoldOutcome, IdempotencyKey, Ledger, LedgerError, NewCapacityRequest, NodeEvent,
-    PostgresLedger, RefusalRecord, RequestPageQuery, SqliteLedger,
+    HoldOutcome, IdempotencyKey, LedgerError, NewCapacityRequest, NodeEvent, PostgresLedger,
+    RefusalRecord, RequestPageQuery, SqliteLedger,
 };
 
 fn t(s: &str) -> Timestamp {

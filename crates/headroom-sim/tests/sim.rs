@@ -244,7 +244,7 @@ async fn a_kept_ledger_ends_with_the_run() {
     let ledger = headroom_ledger::SqliteLedger::open_path(&path)
         .await
         .unwrap();
-    use headroom_ledger::Ledger;
+    use headroom_ledger::prelude::*;
     assert!(ledger.live_nodes().await.unwrap().is_empty());
     let events = ledger.node_events().await.unwrap();
     let ended: Vec<_> = events

@@ -19,7 +19,7 @@ use headroom_config::Config;
 use headroom_core::{ErrorClass, Money, Offering, OfferingId, Priority, ProviderKind, RequestId};
 use headroom_engine::cluster::Cluster;
 use headroom_engine::{Engine, sim_cloud_for};
-use headroom_ledger::{Ledger, NewCapacityRequest, SqliteLedger};
+use headroom_ledger::{NewCapacityRequest, Requests, SqliteLedger};
 
 /// The instant every rig's clock starts at, unless a test asks for another.
 pub const EPOCH: &str = "2026-11-30T09:00:00Z";
@@ -125,7 +125,7 @@ impl Rig {
 /// Records a capacity request for `replicas` more ready replicas of `pool` at the clock's now,
 /// at normal priority, without an idempotency key.
 pub async fn request(
-    ledger: &dyn Ledger,
+    ledger: &dyn Requests,
     clock: &dyn Clock,
     pool: &str,
     replicas: u32,

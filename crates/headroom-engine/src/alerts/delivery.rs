@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use headroom_cloud::Clock;
 use headroom_core::Timestamp;
-use headroom_ledger::{Ledger, LedgerError};
+use headroom_ledger::{AlertOutbox, LedgerError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -63,7 +63,7 @@ struct Retry {
 
 #[derive(Debug)]
 pub struct AlertDelivery {
-    ledger: Arc<dyn Ledger>,
+    outbox: Arc<dyn AlertOutbox>,
     clock: Arc<dyn Clock>,
     /// `headroom_alert_deliveries_total{outcome}`: delivered, retried, dropped.
     outcomes: Family<OutcomeLabels, Counter>,
@@ -72,12 +72,12 @@ pub struct AlertDelivery {
 
 impl AlertDelivery {
     pub fn new(
-        ledger: Arc<dyn Ledger>,
+        outbox: Arc<dyn AlertOutbox>,
         clock: Arc<dyn Clock>,
         outcomes: Family<OutcomeLabels, Counter>,
     ) -> AlertDelivery {
         AlertDelivery {
-            ledger,
+            outbox,
             clock,
             outcomes,
             retries: Mutex::default(),
@@ -101,7 +101,7 @@ impl AlertDelivery {
     /// One delivery round: at most [`ROUND`] attempts, oldest due notification first.
     pub async fn round(&self) -> Result<(), LedgerError> {
         let pending = self
-            .ledger
+            .outbox
             .pending_alerts(headroom_ledger::ALERT_OUTBOX_BOUND)
             .await?;
         self.forget_closed(&pending);
@@ -127,7 +127,7 @@ impl AlertDelivery {
             let receiver = receiver_of(&alert.webhook);
             match sent {
                 Ok(()) => {
-                    self.ledger
+                    self.outbox
                         .alert_delivered(alert.seq, self.clock.now())
                         .await?;
                     self.retries_of().remove(&alert.seq);
@@ -143,7 +143,7 @@ impl AlertDelivery {
                     };
                     match self.failed(alert.seq, status, now) {
                         (attempts, None) => {
-                            self.ledger
+                            self.outbox
                                 .alert_dropped(alert.seq, self.clock.now())
                                 .await?;
                             self.count("dropped");

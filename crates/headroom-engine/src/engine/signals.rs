@@ -20,7 +20,7 @@ pub(super) struct TierSignal {
     pub replica_queues: Vec<u64>,
 }
 
-/// A signal as processes share it through the ledger ([`Ledger::share_signal`]): already
+/// A signal as processes share it through the ledger ([`Coordination::share_signal`]): already
 /// stamped by the process that received it.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct SharedSignal {

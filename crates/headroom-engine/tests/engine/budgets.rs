@@ -9,7 +9,8 @@ use headroom_cloud::{Clock, ManualClock};
 use headroom_config::Config;
 use headroom_core::{Budget, Money, NodeState, Priority, RefusalReason, Timestamp};
 use headroom_engine::Engine;
-use headroom_ledger::{Ledger, NewCapacityRequest, PostgresLedger, RefusalRecord};
+use headroom_ledger::prelude::*;
+use headroom_ledger::{NewCapacityRequest, PostgresLedger, RefusalRecord};
 use headroom_testkit::{EPOCH, Rig};
 
 /// One pool on one $1/h offering, ten-minute holds, 30 s ticks, a $`ceiling`/day budget.

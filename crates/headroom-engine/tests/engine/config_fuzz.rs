@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use headroom_cloud::Clock;
 use headroom_config::Config;
-use headroom_ledger::Ledger;
+use headroom_ledger::prelude::*;
 use headroom_testkit::Rig;
 
 /// A configuration with every key the fuzz varies. $6/h nodes and ten-minute holds against a

@@ -11,7 +11,7 @@ use headroom_cloud::{Clock, ManualClock, SimCloud};
 use headroom_config::Config;
 use headroom_core::{Offering, OfferingId, Timestamp};
 use headroom_engine::{Engine, SignalInput};
-use headroom_ledger::{IdSource, Ledger, SqliteLedger};
+use headroom_ledger::{EngineMemory, History, IdSource, NodeEvents, SqliteLedger};
 
 use super::driver::{Books, Control, PolicyDriver, cloud_paying, ready_replicas};
 use crate::error::SimError;

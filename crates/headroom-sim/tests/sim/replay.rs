@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use headroom_ledger::{Ledger, SqliteLedger};
+use headroom_ledger::SqliteLedger;
+use headroom_ledger::prelude::*;
 use headroom_sim::{Policy, Report, golden, scenario};
 
 /// Headroom's run of `sc` with `seed`: its report and every node id its ledger minted, in the
