@@ -21,6 +21,8 @@ pub mod refusal;
 pub mod renewal;
 pub mod request;
 pub mod shedding;
+pub mod transient;
+pub mod warm_pool;
 
 pub use budget::{Budget, BudgetPeriod, HardAction};
 pub use error::CoreError;
@@ -32,6 +34,8 @@ pub use pool::{ColdStartLadder, PoolSpec, SupplyPolicy, WarmMode};
 pub use quota::{QuotaDraw, QuotaHeadroom, QuotaUnit};
 pub use refusal::{ErrorClass, RefusalReason};
 pub use request::{CapacityRequest, Priority, RequestId, RequestState};
+pub use transient::{TransientFailures, TransientVerdict};
+pub use warm_pool::{DemandHistory, WarmPoolSize, warm_pool_size};
 
 /// Wall-clock instant in UTC. The core never produces one itself; callers pass `now`.
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

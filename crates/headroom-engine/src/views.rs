@@ -12,6 +12,9 @@ use headroom_core::shedding::TierAdmission;
 use headroom_core::{PoolName, PoolSpec, Priority, Timestamp};
 use serde::Serialize;
 
+/// The warm pool's size, decided in the core; published with the pool's status.
+pub use headroom_core::warm_pool::WarmPoolSize;
+
 /// A sample pushed for a pool; the engine stamps it on receipt.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SignalInput {
@@ -193,21 +196,6 @@ impl PoolStatus {
             admission: Vec::new(),
         }
     }
-}
-
-/// What `GET /v1/pools/{name}` says of a pool's warm pool.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WarmPoolSize {
-    /// `warm_pool_size`: always kept, refilled by launching when woken.
-    pub floor: u32,
-    /// The most it may grow to by parking.
-    pub ceiling: u32,
-    /// The size now, between the two.
-    pub size: u32,
-    /// The largest rise in demand within a cold start in the history.
-    pub largest_rise: u32,
-    pub reason: String,
 }
 
 /// What `GET /v1/pools/{name}` says of a pool's forecast.

@@ -40,7 +40,7 @@ pub(super) struct ControlMemory {
     /// Unschedulable model-server pods last seen per pool (logged when the count changes).
     pub pending_pods: HashMap<PoolName, u32>,
     /// Each pool's recent demand, which sizes its warm pool.
-    pub demand: HashMap<PoolName, super::warm_pool::DemandHistory>,
+    pub demand: HashMap<PoolName, headroom_core::DemandHistory>,
     /// Each pool's demand by minute, which its forecast reads.
     pub history: HashMap<PoolName, super::forecasting::PoolHistory>,
     /// The offerings each pool's last plans passed over for quota, so the decision log records

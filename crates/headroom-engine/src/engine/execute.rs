@@ -6,7 +6,7 @@ use headroom_core::budget::BudgetStanding;
 use headroom_core::planner::{Action, Destination, FallbackKind};
 use headroom_core::{
     CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolSpec,
-    RefusalReason, RequestId, Timestamp, WarmMode,
+    RefusalReason, RequestId, Timestamp, TransientVerdict, WarmMode,
 };
 use headroom_ledger::{HoldOutcome, NodeEvent, RefusalRecord};
 use tracing::Instrument;
@@ -478,7 +478,7 @@ impl Engine {
                 let mut e = intent.next(NodeState::Launching, "accepted", now);
                 e.instance = Some(instance.id.0);
                 self.record(input, e).await?;
-                self.clear_transient(Some(&pool.name), &offering.id);
+                self.clear_transient(&pool.name, &offering.id);
                 self.note_launched(&offering.id, now);
                 self.note_quota_draw(&offering.id);
                 Ok(None)
@@ -486,13 +486,13 @@ impl Engine {
             Err(err) if err.class() == ErrorClass::Transient => {
                 // 5xx or a timeout: repeated by the next ticks with the same client token, a
                 // bounded number of times within the window; then the offering is refused.
-                let failures = self.note_transient(&pool.name, &offering.id, &err, now);
-                let limit = self.config.engine.transient_failure_limit.max(1);
-                if failures < limit {
-                    tracing::warn!(node = %intent.node, error = %err, failures, "launch deferred to the next tick");
-                    return Ok(None);
-                }
-                self.clear_transient(None, &offering.id);
+                let failures = match self.note_transient(&pool.name, &offering.id, &err, now) {
+                    TransientVerdict::Retry { failures } => {
+                        tracing::warn!(node = %intent.node, error = %err, failures, "launch deferred to the next tick");
+                        return Ok(None);
+                    }
+                    TransientVerdict::Refuse { failures } => failures,
+                };
                 let window = self.config.engine.transient_failure_window;
                 let refusal = LaunchRefusal {
                     reason: RefusalReason::ProviderErrors,

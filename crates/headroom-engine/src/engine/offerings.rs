@@ -10,7 +10,9 @@ use std::collections::{HashMap, VecDeque};
 
 use headroom_cloud::CloudError;
 use headroom_core::planner::OfferingChoice;
-use headroom_core::{Money, Offering, OfferingId, PoolName, PoolSpec, Timestamp};
+use headroom_core::{
+    Money, Offering, OfferingId, PoolName, PoolSpec, Timestamp, TransientFailures, TransientVerdict,
+};
 use headroom_ledger::NodeEvent;
 use serde::Serialize;
 
@@ -35,9 +37,9 @@ pub(super) struct OfferingBook {
     /// When prices were last asked for, and when an answer last came.
     pub prices_asked_at: Option<Timestamp>,
     prices_quoted_at: Option<Timestamp>,
-    /// Transient launch failures (5xx, timeouts) per offering since its last success, within
-    /// `engine.transient_failure_window`.
-    transient_log: HashMap<OfferingId, VecDeque<Timestamp>>,
+    /// Transient launch failures (5xx, timeouts) per offering since its last success or
+    /// refusal, within `engine.transient_failure_window`.
+    transient: TransientFailures,
     /// Pools whose launches fail with provider errors and have not succeeded since.
     pub provider_trouble: HashMap<PoolName, ProviderTrouble>,
     /// When each offering last accepted a launch: a refusal before it is over.
@@ -157,26 +159,23 @@ impl Engine {
             .push_back(now);
     }
 
-    /// Counts a transient launch failure of `offering` for `pool`; returns how many there were
-    /// within `engine.transient_failure_window`, this one included.
+    /// Counts a transient launch failure of `offering` for `pool` against
+    /// `engine.transient_failure_limit` within `engine.transient_failure_window`: whether the
+    /// next tick repeats the launch or the offering is refused.
     pub(super) fn note_transient(
         &self,
         pool: &PoolName,
         offering: &OfferingId,
         err: &CloudError,
         now: Timestamp,
-    ) -> u32 {
+    ) -> TransientVerdict {
         let window = chrono_or(
             self.config.engine.transient_failure_window,
             chrono::Duration::minutes(5),
         );
+        let limit = self.config.engine.transient_failure_limit;
         let mut book = lock(&self.offerings);
-        let log = book.transient_log.entry(offering.clone()).or_default();
-        while log.front().is_some_and(|t| *t <= now - window) {
-            log.pop_front();
-        }
-        log.push_back(now);
-        let failures = log.len() as u32;
+        let verdict = book.transient.note(offering, now, window, limit);
         let trouble = book
             .provider_trouble
             .entry(pool.clone())
@@ -190,17 +189,14 @@ impl Engine {
         trouble.last_at = now;
         trouble.failures += 1;
         trouble.last_error = format!("{} on {offering}", err.code());
-        failures
+        verdict
     }
 
-    /// Forgets `offering`'s transient failures (it was refused, or it launched) and, when it
-    /// launched, `pool`'s provider trouble.
-    pub(super) fn clear_transient(&self, pool: Option<&PoolName>, offering: &OfferingId) {
+    /// Forgets `offering`'s transient failures and `pool`'s provider trouble: it launched.
+    pub(super) fn clear_transient(&self, pool: &PoolName, offering: &OfferingId) {
         let mut book = lock(&self.offerings);
-        book.transient_log.remove(offering);
-        if let Some(pool) = pool {
-            book.provider_trouble.remove(pool);
-        }
+        book.transient.forget(offering);
+        book.provider_trouble.remove(pool);
     }
 
     /// Counts a spot interruption notice against its offering, once per wave (several notices
