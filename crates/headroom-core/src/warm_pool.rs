@@ -46,6 +46,7 @@ impl DemandHistory {
         cold: chrono::Duration,
         keep: chrono::Duration,
     ) {
+        self.forget_before(now - keep);
         if self.points.back().is_some_and(|(_, d, _)| *d == demand) {
             return;
         }
@@ -68,13 +69,22 @@ impl DemandHistory {
             .unwrap_or(demand);
         self.points
             .push_back((now, demand, demand.saturating_sub(low)));
-        while self
-            .points
-            .front()
-            .is_some_and(|(at, _, _)| *at < now - keep)
-            || self.points.len() > MAX_POINTS
-        {
+        while self.points.len() > MAX_POINTS {
             self.points.pop_front();
+        }
+    }
+
+    /// Forgets the change points before `horizon`, except the demand in force: it stays, but
+    /// a rise older than the horizon no longer counts. Done at every note, changed or not, so a
+    /// burst followed by flat demand leaves the history when its time is up.
+    fn forget_before(&mut self, horizon: Timestamp) {
+        while self.points.len() > 1 && self.points.front().is_some_and(|(at, _, _)| *at < horizon) {
+            self.points.pop_front();
+        }
+        if let Some((at, _, rise)) = self.points.front_mut()
+            && *at < horizon
+        {
+            *rise = 0;
         }
     }
 
@@ -193,6 +203,26 @@ mod tests {
         // An hour later the burst is out of the history.
         h.note(at(1060 + 3700), 12, cold, keep);
         assert_eq!(h.largest_rise(), 0);
+    }
+
+    /// A burst followed by flat demand (nothing changes, so nothing new is noted) leaves the
+    /// history when its time is up, whether demand fell back or stayed at the peak.
+    #[test]
+    fn a_burst_leaves_the_history_when_demand_stays_flat_after_it() {
+        let (cold, keep) = (chrono::Duration::seconds(220), chrono::Duration::hours(1));
+        for after in [4, 12] {
+            let mut h = DemandHistory::default();
+            h.note(at(0), 4, cold, keep);
+            h.note(at(60), 12, cold, keep);
+            h.note(at(600), after, cold, keep);
+            h.note(at(3000), after, cold, keep);
+            assert_eq!(h.largest_rise(), 8, "within the hour, after {after}");
+            h.note(at(60 + 3601), after, cold, keep);
+            assert_eq!(h.largest_rise(), 0, "an hour on, flat at {after}: {h:?}");
+            // The demand in force is still what the next rise is measured from.
+            h.note(at(60 + 3700), after + 3, cold, keep);
+            assert_eq!(h.largest_rise(), 3);
+        }
     }
 
     /// `note_for` reads the cold start and the history's length from the pool.
@@ -335,7 +365,7 @@ mod tests {
         ) {
             let p = pool(0, None, WarmMode::Stopped);
             let previous = changes.last().map(|(_, d)| *d);
-            // Unchanged demand is not a change point: nothing is noted, nothing forgotten.
+            // Unchanged demand is not a change point.
             prop_assume!(previous != Some(last));
             let mut h = DemandHistory::default();
             let mut t = 0;
