@@ -120,6 +120,15 @@ pub struct Revision {
 /// Pending notifications kept per outbox; past this the oldest are dropped (and recorded so).
 pub const ALERT_OUTBOX_BOUND: i64 = 1000;
 
+/// How long a pool's superseded controller memories are kept: each pool keeps its newest row of
+/// `controller_memory` plus its rows less than this older than the row just recorded; older
+/// ones are deleted in the transaction that records a row ([`EngineMemory::record_controller_memory`]).
+/// Only the newest row is ever read back (when a process takes the pool), so the rest is an
+/// hour of context for whoever looks at the database. The engine writes a pool's memory at most
+/// once a tick, so a pool holds at most `1 + CONTROLLER_MEMORY_RETENTION / engine.tick` rows
+/// (3,601 at 1 s ticks; a busy pool of the `week-reservable` scenario holds about 430).
+pub const CONTROLLER_MEMORY_RETENTION: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
 /// The system of record: every role below, each a trait of its own. The engine and the API
 /// hold one (`Arc<dyn Ledger>`, which has every role's methods); a caller that needs only a role
 /// or two takes those (a `dyn Ledger` upcasts to any of them). Every method is one transaction.
@@ -398,7 +407,9 @@ pub trait EngineMemory: Send + Sync + Debug {
     ) -> Result<Vec<(i64, u32)>, LedgerError>;
 
     /// Records `pool`'s scaling-controller memory (`body`, its JSON) as of `at`; an instant
-    /// already recorded for the pool keeps its first body (a retried write).
+    /// already recorded for the pool keeps its first body (a retried write). In the same
+    /// transaction, deletes the pool's rows older than `at` less
+    /// [`CONTROLLER_MEMORY_RETENTION`] (never its newest: the database refuses that).
     async fn record_controller_memory(
         &self,
         pool: &PoolName,

@@ -3,7 +3,9 @@
 //! Two roles: the *owner* owns every table, runs the migrations and grants; the *runtime* role
 //! `serve` runs as holds SELECT and INSERT on the ledger tables and nothing else, so it can
 //! neither rewrite rows (no UPDATE, DELETE or TRUNCATE privilege, and the append-only triggers
-//! behind them) nor touch the triggers (ALTER, DROP and DISABLE TRIGGER need ownership).
+//! behind them) nor touch the triggers (ALTER, DROP and DISABLE TRIGGER need ownership). The
+//! one exception is [`PRUNED_TABLES`]: DELETE on `controller_memory`, whose rows past the
+//! retention the ledger deletes (its trigger still refuses to delete a pool's newest row).
 
 use sqlx::migrate::Migrator;
 use sqlx::{PgPool, Postgres, Row, Transaction};
@@ -13,6 +15,11 @@ use crate::LedgerError;
 /// The table sqlx records applied migrations in. Not a ledger table: the runtime role reads it
 /// to check the schema is current and writes nothing to it.
 pub(crate) const MIGRATIONS_TABLE: &str = "_sqlx_migrations";
+
+/// Ledger tables the runtime role may also DELETE from: the engine's memory, pruned to a
+/// retention as it is written ([`crate::CONTROLLER_MEMORY_RETENTION`]). Their triggers refuse
+/// what the retention does not allow; every other table refuses every DELETE.
+pub(crate) const PRUNED_TABLES: &[&str] = &["controller_memory"];
 
 /// The role `serve` runs as, and the password `migrate` gives it.
 #[derive(Clone, Copy)]
@@ -149,8 +156,8 @@ async fn run_formatted(
 }
 
 /// Creates the runtime role if asked, checks it cannot act as the owner, and leaves it exactly
-/// CONNECT, schema USAGE, SELECT and INSERT on every ledger table, SELECT on the migration
-/// table and USAGE on the sequences. One transaction; running it again changes nothing.
+/// CONNECT, schema USAGE, SELECT and INSERT on every ledger table (and DELETE on
+/// [`PRUNED_TABLES`]), SELECT on the migration table and USAGE on the sequences. One transaction; running it again changes nothing.
 pub(crate) async fn grant_runtime_role(
     pool: &PgPool,
     role: RuntimeRole<'_>,
@@ -222,7 +229,8 @@ pub(crate) async fn grant_runtime_role(
 }
 
 /// Leaves `role` exactly schema USAGE, CONNECT, USAGE on the sequences, SELECT and INSERT on
-/// every ledger table and SELECT on the migrations table: anything granted before is revoked.
+/// every ledger table, DELETE on [`PRUNED_TABLES`] and SELECT on the migrations table: anything
+/// granted before is revoked.
 async fn grant_select_insert(
     tx: &mut Transaction<'_, Postgres>,
     role: &str,
@@ -243,6 +251,9 @@ async fn grant_select_insert(
     run_formatted(tx, "GRANT CONNECT ON DATABASE %I TO %I", &[&database, role]).await?;
     for table in &tables {
         run_formatted(tx, "GRANT SELECT, INSERT ON TABLE %I TO %I", &[table, role]).await?;
+    }
+    for table in PRUNED_TABLES {
+        run_formatted(tx, "GRANT DELETE ON TABLE %I TO %I", &[table, role]).await?;
     }
     run_formatted(
         tx,

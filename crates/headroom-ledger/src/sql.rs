@@ -24,10 +24,10 @@ use crate::dialect::{self, Dialect, render};
 use crate::ids::IdSource;
 use crate::requests::RequestWrite;
 use crate::{
-    ACTIVATION_REASONS, AlertOutbox, ApiToken, ApiTokens, Budgets, Coordination, EngineMemory,
-    HOLD_RENEWAL, History, HoldOutcome, LedgerError, LedgerSummary, NewCapacityRequest, NodeEvent,
-    NodeEvents, PendingAlert, RefusalRecord, RequestOutcome, RequestPageQuery, Requests, Revision,
-    Schedules, Sequenced, StoredWindow, derive,
+    ACTIVATION_REASONS, AlertOutbox, ApiToken, ApiTokens, Budgets, CONTROLLER_MEMORY_RETENTION,
+    Coordination, EngineMemory, HOLD_RENEWAL, History, HoldOutcome, LedgerError, LedgerSummary,
+    NewCapacityRequest, NodeEvent, NodeEvents, PendingAlert, RefusalRecord, RequestOutcome,
+    RequestPageQuery, Requests, Revision, Schedules, Sequenced, StoredWindow, derive,
 };
 
 /// A ledger on the database `D` speaks to. [`crate::SqliteLedger`] and
@@ -1125,8 +1125,28 @@ where
         at: Timestamp,
         body: &str,
     ) -> Result<(), LedgerError> {
-        self.record_body("controller_memory", "pool", pool.as_str(), at, body)
-            .await
+        let mut tx = dialect::begin_serialised::<D>(&self.pool, &[], 0).await?;
+        Self::query(
+            "INSERT INTO controller_memory (pool, {at}, body) VALUES (?, ?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(pool.as_str())
+        .bind(D::time(at))
+        .bind(body)
+        .execute(&mut *tx)
+        .await?;
+        // The row just recorded (or the one already at `at`) is newer than every row this
+        // deletes, so the pool's newest row is never among them. One range of the primary key
+        // (pool, at): usually one row, the one that has just aged past the retention.
+        if let Some(cutoff) = at.checked_sub_signed(CONTROLLER_MEMORY_RETENTION) {
+            Self::query("DELETE FROM controller_memory WHERE pool = ? AND {at} < ?")
+                .bind(pool.as_str())
+                .bind(D::time(cutoff))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn controller_memory(

@@ -2363,3 +2363,6 @@ async fn postgres_connections_can_be_encrypted() {
 
 #[path = "ledger/append_only.rs"]
 mod append_only;
+
+#[path = "ledger/memory_retention.rs"]
+mod memory_retention;

@@ -2,7 +2,8 @@
 //! and arrivals) kept in the ledger (`controller_memory`), so a process that takes a pool, after
 //! a restart or a lease move, decides as its last owner would have instead of starting afresh.
 //!
-//! The table is append-only like every ledger table, and a memory's series hold an entry an
+//! The ledger keeps a pool's newest row plus an hour's (`CONTROLLER_MEMORY_RETENTION`, deleting
+//! older rows as it records one), and a memory's series hold an entry an
 //! activation within the stabilisation window (a 300 s window at 1 s activations: up to 64 KB of
 //! JSON, which the core's round-trip test checks), so it is not written every activation: a row
 //! when the memory's state changes (a window counted, a cooldown begun, a stabilisation started
