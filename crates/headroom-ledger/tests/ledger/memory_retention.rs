@@ -11,13 +11,17 @@ const STEP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
 /// A pool written every [`STEP`] for three retentions keeps exactly its rows of the last
 /// retention (the bound, `1 + retention / step`) and reads back its newest; a pool written once,
 /// long before, keeps its one row; another pool's memory is untouched. Nobody, with a SQL
-/// shell, deletes a pool's newest row. `rows(pool)` counts a pool's rows; `raw(sql)` runs a
-/// statement on the same database outside the ledger, its error as text.
+/// shell, deletes a pool's newest row. `raw(sql)` runs a statement on the same database outside
+/// the ledger: the integers it returns (a count, or a row a `DELETE … RETURNING` removed), its
+/// error as text.
 async fn memory_is_bounded_per_pool(
     ledger: &dyn Ledger,
-    rows: impl AsyncFn(&str) -> i64,
-    raw: impl AsyncFn(&str) -> Result<u64, String>,
+    raw: impl AsyncFn(&str) -> Result<Vec<i64>, String>,
 ) {
+    let rows = async |pool: &str| {
+        let count = format!("SELECT count(*) FROM controller_memory WHERE pool = '{pool}'");
+        raw(&count).await.unwrap()[0]
+    };
     let (busy, idle, other): (
         headroom_core::PoolName,
         headroom_core::PoolName,
@@ -104,39 +108,24 @@ async fn memory_is_bounded_per_pool(
     );
     // A superseded row may go, as the ledger's own pruning deletes them: the oldest kept.
     let oldest = format!(
-        "DELETE FROM controller_memory WHERE pool = 'llama' AND body LIKE '{{\"target\": {},%'",
+        "DELETE FROM controller_memory WHERE pool = 'llama' AND body LIKE '{{\"target\": {},%' RETURNING CAST(1 AS BIGINT)",
         writes - bound
     );
-    assert_eq!(raw(&oldest).await, Ok(1), "{oldest}");
+    assert_eq!(raw(&oldest).await, Ok(vec![1]), "{oldest}");
     assert_eq!(rows("llama").await, bound - 1);
 }
 
 #[tokio::test]
 async fn sqlite_controller_memory_is_bounded_per_pool() {
     let (dir, ledger) = sqlite().await;
-    let raw = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}",
-        dir.path().join("ledger.db").display()
-    ))
-    .await
-    .unwrap();
-    memory_is_bounded_per_pool(
-        &ledger,
-        async |pool| {
-            sqlx::query_scalar("SELECT count(*) FROM controller_memory WHERE pool = ?")
-                .bind(pool)
-                .fetch_one(&raw)
-                .await
-                .unwrap()
-        },
-        async |sql| {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
-                .execute(&raw)
-                .await
-                .map(|done| done.rows_affected())
-                .map_err(|e| e.to_string())
-        },
-    )
+    let path = dir.path().join("ledger.db");
+    let raw = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    memory_is_bounded_per_pool(&ledger, async |sql| {
+        let query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()));
+        query.fetch_all(&raw).await.map_err(|e| e.to_string())
+    })
     .await;
 }
 
@@ -145,22 +134,9 @@ async fn postgres_controller_memory_is_bounded_per_pool() {
     let (db_url, ledger) = postgres_ledger().await;
     // The superuser: the trigger binds even a role that may do anything.
     let raw = sqlx::PgPool::connect(&db_url).await.unwrap();
-    memory_is_bounded_per_pool(
-        ledger.as_ref(),
-        async |pool| {
-            sqlx::query_scalar("SELECT count(*) FROM controller_memory WHERE pool = $1")
-                .bind(pool)
-                .fetch_one(&raw)
-                .await
-                .unwrap()
-        },
-        async |sql| {
-            sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
-                .execute(&raw)
-                .await
-                .map(|done| done.rows_affected())
-                .map_err(|e| e.to_string())
-        },
-    )
+    memory_is_bounded_per_pool(ledger.as_ref(), async |sql| {
+        let query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()));
+        query.fetch_all(&raw).await.map_err(|e| e.to_string())
+    })
     .await;
 }
