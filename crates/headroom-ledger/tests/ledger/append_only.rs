@@ -384,7 +384,8 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
         .await
         .unwrap();
     let owner = sqlx::PgPool::connect(&roles.owner_url()).await.unwrap();
-    // A privilege granted by hand is taken back by the next migrate: SELECT and INSERT only.
+    // A privilege granted by hand is taken back by the next migrate: SELECT and INSERT only
+    // (DELETE on controller_memory alone).
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "GRANT UPDATE, DELETE ON node_events TO {}",
         roles.runtime
