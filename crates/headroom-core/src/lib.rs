@@ -39,3 +39,9 @@ pub use warm_pool::{DemandHistory, WarmPoolSize, warm_pool_size};
 
 /// Wall-clock instant in UTC. The core never produces one itself; callers pass `now`.
 pub type Timestamp = chrono::DateTime<chrono::Utc>;
+
+/// A `std::time::Duration` setting as a chrono duration, or `fallback` (its default) when it is
+/// too long to count in.
+pub fn chrono_or(d: std::time::Duration, fallback: chrono::Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(fallback)
+}

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use crate::{PoolSpec, Timestamp};
+use crate::{PoolSpec, Timestamp, chrono_or};
 
 /// Demand change points kept per pool at most.
 const MAX_POINTS: usize = 4096;
@@ -139,10 +139,6 @@ pub fn warm_pool_size(pool: &PoolSpec, history: Option<&DemandHistory>) -> WarmP
         largest_rise,
         reason,
     }
-}
-
-fn chrono_or(d: std::time::Duration, fallback: chrono::Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(fallback)
 }
 
 #[cfg(test)]

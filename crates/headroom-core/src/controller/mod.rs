@@ -20,8 +20,9 @@
 //! limit; scale in after a stabilisation below a fraction of the thresholds — the ski-rental
 //! break-even of getting a replica back, or the whole window when the pool's own rises recur
 //! within it (and a release waits the whole window when the cloud refuses every offering: a
-//! replica let go in a stockout does not come back); no more than one change of direction per cooldown unless the objective is at
-//! risk (a scale-in that left a queue the ready replicas cannot keep up with is undone at once);
+//! replica let go in a stockout does not come back); no more than one change of direction per
+//! cooldown unless the objective is at risk (a scale-in that left a queue the ready replicas
+//! cannot keep up with is undone at once);
 //! and hold — neither up nor down — when the signal is missing or stale, or when work waits
 //! but nothing departs (a dispatch failure more replicas would not fix). Every decision carries the rule that won, a
 //! sentence saying why, and the three-way classification of queue age against utilisation.

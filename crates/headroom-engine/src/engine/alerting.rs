@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use headroom_config::OrphanPolicy;
-use headroom_core::{OfferingId, PoolName, ProviderKind, Timestamp};
+use headroom_core::{OfferingId, PoolName, ProviderKind, Timestamp, chrono_or};
 use headroom_ledger::RefusalRecord;
 
 use super::input::TickInput;
-use super::{Engine, EngineError, chrono_or, lock, read_cache};
+use super::{Engine, EngineError, lock, read_cache};
 use crate::alerts::rules::{self, AlertSnapshot, ReservationUse, UnreadableCloud};
 use crate::alerts::{ActiveAlert, AlertBook};
 

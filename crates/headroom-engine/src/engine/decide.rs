@@ -11,11 +11,11 @@ use headroom_core::controller::{
 };
 use headroom_core::planner::{self, Destination, FallbackKind, NodeView, OpenRequest, PlanInput};
 use headroom_core::{
-    HardAction, NodeState, OfferingId, PoolName, PoolSpec, RefusalReason, Timestamp,
+    HardAction, NodeState, OfferingId, PoolName, PoolSpec, RefusalReason, Timestamp, chrono_or,
 };
 
 use super::input::TickInput;
-use super::{Engine, EngineError, chrono_or, decisions, lock};
+use super::{Engine, EngineError, decisions, lock};
 
 /// Upper bound on plan-execute rounds in one tick: each cloud refusal removes one offering, so a
 /// pool can need one round per offering plus one.

@@ -388,8 +388,3 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     }
     out
 }
-
-/// `std::time::Duration` setting as a chrono duration, with the fallback its default has.
-fn chrono_or(d: std::time::Duration, fallback: chrono::Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(fallback)
-}

@@ -11,12 +11,13 @@ use std::collections::{HashMap, VecDeque};
 use headroom_cloud::CloudError;
 use headroom_core::planner::OfferingChoice;
 use headroom_core::{
-    Money, Offering, OfferingId, PoolName, PoolSpec, Timestamp, TransientFailures, TransientVerdict,
+    Money, Offering, OfferingId, PoolName, PoolSpec, Timestamp, TransientFailures,
+    TransientVerdict, chrono_or,
 };
 use headroom_ledger::NodeEvent;
 use serde::Serialize;
 
-use super::{Engine, chrono_or, lock};
+use super::{Engine, lock};
 use crate::views::ProviderTrouble;
 
 /// Live prices older than this many refresh periods (the cloud stopped answering) are dropped:

@@ -7,13 +7,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use headroom_cloud::Quotas;
 use headroom_core::planner::Destination;
-use headroom_core::{Offering, OfferingId, PoolSpec, QuotaHeadroom, QuotaUnit, Timestamp};
+use headroom_core::{
+    Offering, OfferingId, PoolSpec, QuotaHeadroom, QuotaUnit, Timestamp, chrono_or,
+};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 
 use super::input::TickInput;
-use super::{Engine, chrono_or, error_chain, lock};
+use super::{Engine, error_chain, lock};
 
 /// A failed read keeps the last answer for this many TTLs; then the region's quotas are unknown
 /// (nothing is skipped, the cloud's refusals decide).

@@ -8,10 +8,10 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use headroom_core::{NodeState, PoolName, PoolSpec, Timestamp};
+use headroom_core::{NodeState, PoolName, PoolSpec, Timestamp, chrono_or};
 
 use super::offerings::RECENT_REFUSALS;
-use super::{Engine, EngineError, chrono_or, lock};
+use super::{Engine, EngineError, lock};
 
 impl Engine {
     pub(super) async fn restore_recent_history(

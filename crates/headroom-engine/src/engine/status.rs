@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use headroom_core::planner::Destination;
 use headroom_core::shedding::{self, SheddingInput, TierLoad};
-use headroom_core::{NodeState, PoolName, PoolSpec, Priority, Timestamp};
+use headroom_core::{NodeState, PoolName, PoolSpec, Priority, Timestamp, chrono_or};
 use headroom_ledger::NodeEvent;
 
 use super::input::TickInput;
-use super::{Engine, chrono_or, lock};
+use super::{Engine, lock};
 use crate::views::{Clamp, PoolStatus};
 
 /// Nodes on their way to serving, read against the pool's drain objective.
