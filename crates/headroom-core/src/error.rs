@@ -1,6 +1,7 @@
 use thiserror::Error;
 
-/// Errors from parsing values into the core's domain types.
+/// Errors from parsing values into the core's domain types, and a plan that breaks a money or
+/// instance invariant.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum CoreError {
     #[error("invalid {kind} {value:?}: {why}")]
@@ -22,4 +23,6 @@ pub enum CoreError {
         from: crate::NodeState,
         to: crate::NodeState,
     },
+    #[error(transparent)]
+    PlanViolation(#[from] crate::planner::guard::PlanViolation),
 }

@@ -47,6 +47,14 @@ pub struct RefusalLabels {
     pub offering: String,
 }
 
+/// The money or instance invariant a plan or launch broke (`PlanViolation::invariant`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InvariantLabels {
+    pub pool: String,
+    pub account: String,
+    pub invariant: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FallbackLabels {
     pub pool: String,
@@ -150,6 +158,8 @@ pub struct Metrics {
     pub decisions: Family<RuleLabels, Counter>,
     pub refusals: Family<RefusalLabels, Counter>,
     pub fallbacks: Family<FallbackLabels, Counter>,
+    /// Plans and launches not applied because they broke a money or instance invariant.
+    pub invariant_violations: Family<InvariantLabels, Counter>,
     pub interruption_notices: Family<PoolLabels, Counter>,
     pub provider_call_seconds: Family<CallLabels, Histogram>,
     pub provider_errors: Family<CallErrorLabels, Counter>,
@@ -231,6 +241,7 @@ impl Default for Metrics {
             decisions: Family::default(),
             refusals: Family::default(),
             fallbacks: Family::default(),
+            invariant_violations: Family::default(),
             interruption_notices: Family::default(),
             provider_call_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
@@ -298,6 +309,11 @@ impl Default for Metrics {
             "fallbacks",
             "Replicas supplied by a fallback, by step: the widest of instance_type, zone or region, market when it changed too (a launch can count under both), or smaller_model",
             m.fallbacks.clone(),
+        );
+        registry.register(
+            "invariant_violations",
+            "Plans and launches not applied because they broke a money or instance invariant (hold, budget, per_step, per_period, global_ceiling, client_token); each halts its pool",
+            m.invariant_violations.clone(),
         );
         registry.register(
             "spot_interruption_notices",
@@ -486,9 +502,9 @@ impl Metrics {
     }
 
     /// Starts every counter whose labels are known in advance at 0 (each pool's decisions by
-    /// rule, fallbacks by kind and interruption notices; ticks and alert deliveries by outcome),
-    /// so that `increase()` and `rate()` see the first event instead of a series appearing
-    /// with it.
+    /// rule, fallbacks by kind, invariant violations by invariant and interruption notices;
+    /// ticks and alert deliveries by outcome), so that `increase()` and `rate()` see the first
+    /// event instead of a series appearing with it.
     pub fn initialise(&self, pools: &[headroom_core::PoolSpec]) {
         use headroom_core::controller::Rule;
         const RULES: [Rule; 10] = [
@@ -522,6 +538,13 @@ impl Metrics {
                     pool: name.clone(),
                     account: account.clone(),
                     kind: kind.as_str().to_string(),
+                });
+            }
+            for invariant in headroom_core::planner::guard::PlanViolation::INVARIANTS {
+                let _ = self.invariant_violations.get_or_create(&InvariantLabels {
+                    pool: name.clone(),
+                    account: account.clone(),
+                    invariant: invariant.to_string(),
                 });
             }
             let _ = self

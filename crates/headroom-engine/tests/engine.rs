@@ -129,6 +129,15 @@ impl Harness {
     async fn live_instances(&self) -> usize {
         self.cloud.list_owned("engine-test").await.unwrap().len()
     }
+
+    /// Launch calls the cloud has been sent, retries included.
+    fn launch_calls(&self) -> usize {
+        self.cloud
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("launch"))
+            .count()
+    }
 }
 
 #[tokio::test]
@@ -1069,12 +1078,7 @@ async fn a_throttling_storm_is_retried_by_later_ticks_without_a_second_instance(
         outcome.refusals
     );
     assert_eq!(h.live_instances().await, 1);
-    let launches = h
-        .cloud
-        .calls()
-        .iter()
-        .filter(|c| c.starts_with("launch"))
-        .count();
+    let launches = h.launch_calls();
     assert_eq!(
         launches, 6,
         "five throttled calls and one that went through, all with one client token"
@@ -1323,12 +1327,7 @@ async fn quota_falls_back_throttling_is_retried_and_an_invalid_request_halts_the
     h.request(1).await;
     h.engine.tick().await.unwrap();
     assert_eq!(h.live_instances().await, 1);
-    let launches = h
-        .cloud
-        .calls()
-        .iter()
-        .filter(|c| c.starts_with("launch"))
-        .count();
+    let launches = h.launch_calls();
     assert_eq!(launches, 3, "two throttled attempts, then the launch");
 
     // Invalid request: the pool stops launching and on-call hears of it.
@@ -1400,6 +1399,84 @@ async fn two_live_instances_for_one_client_token_halt_the_pool_and_name_both() {
         2,
         "nothing is terminated on a guess"
     );
+}
+
+/// A launch whose client token a live node already carries is refused before its hold and its
+/// cloud call, in every build: the cloud would answer with the live node's instance and two
+/// ledger nodes would claim it. Reached the one way it can be: a seeded id source started twice
+/// on one ledger mints the first node's id again. No instance is made and no intent written;
+/// the pool halts naming the node and the token, and the violation is counted.
+#[tokio::test]
+async fn a_launch_reusing_a_live_nodes_client_token_is_refused_before_the_cloud_is_asked() {
+    let h = harness(CONFIG).await;
+    let seeded = || {
+        Engine::with_ids(
+            h.config.clone(),
+            h.ledger.clone(),
+            h.cloud.clone(),
+            h.clock.clone(),
+            None,
+            headroom_ledger::IdSource::seeded(7),
+        )
+    };
+    let series = "headroom_invariant_violations_total{pool=\"llm\",account=\"ml\",invariant=\"client_token\"}";
+    let first = seeded();
+    assert!(
+        first.metrics().encode().contains(&format!("{series} 0")),
+        "the counter starts at zero"
+    );
+    h.request(1).await;
+    first.tick().await.unwrap();
+    let node = headroom_ledger::IdSource::seeded(7).node_id();
+    let token = format!("hr-{node}");
+    let tokens = |instances: Vec<headroom_cloud::Instance>| -> Vec<String> {
+        instances.into_iter().map(|i| i.client_token).collect()
+    };
+    assert_eq!(
+        tokens(h.cloud.list_owned("engine-test").await.unwrap()),
+        [token.as_str()]
+    );
+
+    // The same seed again on the same ledger, and one more replica wanted.
+    let second = seeded();
+    let wanted = h.request(1).await;
+    for _ in 0..3 {
+        h.clock.advance(Duration::from_secs(5));
+        second.tick().await.unwrap();
+    }
+    let launches = h.launch_calls();
+    assert_eq!(launches, 1, "the cloud was asked once, by the first engine");
+    assert_eq!(
+        tokens(h.cloud.list_owned("engine-test").await.unwrap()),
+        [token.as_str()]
+    );
+    let intents = h
+        .ledger
+        .pool_events(&"llm".parse().unwrap())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.state == NodeState::Requested)
+        .count();
+    assert_eq!(intents, 1, "no second intent, so no second hold");
+    assert!(h.ledger.request_events(&wanted).await.unwrap().is_empty());
+    let why = second
+        .pool_status(&"llm".parse().unwrap())
+        .unwrap()
+        .halted
+        .expect("the pool halts");
+    for named in ["client_token", node.0.as_str(), token.as_str()] {
+        assert!(why.contains(named), "{named} not in: {why}");
+    }
+    assert!(
+        second
+            .active_alerts()
+            .iter()
+            .any(|a| a.alert.name == "PoolHalted" && a.alert.summary.contains(&why)),
+        "{:?}",
+        second.active_alerts()
+    );
+    assert_eq!(count_metric(&second.metrics().encode(), series), 1.0);
 }
 
 /// `CONFIG` with the simulated cloud's GPU quota in us-east-2 (where `cheap` is) set to `gpus`,

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::pool::{ColdStartLadder, ScalingPolicy, SupplyPolicy};
-use crate::{Market, ProviderKind};
+use crate::{Market, PoolName, ProviderKind};
 
 fn pool(max: u32, step: u32, warm: u32) -> PoolSpec {
     PoolSpec {
@@ -192,10 +192,10 @@ fn the_release_guard_refuses_a_plan_that_would_spend_or_buy_past_what_is_allowed
             }
         }
     });
-    assert_eq!(unheld.invariant, "hold");
+    assert_eq!(unheld.invariant(), "hold");
     assert_eq!(
-        unheld.detail,
-        "launch on cheap holds $0.000000, not its price for the hold horizon ($2.000000)"
+        unheld.to_string(),
+        "pool llama: launch on cheap holds $0.000000, not its price for the hold horizon ($2.000000)"
     );
     let launch = planned
         .actions
@@ -204,10 +204,10 @@ fn the_release_guard_refuses_a_plan_that_would_spend_or_buy_past_what_is_allowed
         .unwrap()
         .clone();
     let overspent = broken(&|actions| actions.push(launch.clone()));
-    assert_eq!(overspent.invariant, "budget");
+    assert_eq!(overspent.invariant(), "budget");
     assert_eq!(
-        overspent.detail,
-        "the plan holds $7.000000 where the budget has $6.000000 left"
+        overspent.to_string(),
+        "pool llama: the plan holds $7.000000 where account ml's budget has $6.000000 left ($90.000000 spent, $4.000000 held of its $100.000000 ceiling)"
     );
 
     let mut roomy = i.clone();
@@ -224,7 +224,16 @@ fn the_release_guard_refuses_a_plan_that_would_spend_or_buy_past_what_is_allowed
         )
         .unwrap_err()
     };
-    assert_eq!(past_step.invariant, "per_step");
+    assert_eq!(past_step.invariant(), "per_step");
+    assert_eq!(
+        past_step,
+        guard::PlanViolation::PerStep {
+            pool: p.name.clone(),
+            launches: 3,
+            wakes: 1,
+            limit: 3
+        }
+    );
     let mut limited_pool = p.clone();
     limited_pool.supply.max_launches_per_period = Some(5);
     let mut period = roomy.clone();
@@ -232,15 +241,98 @@ fn the_release_guard_refuses_a_plan_that_would_spend_or_buy_past_what_is_allowed
     period.launches_in_period = 4;
     let past_period = guard::check(&period, &planned).unwrap_err();
     assert_eq!(
-        past_period.detail,
-        "2 launches where the period's limit of 5 leaves room for 1"
+        past_period.to_string(),
+        "pool llama: 2 launches where the period's limit of 5 leaves room for 1"
     );
     roomy.global_room = Some(1);
     let past_ceiling = guard::check(&roomy, &planned).unwrap_err();
-    assert_eq!(past_ceiling.invariant, "global_ceiling");
+    assert_eq!(past_ceiling.invariant(), "global_ceiling");
     assert_eq!(
-        past_ceiling.detail,
-        "2 launches where the global ceiling leaves room for 1"
+        past_ceiling.to_string(),
+        "pool llama: 2 launches where the global ceiling leaves room for 1"
+    );
+}
+
+/// A wake holds its node's price too, and names a node of the input: a wake of a node the
+/// input does not have is refused before anything is held for it. The violation is the
+/// crate's error too.
+#[test]
+fn the_release_guard_refuses_a_wake_without_its_hold_or_its_node() {
+    let p = pool(10, 3, 0);
+    let offerings = [offering("cheap", "2", true)];
+    let nodes = [node("w1", NodeState::Warm, Destination::Warm)];
+    let i = input(&p, &offerings, &nodes, 1);
+    let planned = plan(&i);
+    assert!(
+        matches!(planned.actions[..], [Action::Wake { ref node, hold, .. }] if node.0 == "w1" && hold == "1".parse().unwrap()),
+        "{:?}",
+        planned.actions
+    );
+    assert_eq!(guard::check(&i, &planned), Ok(()));
+    let wake = |node: &str, hold: &str| Plan {
+        actions: vec![Action::Wake {
+            node: NodeId(node.into()),
+            request: None,
+            hold: hold.parse().unwrap(),
+        }],
+        ..planned.clone()
+    };
+    let short = guard::check(&i, &wake("w1", "0.5")).unwrap_err();
+    assert_eq!(
+        short,
+        guard::PlanViolation::WrongHold {
+            pool: p.name.clone(),
+            action: "wake of w1".into(),
+            hold: "0.5".parse().unwrap(),
+            expected: "1".parse().unwrap(),
+        }
+    );
+    let unknown = guard::check(&i, &wake("gone", "1")).unwrap_err();
+    assert_eq!(unknown.invariant(), "hold");
+    assert_eq!(
+        unknown.to_string(),
+        "pool llama: wake of gone names nothing the plan's input priced"
+    );
+    let core: crate::CoreError = unknown.clone().into();
+    assert_eq!(core.to_string(), unknown.to_string());
+}
+
+/// A launch's client token, minted by the executor, is carried by no live node of any pool
+/// (nor is its node id one): a repeated token would make the cloud answer with the live node's
+/// instance and two ledger nodes claim it. A fresh one passes.
+#[test]
+fn a_launch_token_a_live_node_carries_is_refused() {
+    let llama: PoolName = "llama".parse().unwrap();
+    let other: PoolName = "mistral".parse().unwrap();
+    let (a, b) = (NodeId("n-a".into()), NodeId("n-b".into()));
+    let live = [(&a, &llama, "hr-n-a"), (&b, &other, "hr-n-b")];
+    let fresh = NodeId("n-c".into());
+    assert_eq!(
+        guard::fresh_client_token(&llama, &fresh, "hr-n-c", live),
+        Ok(())
+    );
+    assert_eq!(
+        guard::fresh_client_token(&llama, &fresh, "hr-n-c", []),
+        Ok(())
+    );
+
+    let shared = guard::fresh_client_token(&llama, &fresh, "hr-n-b", live).unwrap_err();
+    assert_eq!(shared.invariant(), "client_token");
+    assert_eq!(
+        shared.to_string(),
+        "pool llama: the launch of node n-c would send client token hr-n-b, which live node n-b of pool mistral carries"
+    );
+    // The same id is the same token once the executor formats it.
+    let same_id = guard::fresh_client_token(&llama, &a, "hr-other", live).unwrap_err();
+    assert_eq!(
+        same_id,
+        guard::PlanViolation::SharedClientToken {
+            pool: llama.clone(),
+            node: a.clone(),
+            token: "hr-other".into(),
+            live: a.clone(),
+            live_pool: llama.clone(),
+        }
     );
 }
 

@@ -329,13 +329,7 @@ impl Engine {
         // planner bug, and applying it could spend or buy what nobody allowed. Nothing of it is
         // applied, and the pool stops until someone looks.
         if let Err(violation) = planner::guard::check(&plan_input, &plan) {
-            self.halt_pool(
-                &pool.name,
-                format!(
-                    "a plan broke the {} invariant ({}) and was not applied: a planner bug, report it",
-                    violation.invariant, violation.detail
-                ),
-            );
+            self.refuse_violation(pool, "a plan", &violation);
             return Ok(planner::Plan::default());
         }
         Ok(plan)

@@ -3,7 +3,7 @@
 
 use headroom_cloud::{CloudError, InstanceId, LaunchSpec, OwnershipTags};
 use headroom_core::budget::BudgetStanding;
-use headroom_core::planner::{Action, Destination, FallbackKind};
+use headroom_core::planner::{Action, Destination, FallbackKind, guard};
 use headroom_core::{
     CapacityRequest, ErrorClass, Money, NodeId, NodeState, Offering, OfferingId, PoolSpec,
     RefusalReason, RequestId, Timestamp, TransientVerdict, WarmMode,
@@ -24,7 +24,8 @@ enum Step {
     Next,
     /// A cloud refused and the rest of the plan assumed an offering that is gone: plan again.
     Replan,
-    /// Stop this plan here (over budget, or the pool's request is invalid).
+    /// Stop this plan here (over budget, the pool's request is invalid, or a launch broke an
+    /// invariant).
     Stop,
 }
 
@@ -176,6 +177,18 @@ impl Engine {
             launch.hold,
             now,
         );
+        // Checked in every build: the token is the cloud's idempotency key, so a live node's
+        // would buy nothing new and leave two ledger nodes claiming one instance.
+        let live = input
+            .live
+            .iter()
+            .map(|e| (&e.node, &e.pool, e.client_token.as_str()));
+        if let Err(violation) =
+            guard::fresh_client_token(&pool.name, &intent.node, &intent.client_token, live)
+        {
+            self.refuse_violation(pool, "a launch", &violation);
+            return Ok(Step::Stop);
+        }
         // Intent first, with its hold: if we die after the cloud call, the restart finds it.
         let span = self.action_span("launch", pool, launch.request, &intent.node);
         if !self

@@ -106,7 +106,8 @@ pub struct Engine {
     /// Each region's quotas as last read (quota preflight).
     quotas: Mutex<quotas::QuotaBook>,
     /// Pools stopped until a restart, with why: an invalid-request or permission refusal, a
-    /// plan that broke an invariant, two live instances for one client token (`halt_pool`).
+    /// plan or launch that broke an invariant, two live instances for one client token
+    /// (`halt_pool`).
     halted: Mutex<HashMap<PoolName, String>>,
     status: Mutex<BTreeMap<PoolName, PoolStatus>>,
     /// The instances serving per pool at the end of the last tick (instance id, GPUs).
@@ -255,6 +256,32 @@ impl Engine {
             tracing::error!(%pool, %why, "pool halted");
             halted.insert(pool.clone(), why);
         }
+    }
+
+    /// A plan or launch (`what`) that broke a money or instance invariant, which the caller
+    /// applies none of: counted, and the pool halted (logged at error, alert `PoolHalted`). A
+    /// bug, so never retried; never a panic, so the other pools go on.
+    pub(super) fn refuse_violation(
+        &self,
+        pool: &headroom_core::PoolSpec,
+        what: &str,
+        violation: &headroom_core::planner::guard::PlanViolation,
+    ) {
+        self.metrics
+            .invariant_violations
+            .get_or_create(&crate::metrics::InvariantLabels {
+                pool: pool.name.to_string(),
+                account: pool.account.to_string(),
+                invariant: violation.invariant().to_string(),
+            })
+            .inc();
+        self.halt_pool(
+            &pool.name,
+            format!(
+                "{what} broke the {} invariant and was not applied ({violation}): a bug, report it",
+                violation.invariant()
+            ),
+        );
     }
 
     pub fn metrics(&self) -> &Metrics {
