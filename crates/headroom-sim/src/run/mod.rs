@@ -2,10 +2,11 @@
 //!
 //! Every policy meets the same requests, the same serving model and its own copy of the same
 //! simulated cloud (same offerings, ladder, capacity, faults and seed). `headroom` is the real
-//! [`Engine`] — controller, planner, governor, executor and a SQLite ledger — ticked on a
-//! [`ManualClock`] with signals pushed from the model, exactly as `headroom demo` drives it. The
-//! baselines drive [`SimCloud`] directly as a cluster autoscaler would: one node per replica,
-//! the cheapest allowed offering first, the next one after a refusal.
+//! [`Engine`](headroom_engine::Engine) — controller, planner, governor, executor and a SQLite
+//! ledger — ticked on a [`ManualClock`] with signals pushed from the model, exactly as
+//! `headroom demo` drives it. The baselines drive [`SimCloud`] directly as a cluster autoscaler
+//! would: one node per replica, the cheapest allowed offering first, the next one after a
+//! refusal.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
