@@ -19,7 +19,7 @@ fn corrupt(what: &str, value: &str) -> LedgerError {
     LedgerError::Corrupt(format!("{what} {value:?}"))
 }
 
-// What reading needs of the driver; a subset of the bounds on the queries in `sql.rs`.
+// What reading needs of the driver; a subset of the bounds on the queries in `sql/`.
 impl<D: Dialect> SqlLedger<D>
 where
     for<'a> &'a str: ColumnIndex<DbRow<D>>,
