@@ -288,6 +288,25 @@ fn intent(h: &Harness, node: &str) -> NodeEvent {
     )
 }
 
+/// The cloud call an intent of [`intent`] stands for, made behind the engine's back.
+async fn launch_intent_on_cloud(h: &Harness, intent: &NodeEvent) -> headroom_cloud::Instance {
+    let offering = h.config.offering(&intent.offering).unwrap().clone();
+    h.cloud
+        .launch(&LaunchSpec {
+            offering,
+            client_token: intent.client_token.clone(),
+            tags: OwnershipTags {
+                cluster: "engine-test".into(),
+                pool: "llm".into(),
+                node: intent.node.0.clone(),
+                request: None,
+            },
+            user_data: None,
+        })
+        .await
+        .unwrap()
+}
+
 /// A crash between the ledger intent and the cloud call, and one between the cloud call and the
 /// outcome: the restarted engine neither leaks nor duplicates.
 #[tokio::test]
@@ -301,26 +320,7 @@ async fn a_restart_reconciles_intents_without_outcomes() {
     // Crash after the cloud call, before the outcome.
     let after = intent(&h, "n-after-call");
     h.ledger.append_node_event(&after).await.unwrap();
-    let offering = h
-        .config
-        .offering(&"cheap".parse().unwrap())
-        .unwrap()
-        .clone();
-    let made = h
-        .cloud
-        .launch(&LaunchSpec {
-            offering,
-            client_token: after.client_token.clone(),
-            tags: OwnershipTags {
-                cluster: "engine-test".into(),
-                pool: "llm".into(),
-                node: "n-after-call".into(),
-                request: None,
-            },
-            user_data: None,
-        })
-        .await
-        .unwrap();
+    let made = launch_intent_on_cloud(&h, &after).await;
 
     let engine = h.restarted();
     engine.tick().await.unwrap();
@@ -1713,6 +1713,72 @@ async fn a_running_warm_node_serves_in_the_same_tick_it_is_woken() {
     h.engine.tick().await.unwrap();
     let status = h.engine.pool_status(&pool).unwrap();
     assert_eq!(status.ready, 1, "no ladder to climb: {status:?}");
+}
+
+/// A pool short of replicas that serve soon, with a launch still being acquired and a node
+/// parked warm: the warm node is woken in its place (a wake skips acquisition and the image
+/// pull), and the launch's instance is terminated before it was acquired; the count stays one.
+#[tokio::test]
+async fn a_warm_node_is_woken_in_place_of_a_launch_still_being_acquired() {
+    let h = harness(&CONFIG.replace("warm_pool_size = 0", "warm_pool_size = 1")).await;
+    h.run_for(300).await;
+    let parked = h.ledger.live_nodes().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].state, NodeState::Warm, "{parked:?}");
+    let warm = parked[0].node.clone();
+
+    // An organic launch the cloud accepted a moment ago: a minute of acquisition ahead.
+    let intent = intent(&h, "n-acquiring");
+    h.ledger.append_node_event(&intent).await.unwrap();
+    let made = launch_intent_on_cloud(&h, &intent).await;
+    let mut accepted = intent.next(NodeState::Launching, "accepted", h.clock.now());
+    accepted.instance = Some(made.id.0.clone());
+    h.ledger.append_node_event(&accepted).await.unwrap();
+
+    // The same deployment, now with a floor of one: the launch meets the count, not the time.
+    let config = CONFIG
+        .replace("warm_pool_size = 0", "warm_pool_size = 1")
+        .replace("min_replicas = 0", "min_replicas = 1");
+    let engine = Engine::new(
+        Arc::new(Config::parse(&config, "test").unwrap()),
+        h.ledger.clone(),
+        h.cloud.clone(),
+        h.clock.clone(),
+    );
+    h.clock.advance(Duration::from_secs(1));
+    engine.tick().await.unwrap();
+
+    let live = h.ledger.live_nodes().await.unwrap();
+    let state_of = |node: &str| live.iter().find(|e| e.node.0 == node).map(|e| e.state);
+    assert_eq!(
+        state_of(&warm.0),
+        Some(NodeState::Booting),
+        "woken: {live:?}"
+    );
+    assert_eq!(state_of("n-acquiring"), None, "the launch ended: {live:?}");
+    assert_eq!(
+        h.cloud.describe(&made.id).await.unwrap().phase,
+        InstancePhase::Terminated
+    );
+    let pool: headroom_core::PoolName = "llm".parse().unwrap();
+    let status = engine.pool_status(&pool).unwrap();
+    assert_eq!(
+        status.requested + status.starting + status.ready,
+        1,
+        "one replica, as before the swap: {status:?}"
+    );
+    engine.tick().await.unwrap();
+    assert_eq!(
+        h.ledger
+            .live_nodes()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.destination == Destination::Serve)
+            .count(),
+        1,
+        "no second swap or launch"
+    );
 }
 
 #[tokio::test]

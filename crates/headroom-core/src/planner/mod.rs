@@ -1,14 +1,15 @@
 //! The planner: "pool P needs N more ready replicas" in, a [`Plan`] (plain data) out.
 //!
 //! Order of supply, per replica: a running warm node (instant), a stopped warm node (skips node
-//! acquisition and image pull), a free slot of a reservation the pool may use, then new capacity
-//! split between on-demand and spot by the pool's market policy (an on-demand base, then a
-//! percentage of the rest on spot), on the offering with the best price for its recent
+//! acquisition and image pull), a free slot of a reservation the pool may use, then new
+//! capacity split between on-demand and spot by the pool's market policy (an on-demand base,
+//! then a percentage of the rest on spot), on the offering with the best price for its recent
 //! availability. The governor's checks — max replicas, the global ceiling, the per-step and
 //! per-period launch limits, the spot price cap and the budget — are applied as the plan is
 //! built, so every unit of demand ends as exactly one action: a wake, a launch, a deferral to a
-//! later step, or a refusal with a reason. The executor applies the plan; the planner changes
-//! nothing.
+//! later step, or a refusal with a reason. A warm node is also woken in place of a launch still
+//! being acquired when the target is short of what serves sooner (`wake_ahead`): a swap, which
+//! changes no count. The executor applies the plan; the planner changes nothing.
 //!
 //! What a plan guarantees against its input is asserted at the end of [`plan`] in debug builds
 //! (`postconditions`), and `proptests` feeds it random inputs. The promises about money and
@@ -24,6 +25,7 @@ mod scale_in;
 mod supply;
 #[cfg(test)]
 mod tests;
+mod wake_ahead;
 mod warm_pool;
 
 use std::time::Duration;
@@ -369,6 +371,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .collect();
     let organic_have = organic.len() as u32;
     b.plan.unserved = b.supply(None, organic_target.saturating_sub(organic_have));
+    b.wake_ahead_of_acquiring(&organic, organic_target);
 
     let mut warm_have = b.warm_left_after_wakes();
     if organic_have > organic_target {

@@ -79,6 +79,9 @@ struct Tally {
     launches: u32,
     serve_launches: u32,
     warm_launches: u32,
+    /// Organic launches still being acquired, released for a wake each (`wake_ahead`): the
+    /// wakes that replace them are no demand.
+    swaps: u32,
     /// Active replicas in the input.
     active: u32,
     organic_have: u32,
@@ -104,6 +107,9 @@ impl Tally {
             launches: count(&|a| matches!(a, Action::Launch { .. })) as u32,
             serve_launches: count(&|a| is_launch_to(a, Destination::Serve)) as u32,
             warm_launches: count(&|a| is_launch_to(a, Destination::Warm)) as u32,
+            swaps: count(
+                &|a| matches!(a, Action::Release { node, .. } if input.nodes.iter().any(|n| &n.id == node && n.state == NodeState::Launching)),
+            ) as u32,
             active: active.len() as u32,
             organic_have,
             organic_target,
@@ -117,7 +123,7 @@ impl Tally {
 
     /// Wakes and serving launches that supply demand (everything but rebalancing).
     fn supplied(&self, plan: &Plan) -> u32 {
-        self.wakes + self.serve_launches - self.rebalance_launches(plan)
+        self.wakes + self.serve_launches - self.rebalance_launches(plan) - self.swaps
     }
 
     fn rebalance_launches(&self, plan: &Plan) -> u32 {
@@ -223,16 +229,25 @@ fn touched_nodes(
                 .any(|c| c.offering.id == node.offering && c.available);
             debug_assert!(node.state.is_warm(), "only a warm node wakes");
             debug_assert!(node.state == NodeState::Standby || offering_available);
+        } else if node.state == NodeState::Launching {
+            debug_assert!(
+                node.is_active_replica() && node.request.is_none(),
+                "only an organic launch is swapped for a wake"
+            );
         } else if node.state == NodeState::Serving {
             debug_assert!(node.is_active_replica() && node.request.is_none());
             serving_released += 1;
         } else {
             debug_assert!(
                 node.state.is_warm(),
-                "only a serving or warm node is released"
+                "only a serving, warm or still-acquiring node is released"
             );
         }
     }
+    debug_assert!(
+        tally.swaps <= tally.wakes,
+        "a launch is swapped only for a wake"
+    );
     if serving_released > 0 {
         // Scale-in keeps serving nodes for the organic target (which is at least min_replicas)
         // while the rest still climb the ladder.
@@ -340,6 +355,9 @@ fn demand(input: &PlanInput<'_>, plan: &Plan, tally: &Tally) {
     }
     if tally.rebalancing {
         supplied.remove(&None);
+    }
+    if let Some(organic) = supplied.get_mut(&None) {
+        *organic -= u64::from(tally.swaps);
     }
     for (demand, wanted) in &need {
         let ended = supplied.get(demand).unwrap_or(&0) + refused.get(demand).unwrap_or(&0);

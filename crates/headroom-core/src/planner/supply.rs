@@ -223,32 +223,44 @@ impl<'a> Builder<'a> {
         Supply::Supplied
     }
 
+    /// Wakes the next warm node for `request` (the limits are the caller's to spend), or says
+    /// false when there is none or the budget cannot carry its hold.
+    pub(super) fn wake_next(&mut self, request: Option<&RequestId>) -> bool {
+        let Some(node) = self.warm.last().copied() else {
+            return false;
+        };
+        let hold = self.hold_for(node.price_usd_per_hour);
+        if !self.admit(hold) {
+            return false;
+        }
+        self.warm.pop();
+        // A stopped node starts again against the running-instance quota.
+        if node.state != NodeState::Standby {
+            self.draw_quota(&node.offering);
+        }
+        if node.is_on_demand() {
+            self.on_demand_have += 1;
+        } else {
+            self.spot_have += 1;
+        }
+        self.plan.actions.push(Action::Wake {
+            node: node.id.clone(),
+            request: request.cloned(),
+            hold,
+        });
+        true
+    }
+
     /// Supplies one ready replica for `request`, or says why not.
     fn supply_one(&mut self, request: Option<&RequestId>) -> Supply {
         let wakes = !self.warm.is_empty();
         if let Some(stop) = self.governor(true, !wakes) {
             return stop;
         }
-        if let Some(node) = self.warm.last().copied() {
-            let hold = self.hold_for(node.price_usd_per_hour);
-            if !self.admit(hold) {
+        if !self.warm.is_empty() {
+            if !self.wake_next(request) {
                 return Supply::Refused(RefusalReason::Budget);
             }
-            self.warm.pop();
-            // A stopped node starts again against the running-instance quota.
-            if node.state != NodeState::Standby {
-                self.draw_quota(&node.offering);
-            }
-            if node.is_on_demand() {
-                self.on_demand_have += 1;
-            } else {
-                self.spot_have += 1;
-            }
-            self.plan.actions.push(Action::Wake {
-                node: node.id.clone(),
-                request: request.cloned(),
-                hold,
-            });
             self.spend_limits(true, false);
             return Supply::Supplied;
         }

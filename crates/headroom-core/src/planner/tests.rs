@@ -393,6 +393,79 @@ fn scale_in_refills_the_warm_pool_before_terminating() {
     );
 }
 
+/// After a spot reclaim was replaced by launches, the target (4) is short of what serves sooner
+/// (one serving, one booting) while two warm nodes wait: each warm node is woken in place of a
+/// launch still being acquired, the dearest launch first; the count of replicas stays. With
+/// enough serving or booting, nothing is swapped.
+#[test]
+fn a_warm_node_is_woken_in_place_of_a_launch_still_being_acquired() {
+    let p = pool(10, 4, 0);
+    let offerings = [offering("cheap", "2", true)];
+    let mut dear = node("l-dear", NodeState::Launching, Destination::Serve);
+    dear.price_usd_per_hour = "3".parse().unwrap();
+    let nodes = [
+        node("s", NodeState::Serving, Destination::Serve),
+        node("b", NodeState::Booting, Destination::Serve),
+        node("l1", NodeState::Launching, Destination::Serve),
+        dear,
+        node("l2", NodeState::Launching, Destination::Serve),
+        node("w1", NodeState::Warm, Destination::Warm),
+        node("w2", NodeState::Warm, Destination::Warm),
+    ];
+    let planned = plan(&input(&p, &offerings, &nodes, 5));
+    let woken: Vec<&str> = planned
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Wake { node, .. } => Some(node.0.as_str()),
+            _ => None,
+        })
+        .collect();
+    let released: Vec<&str> = planned
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Release { node, to_warm } => {
+                assert!(!to_warm);
+                Some(node.0.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(woken.len(), 2, "{planned:?}");
+    assert_eq!(released.len(), 2, "{planned:?}");
+    assert_eq!(released[0], "l-dear", "the dearest launch goes first");
+    assert!(
+        launches(&planned).is_empty(),
+        "the count is met: {planned:?}"
+    );
+    assert_eq!(
+        guard::check(&input(&p, &offerings, &nodes, 5), &planned),
+        Ok(())
+    );
+
+    // Two serving and three booting meet the target of five: the launch stays, and so does the
+    // warm node (a warm pool of one).
+    let p = pool(10, 4, 1);
+    let enough = [
+        node("s1", NodeState::Serving, Destination::Serve),
+        node("s2", NodeState::Serving, Destination::Serve),
+        node("b1", NodeState::Booting, Destination::Serve),
+        node("b2", NodeState::Booting, Destination::Serve),
+        node("b3", NodeState::Booting, Destination::Serve),
+        node("l1", NodeState::Launching, Destination::Serve),
+        node("w1", NodeState::Warm, Destination::Warm),
+    ];
+    let planned = plan(&input(&p, &offerings, &enough, 5));
+    assert!(
+        !planned
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Wake { .. } | Action::Release { .. })),
+        "{planned:?}"
+    );
+}
+
 #[test]
 fn refills_an_empty_warm_pool() {
     let p = pool(10, 4, 2);

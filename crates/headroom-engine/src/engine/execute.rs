@@ -345,6 +345,11 @@ impl Engine {
             // A warm node above the floor serves nobody: nothing to drain.
             return self.terminate_node(input, &last, "warm_surplus").await;
         }
+        if last.state == NodeState::Launching {
+            // Swapped for a wake before it was acquired (the planner's `wake_ahead`): nothing
+            // runs on it yet.
+            return self.terminate_node(input, &last, "swapped_for_wake").await;
+        }
         let now = self.clock.now();
         let reason = if to_warm {
             "release_to_warm"
