@@ -86,7 +86,8 @@ enum Command {
     /// Print the API's OpenAPI document (the committed `openapi.json` must match it).
     Openapi,
     /// Create or upgrade the ledger's schema (PostgreSQL: as the role that owns it), and grant
-    /// the role `serve` runs as SELECT and INSERT only (and DELETE on `controller_memory`).
+    /// the role `serve` runs as SELECT and INSERT only (and DELETE on the tables pruned to a
+    /// retention).
     Migrate(migrate::MigrateArgs),
     /// Work with configuration files.
     Config {

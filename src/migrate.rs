@@ -18,9 +18,9 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "URL", env = "HEADROOM_DATABASE_URL")]
     database_url: String,
     /// PostgreSQL: the role `serve` runs as. After migrating it holds CONNECT, schema USAGE,
-    /// SELECT and INSERT on every ledger table, DELETE on `controller_memory` (pruned to a
-    /// retention; its trigger keeps each pool's newest row) and USAGE on their sequences, nothing
-    /// else (privileges granted by hand are revoked). Created with LOGIN if it does not exist and
+    /// SELECT and INSERT on every ledger table, DELETE on `controller_memory`, `decisions` and
+    /// `alert_book` (pruned to a retention; their triggers refuse what it keeps) and USAGE on their
+    /// sequences, nothing else (privileges granted by hand are revoked). Created with LOGIN if it does not exist and
     /// HEADROOM_RUNTIME_PASSWORD is set, which also sets its password. Refused if the role is a
     /// superuser or owns (or is a member of the owner of) a table. Run it again after each upgrade.
     #[arg(long, value_name = "ROLE")]
@@ -59,7 +59,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         Ok(_) => {
             match runtime {
                 Some(r) => println!(
-                    "ledger migrated; role {} may SELECT and INSERT on the ledger tables (and DELETE superseded controller memories), nothing else",
+                    "ledger migrated; role {} may SELECT and INSERT on the ledger tables (and DELETE the engine's memory past its retention), nothing else",
                     r.name
                 ),
                 None => println!("ledger migrated"),

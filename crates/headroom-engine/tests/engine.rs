@@ -274,6 +274,39 @@ async fn a_missing_signal_holds_the_pool_and_says_why() {
     );
 }
 
+/// The ledger keeps a pool's decision log for `DECISION_RETENTION` by each entry's last
+/// activation: an answer that stood for longer than the retention, once superseded, stays in
+/// the log while it is recent, rather than going as old with the next entry written.
+#[tokio::test]
+async fn a_decision_that_stood_past_the_retention_stays_in_the_log() {
+    let h = harness(CONFIG).await;
+    let llm: headroom_core::PoolName = "llm".parse().unwrap();
+    h.engine.tick().await.unwrap();
+    let opened = h.clock.now();
+    let stood = headroom_ledger::DECISION_RETENTION + chrono::Duration::days(1);
+    h.clock.advance(stood.to_std().unwrap());
+    h.engine.tick().await.unwrap();
+    let demand = SignalInput {
+        queue_depth: 0,
+        arrival_rate_rps: Some(20.0),
+        ..SignalInput::default()
+    };
+    // A breaching window supersedes the hold (written), then the scale-up supersedes it
+    // (written, more than the retention after the hold opened).
+    h.engine.push_signal(&llm, demand.clone());
+    h.engine.tick().await.unwrap();
+    h.clock.advance(Duration::from_secs(15));
+    h.engine.push_signal(&llm, demand);
+    h.engine.tick().await.unwrap();
+    let log = h.engine.decisions(&llm).await.unwrap();
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert_eq!(log[0]["target"], 4, "{log:?}");
+    let hold = &log[2];
+    assert_eq!(hold["hold"], "signal_missing", "{log:?}");
+    assert_eq!(hold["at"], serde_json::json!(opened));
+    assert_eq!(hold["last_at"], serde_json::json!(opened + stood));
+}
+
 fn intent(h: &Harness, node: &str) -> NodeEvent {
     let offering = h.config.offering(&"cheap".parse().unwrap()).unwrap();
     let pool = h.config.pool(&"llm".parse().unwrap()).unwrap();

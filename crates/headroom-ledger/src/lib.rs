@@ -102,9 +102,10 @@ impl From<sqlx::Error> for LedgerError {
 }
 
 /// Where some tables stand (see [`Coordination::revision`]). Each field is a number that changes
-/// whenever a row its reads return is committed, by any process: every table is append-only,
-/// so SQLite's largest row id (one writer at a time, ids never reused) or PostgreSQL's row count
-/// of a table only grows then, and a sum of them moves when any of them does.
+/// whenever a row its reads return is committed, by any process: those tables are append-only
+/// (the tables pruned to a retention are the engine's memory, none of these), so SQLite's
+/// largest row id (one writer at a time, ids never reused) or PostgreSQL's row count of a table
+/// only grows then, and a sum of them moves when any of them does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Revision {
     /// Budget versions: [`Budgets::budgets`].
@@ -128,6 +129,23 @@ pub const ALERT_OUTBOX_BOUND: i64 = 1000;
 /// once a tick, so a pool holds at most `1 + CONTROLLER_MEMORY_RETENTION / engine.tick` rows
 /// (3,601 at 1 s ticks; a busy pool of the `week-reservable` scenario holds about 430).
 pub const CONTROLLER_MEMORY_RETENTION: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// How long a pool's decision log reaches back: each pool keeps its rows of `decisions` less than
+/// this older than the row just recorded; older ones are deleted in the transaction that records
+/// a row ([`EngineMemory::append_decision`]). The log is an audit record that
+/// `GET /v1/pools/{name}/decisions` pages through and shadow reports read, so it is kept for
+/// weeks, not an hour; a row's instant is the last it speaks for (a decision's last activation),
+/// so a decision that stood for longer than this is kept while it is recent. The migrations'
+/// trigger refuses to delete a row inside it (PostgreSQL 0015, SQLite 0016, which spell the
+/// same 30 days).
+pub const DECISION_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(30);
+
+/// How long a scope's superseded alert books are kept: each scope keeps its newest row of
+/// `alert_book` plus its rows less than this older than the row just recorded; older ones are
+/// deleted in the transaction that records a row ([`EngineMemory::record_alert_book`]). Only the
+/// newest row is ever read back (when a process takes the pool), as with
+/// [`CONTROLLER_MEMORY_RETENTION`]. The migrations' trigger refuses to delete a row inside it.
+pub const ALERT_BOOK_RETENTION: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
 /// The system of record: every role below, each a trait of its own. The engine and the API
 /// hold one (`Arc<dyn Ledger>`, which has every role's methods); a caller that needs only a role
@@ -371,7 +389,9 @@ pub trait Schedules: Send + Sync + Debug {
 /// controller's memory and the alert book, read back when a process takes the pool.
 #[async_trait]
 pub trait EngineMemory: Send + Sync + Debug {
-    /// Records one controller decision (a JSON document) for `pool`.
+    /// Records one entry of `pool`'s decision log (a JSON document) as of `at`, the last instant
+    /// it speaks for. In the same transaction, deletes the pool's rows older than `at` less
+    /// [`DECISION_RETENTION`] (never one inside it: the database refuses that).
     async fn append_decision(
         &self,
         pool: &PoolName,
@@ -425,7 +445,8 @@ pub trait EngineMemory: Send + Sync + Debug {
 
     /// Records the alerts firing in `scope` (a pool's name, or "" for deployment-wide alerts;
     /// `body`, their JSON) as of `at`; an instant already recorded for the scope keeps its first
-    /// body (a retried write).
+    /// body (a retried write). In the same transaction, deletes the scope's rows older than `at`
+    /// less [`ALERT_BOOK_RETENTION`] (never its newest: the database refuses that).
     async fn record_alert_book(
         &self,
         scope: &str,

@@ -4,8 +4,9 @@
 //! `serve` runs as holds SELECT and INSERT on the ledger tables and nothing else, so it can
 //! neither rewrite rows (no UPDATE, DELETE or TRUNCATE privilege, and the append-only triggers
 //! behind them) nor touch the triggers (ALTER, DROP and DISABLE TRIGGER need ownership). The
-//! one exception is [`PRUNED_TABLES`]: DELETE on `controller_memory`, whose rows past the
-//! retention the ledger deletes (its trigger still refuses to delete a pool's newest row).
+//! one exception is [`PRUNED_TABLES`]: DELETE on `controller_memory`, `decisions` and
+//! `alert_book`, whose rows past their retention the ledger deletes (their triggers still refuse
+//! to delete a row the retention keeps).
 
 use sqlx::migrate::Migrator;
 use sqlx::{PgPool, Postgres, Row, Transaction};
@@ -16,10 +17,11 @@ use crate::LedgerError;
 /// to check the schema is current and writes nothing to it.
 pub(crate) const MIGRATIONS_TABLE: &str = "_sqlx_migrations";
 
-/// Ledger tables the runtime role may also DELETE from: the engine's memory, pruned to a
-/// retention as it is written ([`crate::CONTROLLER_MEMORY_RETENTION`]). Their triggers refuse
-/// what the retention does not allow; every other table refuses every DELETE.
-pub(crate) const PRUNED_TABLES: &[&str] = &["controller_memory"];
+/// Ledger tables the runtime role may also DELETE from: the engine's memory, each pruned to a
+/// retention as it is written ([`crate::CONTROLLER_MEMORY_RETENTION`],
+/// [`crate::DECISION_RETENTION`], [`crate::ALERT_BOOK_RETENTION`]). Their triggers refuse what
+/// the retention does not allow; every other table refuses every DELETE.
+pub(crate) const PRUNED_TABLES: &[&str] = &["controller_memory", "decisions", "alert_book"];
 
 /// The role `serve` runs as, and the password `migrate` gives it.
 #[derive(Clone, Copy)]

@@ -1857,6 +1857,38 @@ async fn postgres_ledger() -> (String, Arc<dyn Ledger>) {
     (db_url, Arc::new(ledger))
 }
 
+/// A test ledger's database reached outside the ledger, for the statements it never runs: as
+/// a SQL shell would, and on PostgreSQL as the superuser, whom the triggers bind all the same.
+enum RawDb {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+impl RawDb {
+    /// The SQLite file [`sqlite`] made in `dir`.
+    async fn sqlite(dir: &tempfile::TempDir) -> RawDb {
+        let path = dir.path().join("ledger.db");
+        let url = format!("sqlite://{}", path.display());
+        RawDb::Sqlite(sqlx::SqlitePool::connect(&url).await.unwrap())
+    }
+
+    /// The PostgreSQL database at `db_url`, as [`postgres_ledger`] returns it.
+    async fn postgres(db_url: &str) -> RawDb {
+        RawDb::Postgres(sqlx::PgPool::connect(db_url).await.unwrap())
+    }
+
+    /// Runs `sql`: the integers it returns (a count, or a row a `DELETE … RETURNING` removed),
+    /// its error as text.
+    async fn run(&self, sql: &str) -> Result<Vec<i64>, String> {
+        let sql = sqlx::AssertSqlSafe(sql.to_string());
+        match self {
+            RawDb::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+            RawDb::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
 behaviour_suite!(sqlite_backend, sqlite_ledger());
 behaviour_suite!(postgres_backend, postgres_ledger());
 
@@ -2366,3 +2398,6 @@ mod append_only;
 
 #[path = "ledger/memory_retention.rs"]
 mod memory_retention;
+
+#[path = "ledger/log_retention.rs"]
+mod log_retention;

@@ -14,7 +14,7 @@ output "database_endpoint" {
 }
 
 output "database_url_secret_arn" {
-  description = "Secrets Manager secret holding the service's HEADROOM_DATABASE_URL: the runtime role (SELECT and INSERT; DELETE of superseded controller memories only), enough for `headroom token create` and reports."
+  description = "Secrets Manager secret holding the service's HEADROOM_DATABASE_URL: the runtime role (SELECT and INSERT; DELETE of the engine's memory past its retention only), enough for `headroom token create` and reports."
   value       = aws_secretsmanager_secret.database_url.arn
 }
 

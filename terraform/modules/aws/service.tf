@@ -211,11 +211,10 @@ resource "aws_ecs_task_definition" "this" {
   }
 
   container_definitions = jsonencode([{
-    # Runs to completion before the service starts, in every task: migrates as the owner (the
-    # master user) and leaves the runtime role SELECT and INSERT only (and DELETE of superseded
-    # controller memories). Idempotent; concurrent
-    # runs from several tasks serialise in the database. The owner's URL reaches this container
-    # only, never the service's.
+    # Runs to completion before the service starts, in every task: migrates as the owner (the master
+    # user) and leaves the runtime role SELECT and INSERT only (and DELETE of the engine's memory
+    # past its retention). Idempotent; concurrent runs from several tasks serialise in the database.
+    # The owner's URL reaches this container only, never the service's.
     name      = "migrate"
     image     = var.image
     essential = false

@@ -118,13 +118,12 @@ resource "google_sql_database" "headroom" {
   name     = "headroom"
 }
 
-# Kept in Terraform state (protect the state like the database). No URL-special characters.
-# Two roles: the built-in user `headroom` owns the tables and only migrates (the migrate job);
-# the runtime role the service runs as may SELECT and INSERT (and DELETE superseded controller
-# memories) and nothing else, so it cannot
-# rewrite the ledger or touch its append-only triggers. The runtime role is created by
-# `headroom migrate --runtime-role`, not as a Cloud SQL user: built-in users join
-# cloudsqlsuperuser, which the runtime role must not.
+# Kept in Terraform state (protect the state like the database). No URL-special characters. Two
+# roles: the built-in user `headroom` owns the tables and only migrates (the migrate job); the
+# runtime role the service runs as may SELECT and INSERT (and DELETE the engine's memory past its
+# retention) and nothing else, so it cannot rewrite the ledger or touch its append-only triggers.
+# The runtime role is created by `headroom migrate --runtime-role`, not as a Cloud SQL user:
+# built-in users join cloudsqlsuperuser, which the runtime role must not.
 resource "random_password" "db" {
   length  = 40
   special = false

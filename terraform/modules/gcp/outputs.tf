@@ -14,7 +14,7 @@ output "database_connection_name" {
 }
 
 output "database_url_secret_id" {
-  description = "Secret Manager secret holding the service's HEADROOM_DATABASE_URL (the runtime role: SELECT and INSERT, DELETE of superseded controller memories only; through a proxy on localhost)."
+  description = "Secret Manager secret holding the service's HEADROOM_DATABASE_URL (the runtime role: SELECT and INSERT, DELETE of the engine's memory past its retention only; through a proxy on localhost)."
   value       = google_secret_manager_secret.database_url.id
 }
 

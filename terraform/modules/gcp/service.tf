@@ -134,12 +134,11 @@ resource "google_cloud_run_v2_service" "this" {
   ]
 }
 
-# `headroom migrate --runtime-role` as the owner (the built-in user): migrates, creates the
-# runtime role with its password and leaves it SELECT and INSERT (and DELETE of superseded
-# controller memories only). Terraform runs it and
-# waits for it (run_execution_token, google-beta) whenever the image or a password changes,
-# before the service's new revision. Its own service account reads the owner's URL; the
-# service's cannot.
+# `headroom migrate --runtime-role` as the owner (the built-in user): migrates, creates the runtime
+# role with its password and leaves it SELECT and INSERT (and DELETE of the engine's memory past its
+# retention only). Terraform runs it and waits for it (run_execution_token, google-beta) whenever
+# the image or a password changes, before the service's new revision. Its own service account reads
+# the owner's URL; the service's cannot.
 resource "google_cloud_run_v2_job" "migrate" {
   provider            = google-beta
   project             = var.project

@@ -3,12 +3,13 @@
 //! pool, after a restart or a lease move, goes on with the alerts its last owner was sending
 //! instead of sending every firing alert again as new.
 //!
-//! The table is append-only like every ledger table: a scope's row is written when its set of
-//! firing alerts changes (a key, a `starts_at` or a `last_sent_at`: a firing, a repeat or a
-//! resolution; an empty list once all resolved), not for a keep-alive resend, so a quiet book is
-//! not written again. A process that takes a pool reads the row back and puts its alerts in
-//! the book without notifying: they keep their `starts_at`, their repeats and keep-alive resends
-//! follow their stored times, and one that no longer holds resolves at the next evaluation.
+//! The ledger keeps a scope's newest row plus an hour's (`ALERT_BOOK_RETENTION`, deleting older
+//! rows as it records one): a scope's row is written when its set of firing alerts changes (a
+//! key, a `starts_at` or a `last_sent_at`: a firing, a repeat or a resolution; an empty list once
+//! all resolved), not for a keep-alive resend, so a quiet book is not written again. A process
+//! that takes a pool reads the row back and puts its alerts in the book without notifying: they
+//! keep their `starts_at`, their repeats and keep-alive resends follow their stored times, and one
+//! that no longer holds resolves at the next evaluation.
 
 use std::collections::BTreeMap;
 

@@ -238,11 +238,14 @@ impl Engine {
             control.decisions.insert(pool.name.clone(), decision);
             (target, closed)
         };
+        // Stamped with the entry's last activation, not its first: the ledger keeps a pool's log
+        // for DECISION_RETENTION by these instants, so an answer that stood for longer is kept
+        // while it is recent.
         if let Some(closed) = closed
             && let Ok(json) = serde_json::to_string(&closed)
         {
             self.ledger
-                .append_decision(&pool.name, closed.at, &json)
+                .append_decision(&pool.name, closed.last_at, &json)
                 .await?;
         }
         self.persist_controller_memory(&pool.name, now).await?;

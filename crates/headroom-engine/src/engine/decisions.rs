@@ -1,6 +1,10 @@
 //! Each pool's decision log: what the controller saw, what it answered and why. The current
 //! entry is in memory (folding identical answers into one with a count); an entry is written to
-//! the ledger when a different answer supersedes it, so the log survives restarts.
+//! the ledger when a different answer supersedes it, so the log survives restarts. The ledger
+//! keeps a pool's log for `DECISION_RETENTION` (30 days) before the newest row it records, by
+//! each row's last instant (an entry's last activation, an event's time), and deletes older
+//! rows as it records one: a page walk, a shadow report or the rung stamps read back reach no
+//! further.
 
 use std::collections::HashMap;
 
@@ -191,7 +195,8 @@ impl Engine {
     /// against the arrivals and queue its signals recorded (the means over the activations folded
     /// into it, or the signal it opened with when it folded none). Reads at
     /// most the last [`SHADOW_REPORT_ENTRIES`] entries of the log: that is weeks of a calm pool
-    /// and less of a busy one.
+    /// and less of a busy one, and never more than the ledger keeps
+    /// ([`headroom_ledger::DECISION_RETENTION`]): a range reaching further back covers less.
     pub async fn shadow_report(
         &self,
         pool: &PoolSpec,

@@ -6,7 +6,10 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, Row, Type};
 
 use super::{DbRow, SqlLedger};
 use crate::dialect::{self, Dialect};
-use crate::{CONTROLLER_MEMORY_RETENTION, EngineMemory, LedgerError, Sequenced};
+use crate::{
+    ALERT_BOOK_RETENTION, CONTROLLER_MEMORY_RETENTION, DECISION_RETENTION, EngineMemory,
+    LedgerError, Sequenced,
+};
 
 #[async_trait]
 impl<D: Dialect> EngineMemory for SqlLedger<D>
@@ -23,12 +26,23 @@ where
         at: Timestamp,
         record: &str,
     ) -> Result<(), LedgerError> {
+        let mut tx = dialect::begin_serialised::<D>(&self.pool, &[], 0).await?;
         Self::query("INSERT INTO decisions (pool, {at}, record) VALUES (?, ?, CAST(? AS {json}))")
             .bind(pool.as_str())
             .bind(D::time(at))
             .bind(record)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        Self::prune(
+            &mut tx,
+            "decisions",
+            "pool",
+            pool.as_str(),
+            at,
+            DECISION_RETENTION,
+        )
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -124,28 +138,15 @@ where
         at: Timestamp,
         body: &str,
     ) -> Result<(), LedgerError> {
-        let mut tx = dialect::begin_serialised::<D>(&self.pool, &[], 0).await?;
-        Self::query(
-            "INSERT INTO controller_memory (pool, {at}, body) VALUES (?, ?, ?)
-             ON CONFLICT DO NOTHING",
+        self.record_body(
+            "controller_memory",
+            "pool",
+            pool.as_str(),
+            at,
+            body,
+            CONTROLLER_MEMORY_RETENTION,
         )
-        .bind(pool.as_str())
-        .bind(D::time(at))
-        .bind(body)
-        .execute(&mut *tx)
-        .await?;
-        // The row just recorded (or the one already at `at`) is newer than every row this
-        // deletes, so the pool's newest row is never among them. One range of the primary key
-        // (pool, at): usually one row, the one that has just aged past the retention.
-        if let Some(cutoff) = at.checked_sub_signed(CONTROLLER_MEMORY_RETENTION) {
-            Self::query("DELETE FROM controller_memory WHERE pool = ? AND {at} < ?")
-                .bind(pool.as_str())
-                .bind(D::time(cutoff))
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        .await
     }
 
     async fn controller_memory(
@@ -162,7 +163,7 @@ where
         at: Timestamp,
         body: &str,
     ) -> Result<(), LedgerError> {
-        self.record_body("alert_book", "scope", scope, at, body)
+        self.record_body("alert_book", "scope", scope, at, body, ALERT_BOOK_RETENTION)
             .await
     }
 

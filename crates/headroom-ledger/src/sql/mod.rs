@@ -144,8 +144,9 @@ where
     }
 
     /// Adds a `(key, at, body)` row to `table` (a state kept as JSON, the latest row per key
-    /// standing); an instant already recorded for the key keeps its first body (a retried
-    /// write).
+    /// standing, the only one ever read back); an instant already recorded for the key keeps its
+    /// first body (a retried write). In the same transaction, deletes the key's rows older than
+    /// `at` less `retention` ([`Self::prune`]).
     async fn record_body(
         &self,
         table: &str,
@@ -153,7 +154,9 @@ where
         key: &str,
         at: Timestamp,
         body: &str,
+        retention: chrono::TimeDelta,
     ) -> Result<(), LedgerError> {
+        let mut tx = dialect::begin_serialised::<D>(&self.pool, &[], 0).await?;
         Self::query(&format!(
             "INSERT INTO {table} ({key_column}, {{at}}, body) VALUES (?, ?, ?)
              ON CONFLICT DO NOTHING"
@@ -161,8 +164,35 @@ where
         .bind(key)
         .bind(D::time(at))
         .bind(body)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        Self::prune(&mut tx, table, key_column, key, at, retention).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes `key`'s rows of `table` (a table pruned to a retention) older than `at` less
+    /// `retention`, on `conn`: called in the transaction that has just recorded a row of `key` at
+    /// `at`, which is newer than every row this deletes by more than the retention, as the
+    /// table's trigger demands, so a key's newest row is never among them. One range of an index
+    /// on (key, at): usually a row or none, those that have just aged past the retention.
+    async fn prune(
+        conn: &mut <D::Db as Database>::Connection,
+        table: &str,
+        key_column: &str,
+        key: &str,
+        at: Timestamp,
+        retention: chrono::TimeDelta,
+    ) -> Result<(), LedgerError> {
+        if let Some(cutoff) = at.checked_sub_signed(retention) {
+            Self::query(&format!(
+                "DELETE FROM {table} WHERE {key_column} = ? AND {{at}} < ?"
+            ))
+            .bind(key)
+            .bind(D::time(cutoff))
+            .execute(&mut *conn)
+            .await?;
+        }
         Ok(())
     }
 

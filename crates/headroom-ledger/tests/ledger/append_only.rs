@@ -1,4 +1,5 @@
-//! Nobody rewrites the ledger: every table refuses UPDATE, DELETE and TRUNCATE, whoever asks,
+//! Nobody rewrites the ledger: every table refuses UPDATE, DELETE and TRUNCATE, whoever asks
+//! (the tables pruned to a retention refuse to DELETE what it keeps, every row written here),
 //! and the role `serve` runs as (made by `headroom migrate --runtime-role`) can add rows but
 //! cannot change grants, triggers or tables.
 
@@ -376,6 +377,10 @@ impl Roles {
     }
 }
 
+/// The tables the runtime role may DELETE from, pruned to a retention by the ledger (the
+/// ledger's `PRUNED_TABLES`): their triggers refuse what the retention keeps.
+const PRUNED: [&str; 3] = ["controller_memory", "decisions", "alert_book"];
+
 #[tokio::test]
 async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     let roles = Roles::new().await;
@@ -385,7 +390,7 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
         .unwrap();
     let owner = sqlx::PgPool::connect(&roles.owner_url()).await.unwrap();
     // A privilege granted by hand is taken back by the next migrate: SELECT and INSERT only
-    // (DELETE on controller_memory alone).
+    // (DELETE on the pruned tables alone).
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "GRANT UPDATE, DELETE ON node_events TO {}",
         roles.runtime
@@ -436,9 +441,9 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     .collect();
     let runtime = sqlx::PgPool::connect(&roles.runtime_url()).await.unwrap();
     for (table, column) in &tables {
-        // The engine's memory, pruned to a retention: DELETE too, which its trigger refuses
-        // for a pool's newest row (every row `fill_every_table` wrote).
-        let pruned = table == "controller_memory";
+        // The engine's memory, pruned to a retention: DELETE too, which the tables' triggers
+        // refuse for a key's newest row (every row `fill_every_table` wrote).
+        let pruned = PRUNED.contains(&table.as_str());
         let expected: Vec<(String, bool)> = expected
             .iter()
             .map(|(p, held)| (p.clone(), *held || (pruned && p == "DELETE")))
@@ -490,6 +495,7 @@ async fn runtime_role_adds_rows_and_cannot_rewrite_or_unprotect_the_ledger() {
     for sql in [
         "ALTER FUNCTION headroom_append_only() RENAME TO gone",
         "ALTER FUNCTION headroom_controller_memory_keeps_newest() RENAME TO gone",
+        "ALTER FUNCTION headroom_keeps_retention() RENAME TO gone",
     ] {
         sqlx::query(sql).execute(&runtime).await.expect_err(sql);
     }

@@ -118,25 +118,14 @@ async fn memory_is_bounded_per_pool(
 #[tokio::test]
 async fn sqlite_controller_memory_is_bounded_per_pool() {
     let (dir, ledger) = sqlite().await;
-    let path = dir.path().join("ledger.db");
-    let raw = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
-    memory_is_bounded_per_pool(&ledger, async |sql| {
-        let query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()));
-        query.fetch_all(&raw).await.map_err(|e| e.to_string())
-    })
-    .await;
+    let raw = RawDb::sqlite(&dir).await;
+    memory_is_bounded_per_pool(&ledger, async |sql| raw.run(sql).await).await;
 }
 
 #[tokio::test]
 async fn postgres_controller_memory_is_bounded_per_pool() {
     let (db_url, ledger) = postgres_ledger().await;
     // The superuser: the trigger binds even a role that may do anything.
-    let raw = sqlx::PgPool::connect(&db_url).await.unwrap();
-    memory_is_bounded_per_pool(ledger.as_ref(), async |sql| {
-        let query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()));
-        query.fetch_all(&raw).await.map_err(|e| e.to_string())
-    })
-    .await;
+    let raw = RawDb::postgres(&db_url).await;
+    memory_is_bounded_per_pool(ledger.as_ref(), async |sql| raw.run(sql).await).await;
 }
