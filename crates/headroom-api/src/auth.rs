@@ -307,11 +307,11 @@ pub async fn authenticate(
 
 /// Takes one request from `key`'s allowance, or says when to come back.
 fn rate_limit(state: &AppState, key: &str, limit: RateLimit) -> Result<(), ApiError> {
-    use governor::clock::{Clock, DefaultClock};
+    use governor::clock::Clock;
     match state.rate_limiter.check_key(&key.to_string()) {
         Ok(()) => Ok(()),
         Err(not_until) => {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let wait = not_until.wait_time_from(state.rate_limiter.clock().now());
             Err(ApiError::RateLimited {
                 retry_after_s: wait.as_secs().max(1),
                 limit,

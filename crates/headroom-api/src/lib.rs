@@ -24,7 +24,45 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Requests per second each token (or, without authentication, the whole API) may make, with
 /// a burst on top; past it the API answers 429 with Retry-After.
-pub type RateLimiter = governor::DefaultKeyedRateLimiter<String>;
+pub type RateLimiter = KeyedLimiter<String>;
+
+/// A keyed limiter that refills on the engine's clock ([`LimiterClock`]).
+pub type KeyedLimiter<K> = governor::RateLimiter<
+    K,
+    governor::state::keyed::DashMapStateStore<K>,
+    LimiterClock,
+    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+>;
+
+/// The engine's [`Clock`](headroom_cloud::Clock) as `governor` reads it: time since the limiter
+/// was made. The limiters refill in the time the rest of the API keeps — the wall clock's
+/// monotonic run in `serve` (as `governor`'s default clock), demo time in `demo`, and a manual
+/// clock's in tests, which can then refill a limiter without waiting.
+#[derive(Debug, Clone)]
+pub struct LimiterClock {
+    clock: Arc<dyn headroom_cloud::Clock>,
+    origin: headroom_core::Timestamp,
+}
+
+impl LimiterClock {
+    pub fn new(clock: Arc<dyn headroom_cloud::Clock>) -> LimiterClock {
+        let origin = clock.now();
+        LimiterClock { clock, origin }
+    }
+}
+
+impl governor::clock::Clock for LimiterClock {
+    type Instant = governor::nanos::Nanos;
+
+    /// A clock set back (a manual one can be) reads as the origin: time since never goes
+    /// negative.
+    fn now(&self) -> governor::nanos::Nanos {
+        let since = (self.clock.now() - self.origin)
+            .to_std()
+            .unwrap_or_default();
+        governor::nanos::Nanos::from(since)
+    }
+}
 
 /// The limits every request meets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +125,7 @@ pub struct AppState {
     pub require_auth: bool,
     pub limits: Limits,
     pub rate_limiter: Arc<RateLimiter>,
-    pub client_limiter: Arc<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
+    pub client_limiter: Arc<KeyedLimiter<std::net::IpAddr>>,
     pub token_cache: Arc<token_cache::TokenCache>,
     /// One permit per request in hand, `limits.max_requests_in_flight` in all.
     pub in_flight: Arc<tokio::sync::Semaphore>,
@@ -99,19 +137,21 @@ fn quota(per_second: u32, burst: u32) -> governor::Quota {
 }
 
 impl AppState {
+    /// The API over `engine`; its rate limiters refill on the engine's clock.
     pub fn new(engine: Arc<Engine>, require_auth: bool, limits: Limits) -> AppState {
+        let clock = LimiterClock::new(engine.clock().clone());
         AppState {
-            engine,
             require_auth,
             limits: limits.clone(),
-            rate_limiter: Arc::new(governor::RateLimiter::keyed(quota(
-                limits.requests_per_second,
-                limits.burst,
-            ))),
-            client_limiter: Arc::new(governor::RateLimiter::keyed(quota(
-                limits.client_requests_per_second,
-                limits.client_burst,
-            ))),
+            rate_limiter: Arc::new(governor::RateLimiter::dashmap_with_clock(
+                quota(limits.requests_per_second, limits.burst),
+                clock.clone(),
+            )),
+            client_limiter: Arc::new(governor::RateLimiter::dashmap_with_clock(
+                quota(limits.client_requests_per_second, limits.client_burst),
+                clock,
+            )),
+            engine,
             token_cache: Arc::new(token_cache::TokenCache::new(
                 limits.token_recheck_interval,
                 limits.token_outage_grace,
@@ -128,8 +168,8 @@ impl AppState {
             self.client_limiter.retain_recent();
         }
         self.client_limiter.check_key(&client).map_err(|not_until| {
-            use governor::clock::{Clock, DefaultClock};
-            not_until.wait_time_from(DefaultClock::default().now())
+            use governor::clock::Clock;
+            not_until.wait_time_from(self.client_limiter.clock().now())
         })
     }
 }

@@ -1735,6 +1735,89 @@ async fn a_token_past_its_rate_gets_429_with_retry_after() {
     }
 }
 
+/// `GET /v1/pools` with `token`, as the peer `client` sends it.
+fn pools_from(client: &str, token: &str) -> Request<Body> {
+    let mut request = Request::get("/v1/pools")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("{client}:40000").parse().unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(addr));
+    request
+}
+
+/// The limiters refill on the engine's clock, not the wall clock: a token and a client address
+/// past their allowances are let in again exactly when the (manual) clock has moved on by the
+/// refill interval, and not a moment before, with no real wait. On `governor`'s own clock the
+/// manual clock's moves would refill nothing and the refused requests would stay refused.
+#[tokio::test]
+async fn a_limiter_refills_when_the_engines_clock_moves_on_by_its_interval() {
+    use std::time::Duration;
+    let api = api().await;
+    let limits = headroom_api::Limits {
+        // A token: one request a second (one refilled each second), two at once.
+        requests_per_second: 1,
+        burst: 2,
+        // A client address: four a second (one refilled each 250 ms), one at once.
+        client_requests_per_second: 4,
+        client_burst: 1,
+        ..headroom_api::Limits::default()
+    };
+    let router = app(AppState::new(api.engine.clone(), true, limits));
+    let token = mint(&api, &["*"], &[Scope::Admin]).await;
+    let send = |client: &str, token: &str| {
+        let request = pools_from(client, token);
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request).await.unwrap();
+            let retry_after = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_string());
+            (response.status(), retry_after)
+        }
+    };
+    const OK: StatusCode = StatusCode::OK;
+    const LIMITED: StatusCode = StatusCode::TOO_MANY_REQUESTS;
+
+    // The token's allowance, from clients of their own (each sends once per step: the client
+    // limiter, one at once and refilled in 250 ms, lets each through).
+    let mut clients = (1..).map(|i| format!("198.51.100.{i}"));
+    let mut token_step = async |expected: &[StatusCode]| {
+        let mut got = Vec::new();
+        for _ in expected {
+            got.push(send(&clients.next().unwrap(), &token).await);
+        }
+        let statuses: Vec<StatusCode> = got.iter().map(|(s, _)| *s).collect();
+        assert_eq!(statuses, expected, "{got:?}");
+        got
+    };
+    let first = token_step(&[OK, OK, LIMITED]).await;
+    assert_eq!(first[2].1.as_deref(), Some("1"), "{first:?}");
+    api.clock.advance(Duration::from_millis(999));
+    token_step(&[LIMITED]).await;
+    api.clock.advance(Duration::from_millis(1));
+    token_step(&[OK, LIMITED]).await;
+    // Refilled to its burst, and no further, however long the clock runs on.
+    api.clock.advance(Duration::from_secs(3600));
+    token_step(&[OK, OK, LIMITED]).await;
+
+    // A client address's allowance, before any token is looked up: forged tokens are refused
+    // (401) while it lasts, and limited (429) past it.
+    let forged = format!("hr_{:012x}_{}", 7, "f".repeat(64));
+    let flooder = "203.0.113.7";
+    assert_eq!(send(flooder, &forged).await.0, StatusCode::UNAUTHORIZED);
+    let (status, retry_after) = send(flooder, &forged).await;
+    assert_eq!((status, retry_after.as_deref()), (LIMITED, Some("1")));
+    api.clock.advance(Duration::from_millis(249));
+    assert_eq!(send(flooder, &forged).await.0, LIMITED);
+    api.clock.advance(Duration::from_millis(1));
+    assert_eq!(send(flooder, &forged).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(flooder, &forged).await.0, LIMITED);
+}
+
 mod hostile {
     //! Property tests: hostile input to every endpoint gets a 4xx problem (or, for reads, an
     //! answer), never a 5xx, and never changes the ledger.
@@ -2242,17 +2325,7 @@ async fn a_flood_of_bad_tokens_is_limited_per_client_before_any_lookup() {
     };
     let router = app(AppState::new(api.engine.clone(), true, limits));
     let good = mint(&api, &["*"], &[Scope::Reports]).await;
-    let from = |ip: &str, token: &str| {
-        let mut request = Request::get("/v1/pools")
-            .header(header::AUTHORIZATION, format!("Bearer {token}"))
-            .body(Body::empty())
-            .unwrap();
-        let addr: std::net::SocketAddr = format!("{ip}:40000").parse().unwrap();
-        request
-            .extensions_mut()
-            .insert(axum::extract::ConnectInfo(addr));
-        request
-    };
+    let from = pools_from;
     let mut statuses = Vec::new();
     for i in 0..20 {
         let forged = format!("hr_{i:012x}_{}", "f".repeat(64));

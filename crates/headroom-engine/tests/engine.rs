@@ -1095,6 +1095,61 @@ async fn the_oldest_age_counts_only_the_pool_s_service_classes() {
     );
 }
 
+/// The rig's manual time, remembering every sleep the engine asks of it.
+#[derive(Debug)]
+struct SleepLog {
+    time: Arc<ManualClock>,
+    asked: std::sync::Mutex<Vec<Duration>>,
+}
+
+impl Clock for SleepLog {
+    fn now(&self) -> headroom_core::Timestamp {
+        self.time.now()
+    }
+
+    fn sleep(&self, d: Duration) -> headroom_cloud::clock::Sleep {
+        self.asked.lock().unwrap().push(d);
+        self.time.sleep(d)
+    }
+}
+
+/// A throttled launch's backoff within the tick waits on the engine's clock, not tokio's
+/// timer: on a manual clock (the simulator's) it takes no time and moves no time, so a
+/// simulated run neither waits on the wall clock nor depends on it.
+#[tokio::test]
+async fn a_throttled_launch_waits_out_its_backoff_on_the_engines_clock() {
+    let h = harness(CONFIG).await;
+    let log = Arc::new(SleepLog {
+        time: h.clock.clone(),
+        asked: Default::default(),
+    });
+    let engine = Engine::new(
+        h.config.clone(),
+        h.ledger.clone(),
+        h.cloud.clone(),
+        log.clone(),
+    );
+    h.cloud
+        .inject_launch_fault(&"cheap".parse().unwrap(), ErrorClass::Throttled, 2);
+    h.request(1).await;
+    let before = h.clock.now();
+    engine.tick().await.unwrap();
+    assert_eq!(
+        h.launch_calls(),
+        3,
+        "two throttled attempts, then the launch"
+    );
+    let asked = log.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2, "one wait before each retry: {asked:?}");
+    assert!(
+        asked
+            .iter()
+            .all(|d| (Duration::from_millis(100)..=Duration::from_secs(4)).contains(d)),
+        "the backoff's waits (100 ms doubling, jittered): {asked:?}"
+    );
+    assert_eq!(h.clock.now(), before, "the waits moved no time");
+}
+
 #[tokio::test]
 async fn a_throttling_storm_is_retried_by_later_ticks_without_a_second_instance() {
     let h = harness(CONFIG).await;

@@ -147,6 +147,10 @@ where
                     .with_max_times(ADMISSION_RACES)
                     .with_jitter(),
             )
+            // On the real timer: the race is lost to another process's commit, which takes
+            // real time whatever clock the caller keeps. One process alone (the simulator's)
+            // never loses one, so never waits here.
+            .sleep(tokio::time::sleep)
             .when(|e| matches!(e, LedgerError::AdmissionContended))
             .await?;
             let mut outcomes = outcomes.into_iter();

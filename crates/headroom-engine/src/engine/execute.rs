@@ -476,7 +476,8 @@ impl Engine {
     ) -> Result<Option<RefusalReason>, EngineError> {
         let spec = self.launch_spec(pool, offering, intent);
         // Throttling is retried here, a few times with jittered backoff, within the tick; past
-        // that the intent stays and the next tick repeats it with the same client token.
+        // that the intent stays and the next tick repeats it with the same client token. The
+        // backoff waits on the engine's clock: real time in `serve`, none in the simulator.
         let result = {
             use backon::{ExponentialBuilder, Retryable};
             (|| self.cloud.launch(&spec))
@@ -487,6 +488,7 @@ impl Engine {
                         .with_max_times(THROTTLE_RETRIES)
                         .with_jitter(),
                 )
+                .sleep(headroom_cloud::clock::sleeper(self.clock.clone()))
                 .when(|e: &CloudError| e.class() == ErrorClass::Throttled)
                 .await
         };
