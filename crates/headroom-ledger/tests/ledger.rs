@@ -2376,8 +2376,8 @@ async fn postgres_pool_leases_have_one_owner_and_pass_on_when_it_goes() {
 /// certificate), so this checks the real handshake.
 #[tokio::test]
 async fn postgres_connections_can_be_encrypted() {
-    let url = std::env::var("DATABASE_URL")
-        .expect("DATABASE_URL is not set: run ./scripts/test, which starts a throwaway PostgreSQL");
+    // A database of its own: the ledger below migrates the one it opens.
+    let url = headroom_testkit::fresh_postgres_database("headroom_test").await;
     let separator = if url.contains('?') { '&' } else { '?' };
     let tls_url = format!("{url}{separator}sslmode=require");
     let pool = sqlx::PgPool::connect(&tls_url).await.unwrap_or_else(|e| {
