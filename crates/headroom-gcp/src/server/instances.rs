@@ -12,7 +12,7 @@ use super::failures::{
     Call, failing_get, failure, fault_reply, invalid, not_found, quota_exceeded,
 };
 use super::filter::{last_segment, matches_filter, parse_filter, valid_label, valid_name};
-use super::operations::{check_request_id, new_operation, record_operation};
+use super::operations::{check_request_id, new_operation, record_operation, replayed};
 use super::{API, ComputeServer, Reply, regions};
 
 pub(super) async fn insert(
@@ -25,11 +25,8 @@ pub(super) async fn insert(
     let mut st = server.state();
     st.calls.push(format!("POST /zones/{zone}/instances"));
     let request_id = check_request_id(&q)?;
-    if let Some(r) = &request_id
-        && let Some(op_name) = st.requests.get(r)
-        && let Some((op, _)) = st.operations.get(op_name)
-    {
-        return Ok(Json(op.clone()));
+    if let Some(op) = replayed(&st, request_id.as_deref()) {
+        return Ok(Json(op));
     }
     let Some(Json(mut vm)) = body else {
         return Err(invalid("Required field 'resource' not specified".into()));
@@ -219,11 +216,8 @@ pub(super) async fn delete_instance(
     st.calls
         .push(format!("DELETE /zones/{zone}/instances/{name}"));
     let request_id = check_request_id(&q)?;
-    if let Some(r) = &request_id
-        && let Some(op_name) = st.requests.get(r)
-        && let Some((op, _)) = st.operations.get(op_name)
-    {
-        return Ok(Json(op.clone()));
+    if let Some(op) = replayed(&st, request_id.as_deref()) {
+        return Ok(Json(op));
     }
     let Some(vm) = st
         .instances
@@ -245,11 +239,8 @@ pub(super) async fn verb(
     st.calls
         .push(format!("POST /zones/{zone}/instances/{name}/{verb}"));
     let request_id = check_request_id(&q)?;
-    if let Some(r) = &request_id
-        && let Some(op_name) = st.requests.get(r)
-        && let Some((op, _)) = st.operations.get(op_name)
-    {
-        return Ok(Json(op.clone()));
+    if let Some(op) = replayed(&st, request_id.as_deref()) {
+        return Ok(Json(op));
     }
     let key = (project.clone(), zone.clone(), name.clone());
     let Some(vm) = st.instances.get(&key).cloned() else {

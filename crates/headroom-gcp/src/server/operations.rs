@@ -76,6 +76,13 @@ pub(super) fn record_operation(st: &mut ServerState, op: Value, request_id: Opti
     answer
 }
 
+/// The operation a call with `request_id` already made, if one did: GCE answers a retried
+/// `requestId` with that operation instead of acting twice.
+pub(super) fn replayed(st: &ServerState, request_id: Option<&str>) -> Option<Value> {
+    let name = st.requests.get(request_id?)?;
+    st.operations.get(name).map(|(op, _)| op.clone())
+}
+
 pub(super) fn check_request_id(q: &HashMap<String, String>) -> Result<Option<String>, ApiFailure> {
     match q.get("requestId") {
         None => Ok(None),
